@@ -1,0 +1,31 @@
+/*
+ * ci_error.h - errors in OpenAI's shape:
+ *   {"error":{"message":..., "type":..., "param":..., "code":...}}
+ */
+#ifndef CI_ERROR_H
+#define CI_ERROR_H
+
+#include <apr_pools.h>
+
+typedef struct ci_error {
+    int status;           /* HTTP status to answer with */
+    const char *type;     /* "invalid_request_error", "server_error", ... */
+    const char *message;  /* for the client; never holds a secret */
+    const char *param;    /* the offending field, or NULL */
+    const char *code;     /* machine code, or NULL */
+} ci_error;
+
+/* Fill ERR and return it (message formatted into P). */
+ci_error *ci_error_set(ci_error *err, int status, const char *type,
+                       const char *param, const char *code, apr_pool_t *p,
+                       const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* Shorthands for the two common types. */
+#define CI_INVALID "invalid_request_error"
+#define CI_SERVER "server_error"
+
+/* The JSON body for ERR, allocated from P. */
+const char *ci_error_body(apr_pool_t *p, const ci_error *err, apr_size_t *len);
+
+#endif

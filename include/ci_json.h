@@ -1,0 +1,42 @@
+/*
+ * ci_json.h - json-c helpers tied to APR pools.
+ *
+ * json-c objects are reference counted, not pool allocated. Every root this
+ * module creates or parses is handed to a pool cleanup (ci_json_own), so an
+ * error path can never leak one.
+ */
+#ifndef CI_JSON_H
+#define CI_JSON_H
+
+#include <apr_pools.h>
+#include <json-c/json.h>
+
+/* Nesting accepted in client and upstream JSON. json-c's default (32) is too
+ * small for real function-parameter schemas; deeper input is refused. */
+#define CI_JSON_MAX_DEPTH 128
+
+/* Parse LEN bytes strictly (RFC syntax, valid UTF-8, depth CI_JSON_MAX_DEPTH).
+ * On success the root is owned by P. On failure returns NULL and sets *ERR
+ * to a short English reason (allocated from P). */
+json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
+                           const char **err);
+
+/* Hand OBJ to P: json_object_put runs when P is cleared or destroyed. */
+json_object *ci_json_own(apr_pool_t *p, json_object *obj);
+
+/* Serialise compactly, without "\/" escaping. The text belongs to OBJ. */
+const char *ci_json_text(json_object *obj, apr_size_t *len);
+
+/* Serialise into P's memory (survives OBJ). */
+const char *ci_json_pstr(apr_pool_t *p, json_object *obj, apr_size_t *len);
+
+/* The string member KEY of OBJ, or NULL when absent or not a string. */
+const char *ci_json_str(json_object *obj, const char *key);
+
+/* The member KEY of OBJ when it has type TYPE, else NULL. */
+json_object *ci_json_get(json_object *obj, const char *key, json_type type);
+
+/* A deep copy of OBJ (NULL stays NULL); the caller owns the copy. */
+json_object *ci_json_copy(json_object *obj);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * ci_upstream.h - follow-up calls to the model upstream, with libcurl.
+ * No httpd here: headers come in as an apr_table_t already filtered.
+ */
+#ifndef CI_UPSTREAM_H
+#define CI_UPSTREAM_H
+
+#include <apr_pools.h>
+#include <apr_tables.h>
+#include <apr_time.h>
+
+typedef struct ci_upstream_opts {
+    apr_interval_time_t connect_timeout;
+    apr_interval_time_t timeout;   /* whole exchange */
+    apr_size_t max_body;           /* answer bytes accepted */
+    const char *ca_file;           /* NULL: system store */
+    const char *client_cert;       /* PEM, NULL: none */
+    const char *client_key;        /* PEM, NULL: in client_cert or none */
+    const char *proxy;             /* NULL: never a proxy (environment ignored) */
+} ci_upstream_opts;
+
+typedef struct ci_upstream_answer {
+    int status;
+    const char *body;
+    apr_size_t len;
+    const char *content_type;  /* NULL when absent */
+    const char *retry_after;   /* NULL when absent */
+} ci_upstream_answer;
+
+/* One-time libcurl set-up (parent, real post_config). */
+apr_status_t ci_upstream_global_init(apr_pool_t *pconf);
+
+/* POST BODY to URL with HEADERS. APR_SUCCESS: ANS holds whatever status came
+ * back. Otherwise *ERR says what failed (no secrets) and the status tells the
+ * class: APR_TIMEUP (timed out), APR_ENOSPC (answer too large), anything else
+ * (unreachable). */
+apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
+                              const apr_table_t *headers, const char *body,
+                              apr_size_t len, const ci_upstream_opts *opts,
+                              ci_upstream_answer *ans, const char **err);
+
+#endif

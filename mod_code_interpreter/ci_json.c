@@ -1,0 +1,101 @@
+/* ci_json.c - json-c helpers tied to APR pools. */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_json.h"
+
+static apr_status_t json_put_cleanup(void *data)
+{
+    json_object_put((json_object *)data);
+    return APR_SUCCESS;
+}
+
+json_object *ci_json_own(apr_pool_t *p, json_object *obj)
+{
+    if (obj)
+        apr_pool_cleanup_register(p, obj, json_put_cleanup,
+                                  apr_pool_cleanup_null);
+    return obj;
+}
+
+json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
+                           const char **err)
+{
+    json_tokener *tok = json_tokener_new_ex(CI_JSON_MAX_DEPTH);
+    json_object *root;
+    enum json_tokener_error jerr;
+
+    if (!tok) {
+        *err = "out of memory";
+        return NULL;
+    }
+    json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
+    root = json_tokener_parse_ex(tok, buf, (int)len);
+    jerr = json_tokener_get_error(tok);
+    if (root && jerr == json_tokener_success &&
+        (apr_size_t)json_tokener_get_parse_end(tok) != len) {
+        /* Trailing bytes: only whitespace may follow the value. */
+        apr_size_t i = json_tokener_get_parse_end(tok);
+        for (; i < len && strchr(" \t\r\n", buf[i]); i++)
+            ;
+        if (i < len) {
+            json_object_put(root);
+            root = NULL;
+            *err = apr_psprintf(p, "unexpected data after the JSON value at "
+                                   "byte %" APR_SIZE_T_FMT, i);
+        }
+    }
+    else if (!root) {
+        if (jerr == json_tokener_continue)
+            *err = "the JSON text ends too early";
+        else if (jerr == json_tokener_error_depth)
+            *err = apr_psprintf(p, "JSON nesting deeper than %d levels",
+                                CI_JSON_MAX_DEPTH);
+        else
+            *err = apr_psprintf(p, "%s at byte %d", json_tokener_error_desc(jerr),
+                                (int)json_tokener_get_parse_end(tok));
+    }
+    json_tokener_free(tok);
+    return ci_json_own(p, root);
+}
+
+const char *ci_json_text(json_object *obj, apr_size_t *len)
+{
+    size_t n = 0;
+    const char *s = json_object_to_json_string_length(
+        obj, JSON_C_TO_STRING_PLAIN | JSON_C_TO_STRING_NOSLASHESCAPE, &n);
+    if (len)
+        *len = n;
+    return s;
+}
+
+const char *ci_json_pstr(apr_pool_t *p, json_object *obj, apr_size_t *len)
+{
+    apr_size_t n;
+    const char *s = ci_json_text(obj, &n);
+    if (len)
+        *len = n;
+    return apr_pstrmemdup(p, s, n);
+}
+
+const char *ci_json_str(json_object *obj, const char *key)
+{
+    json_object *v = ci_json_get(obj, key, json_type_string);
+    return v ? json_object_get_string(v) : NULL;
+}
+
+json_object *ci_json_get(json_object *obj, const char *key, json_type type)
+{
+    json_object *v;
+    if (!obj || !json_object_is_type(obj, json_type_object) ||
+        !json_object_object_get_ex(obj, key, &v) || !json_object_is_type(v, type))
+        return NULL;
+    return v;
+}
+
+json_object *ci_json_copy(json_object *obj)
+{
+    json_object *copy = NULL;
+    if (obj && json_object_deep_copy(obj, &copy, NULL) != 0)
+        return NULL;
+    return copy;
+}

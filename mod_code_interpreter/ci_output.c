@@ -1,0 +1,474 @@
+/*
+ * ci_output.c - the response side of an intercepted request: an output
+ * filter that buffers the first upstream answer, then drives the loop
+ * (executions on the worker pool, follow-ups with libcurl) and answers the
+ * client with the assembled response.
+ */
+#include <apr_strings.h>
+#include <http_core.h>
+#include <http_protocol.h>
+#include <http_request.h>
+#include <util_filter.h>
+#include "ci_json.h"
+#include "mod_code_interpreter.h"
+
+const char ci_output_filter_name[] = "CODE_INTERPRETER_OUT";
+
+typedef struct out_ctx {
+    char *buf;
+    apr_size_t len, alloc;
+    int over, broken, passthrough;
+} out_ctx;
+
+/* One run of the loop. */
+typedef struct driver {
+    request_rec *r;
+    ap_filter_t *f;
+    ci_req_state *st;
+    ci_dir_conf *d;
+    ci_loop *loop;
+    ci_session *session;
+    apr_time_t deadline_at;
+    apr_time_t mark;              /* start of the current module-time slice */
+    apr_interval_time_t sandbox_time, upstream_time;
+    const char *url;
+    apr_table_t *headers;
+    ci_error err;
+    int passthrough_status;       /* an upstream error answer to relay */
+    ci_upstream_answer relay;
+} driver;
+
+/* ---- time accounting ---------------------------------------------------- */
+
+static void module_pause(driver *dv)
+{
+    dv->st->module_time += apr_time_now() - dv->mark;
+}
+
+static void module_resume(driver *dv)
+{
+    dv->mark = apr_time_now();
+}
+
+static void set_notes(driver *dv)
+{
+    request_rec *r = dv->r;
+    apr_table_setn(r->notes, "ci-rounds",
+                   apr_itoa(r->pool, dv->loop ? ci_loop_rounds(dv->loop) : 1));
+    apr_table_setn(r->notes, "ci-executions",
+                   apr_itoa(r->pool, dv->loop ? ci_loop_executions(dv->loop) : 0));
+    apr_table_setn(r->notes, "ci-sandbox-us",
+                   apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->sandbox_time));
+    apr_table_setn(r->notes, "ci-upstream-us",
+                   apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->upstream_time));
+    apr_table_setn(r->notes, "ci-module-us",
+                   apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->st->module_time));
+}
+
+/* ---- client and deadline ------------------------------------------------ */
+
+static int client_gone(request_rec *r)
+{
+    apr_socket_t *sock = ap_get_conn_socket(r->connection);
+    int eof = 0;
+    if (r->connection->aborted)
+        return 1;
+    if (sock && apr_socket_atreadeof(sock, &eof) == APR_SUCCESS && eof)
+        r->connection->aborted = 1;
+    return r->connection->aborted;
+}
+
+static int past_deadline(driver *dv)
+{
+    return apr_time_now() >= dv->deadline_at;
+}
+
+/* Called while an execution runs: give up when the client left or the
+ * deadline passed. */
+static int wait_tick(void *baton)
+{
+    driver *dv = baton;
+    return client_gone(dv->r) || past_deadline(dv);
+}
+
+static int deadline_error(driver *dv)
+{
+    ci_error_set(&dv->err, 504, CI_SERVER, NULL, "deadline_exceeded", dv->r->pool,
+                 "The request did not finish within this server's deadline of "
+                 "%d seconds.", (int)apr_time_sec(ci_dir_deadline(dv->d)));
+    return -1;
+}
+
+/* ---- executions --------------------------------------------------------- */
+
+static int execute_call(driver *dv, ci_call *call)
+{
+    ci_exec_result res;
+    apr_time_t t0;
+    apr_status_t rv;
+
+    if (!ci_loop_may_execute(dv->loop, call))
+        return 0;
+    if (!dv->session)
+        dv->session = ci_session_create(dv->r, dv->st->sandbox, dv->st->tag);
+    module_pause(dv);
+    t0 = apr_time_now();
+    rv = ci_session_run(dv->session, call->code, &res, apr_time_from_msec(250),
+                        wait_tick, dv, &dv->err);
+    dv->sandbox_time += apr_time_now() - t0;
+    module_resume(dv);
+    if (rv != APR_SUCCESS)
+        return -1;
+    if (past_deadline(dv))
+        return deadline_error(dv);
+    if (client_gone(dv->r))
+        return -1;
+    ci_loop_record(dv->loop, call, &res);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, dv->r,
+                  "CI0201: round %d call %s: %s in %" APR_TIME_T_FMT " us, "
+                  "%" APR_SIZE_T_FMT " bytes of output", call->round,
+                  call->item_id, res.status == CI_EXEC_COMPLETED ? "completed" : "failed",
+                  res.duration, res.text_len);
+    return 0;
+}
+
+static int execute_round(driver *dv)
+{
+    const apr_array_header_t *calls = ci_loop_round_calls(dv->loop);
+    int i;
+    for (i = 0; i < calls->nelts; i++) {
+        if (client_gone(dv->r))
+            return -1;
+        if (past_deadline(dv))
+            return deadline_error(dv);
+        if (execute_call(dv, APR_ARRAY_IDX(calls, i, ci_call *)))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- follow-ups --------------------------------------------------------- */
+
+static int hop_by_hop(const char *name)
+{
+    static const char *const names[] = {
+        "Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+        "Proxy-Connection", "TE", "Trailer", "Transfer-Encoding", "Upgrade",
+        "Host", "Content-Length", "Content-Type", "Expect", "Accept-Encoding",
+        NULL };
+    int i;
+    for (i = 0; names[i]; i++)
+        if (!strcasecmp(name, names[i]))
+            return 1;
+    return 0;
+}
+
+/* The request headers mod_proxy sent, less hop-by-hop ones (and those the
+ * Connection header names). */
+static apr_table_t *followup_headers(request_rec *r)
+{
+    const apr_array_header_t *arr = apr_table_elts(r->headers_in);
+    const apr_table_entry_t *e = (const apr_table_entry_t *)arr->elts;
+    const char *conn = apr_table_get(r->headers_in, "Connection");
+    apr_table_t *out = apr_table_make(r->pool, arr->nelts);
+    int i;
+    for (i = 0; i < arr->nelts; i++) {
+        if (!e[i].key || hop_by_hop(e[i].key))
+            continue;
+        if (conn && ap_find_token(r->pool, conn, e[i].key))
+            continue;
+        apr_table_addn(out, e[i].key, e[i].val);
+    }
+    return out;
+}
+
+static const char *followup_url(driver *dv)
+{
+    const char *fn = dv->r->filename;
+    if (dv->d->upstream)
+        return dv->d->upstream;
+    if (fn && !strncmp(fn, "proxy:", 6) &&
+        (!strncasecmp(fn + 6, "http://", 7) || !strncasecmp(fn + 6, "https://", 8)))
+        return fn + 6;
+    return NULL;
+}
+
+static void upstream_opts(driver *dv, ci_upstream_opts *o)
+{
+    apr_interval_time_t left = dv->deadline_at - apr_time_now();
+    ci_dir_conf *d = dv->d;
+    memset(o, 0, sizeof(*o));
+    o->connect_timeout = d->connect_timeout != CI_UNSET
+                             ? d->connect_timeout
+                             : apr_time_from_sec(CI_DEFAULT_CONNECT_TIMEOUT_S);
+    o->timeout = d->upstream_timeout != CI_UNSET && d->upstream_timeout < left
+                     ? d->upstream_timeout : left;
+    o->max_body = (apr_size_t)ci_dir_max_body(d);
+    o->ca_file = d->ca_file;
+    o->client_cert = d->client_cert;
+    o->client_key = d->client_key;
+    o->proxy = d->proxy;
+}
+
+static int followup_failed(driver *dv, apr_status_t rv, const char *why)
+{
+    ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, dv->r,
+                  "CI0202: follow-up to %s failed: %s", dv->url, why);
+    if (rv == APR_TIMEUP && past_deadline(dv))
+        return deadline_error(dv);
+    if (rv == APR_TIMEUP)
+        ci_error_set(&dv->err, 504, CI_SERVER, NULL, "upstream_timeout", dv->r->pool,
+                     "The model upstream did not answer a follow-up call in time.");
+    else if (rv == APR_ENOSPC)
+        ci_error_set(&dv->err, 502, CI_SERVER, NULL, "upstream_too_large", dv->r->pool,
+                     "The model upstream's answer exceeds this server's limit.");
+    else
+        ci_error_set(&dv->err, 502, CI_SERVER, NULL, "upstream_unreachable",
+                     dv->r->pool, "The model upstream could not be reached for a "
+                                  "follow-up call.");
+    return -1;
+}
+
+/* Send the next round and take its answer. -1 on failure (dv->err or an
+ * upstream error to relay). */
+static int follow_up(driver *dv, ci_next next)
+{
+    ci_upstream_opts opts;
+    ci_upstream_answer ans;
+    const char *body, *why = NULL;
+    apr_size_t len;
+    apr_status_t rv;
+    apr_time_t t0;
+
+    if (!dv->url && !(dv->url = followup_url(dv))) {
+        ci_error_set(&dv->err, 502, CI_SERVER, NULL, "no_upstream", dv->r->pool,
+                     "This server does not know where to send follow-up calls.");
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, dv->r, "CI0203: no follow-up URL "
+                      "for %s: set CodeInterpreterUpstream", dv->r->filename);
+        return -1;
+    }
+    if (!dv->headers)
+        dv->headers = followup_headers(dv->r);
+    body = ci_loop_followup_body(dv->loop, dv->r->pool, next, &len);
+    upstream_opts(dv, &opts);
+    module_pause(dv);
+    t0 = apr_time_now();
+    rv = ci_upstream_post(dv->r->pool, dv->url, dv->headers, body, len, &opts, &ans, &why);
+    dv->upstream_time += apr_time_now() - t0;
+    module_resume(dv);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, rv, dv->r,
+                  "CI0204: follow-up round %d%s: status %d in %" APR_TIME_T_FMT
+                  " us", ci_loop_rounds(dv->loop) + 1,
+                  next == CI_NEXT_FINAL ? " (final, tool_choice none)" : "",
+                  rv == APR_SUCCESS ? ans.status : 0, apr_time_now() - t0);
+    if (rv != APR_SUCCESS)
+        return followup_failed(dv, rv, why);
+    if (ans.status != 200) {
+        dv->passthrough_status = ans.status;
+        dv->relay = ans;
+        return -1;
+    }
+    return ci_loop_take_round(dv->loop, ans.body, ans.len, &dv->err);
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+static int run_loop(driver *dv, const char *first, apr_size_t first_len)
+{
+    ci_next next;
+    dv->loop = ci_loop_create(dv->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
+                              dv->st->container_id);
+    if (ci_loop_take_round(dv->loop, first, first_len, &dv->err))
+        return -1;
+    for (;;) {
+        if (execute_round(dv))
+            return -1;
+        next = ci_loop_next(dv->loop);
+        if (next == CI_NEXT_DONE)
+            return 0;
+        if (client_gone(dv->r))
+            return -1;
+        if (past_deadline(dv))
+            return deadline_error(dv);
+        if (follow_up(dv, next))
+            return -1;
+    }
+}
+
+/* ---- answering ---------------------------------------------------------- */
+
+static void clear_entity_headers(request_rec *r)
+{
+    apr_table_unset(r->headers_out, "Content-Length");
+    apr_table_unset(r->headers_out, "ETag");
+    apr_table_unset(r->headers_out, "Content-MD5");
+    apr_table_unset(r->headers_out, "Last-Modified");
+    apr_table_unset(r->headers_out, "Content-Encoding");
+}
+
+static apr_status_t send_body(driver *dv, int status, const char *type,
+                              const char *body, apr_size_t len)
+{
+    request_rec *r = dv->r;
+    apr_bucket_brigade *bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+    r->status = status;
+    r->status_line = NULL;
+    clear_entity_headers(r);
+    ap_set_content_type(r, type ? type : "application/json");
+    ap_set_content_length(r, (apr_off_t)len);
+    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_pool_create(body, len, r->pool,
+                                                       r->connection->bucket_alloc));
+    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(r->connection->bucket_alloc));
+    set_notes(dv);
+    ap_remove_output_filter(dv->f);
+    return ap_pass_brigade(dv->f->next, bb);
+}
+
+static apr_status_t send_error(driver *dv)
+{
+    apr_size_t len;
+    const char *body;
+    if (dv->passthrough_status) {
+        if (dv->relay.retry_after)
+            apr_table_setn(dv->r->headers_out, "Retry-After", dv->relay.retry_after);
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
+                      "CI0205: relaying the upstream's %d answer to a follow-up",
+                      dv->passthrough_status);
+        return send_body(dv, dv->passthrough_status, dv->relay.content_type,
+                         dv->relay.body, dv->relay.len);
+    }
+    if (dv->r->connection->aborted) {
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
+                      "CI0206: client went away; loop stopped after round %d",
+                      dv->loop ? ci_loop_rounds(dv->loop) : 1);
+        set_notes(dv);
+        return APR_ECONNABORTED;
+    }
+    if (dv->err.status == 503)
+        apr_table_setn(dv->r->headers_out, "Retry-After", "5");
+    body = ci_error_body(dv->r->pool, &dv->err, &len);
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r, "CI0207: answering %d: %s",
+                  dv->err.status, dv->err.message);
+    return send_body(dv, dv->err.status, "application/json", body, len);
+}
+
+static apr_status_t send_response(driver *dv)
+{
+    apr_size_t len;
+    const char *body = ci_json_text(ci_loop_response(dv->loop), &len);
+    module_pause(dv);
+    return send_body(dv, 200, "application/json", body, len);
+}
+
+static apr_status_t finish(ap_filter_t *f, out_ctx *ctx)
+{
+    driver dv;
+    memset(&dv, 0, sizeof(dv));
+    dv.r = f->r;
+    dv.f = f;
+    dv.st = ci_state_get(f->r);
+    dv.d = ap_get_module_config(f->r->per_dir_config, &code_interpreter_module);
+    dv.deadline_at = dv.st->started + ci_dir_deadline(dv.d);
+    module_resume(&dv);
+    if (ctx->over)
+        ci_error_set(&dv.err, 502, CI_SERVER, NULL, "upstream_too_large", f->r->pool,
+                     "The model upstream's answer exceeds this server's limit.");
+    else if (ctx->broken)
+        ci_error_set(&dv.err, 502, CI_SERVER, NULL, "upstream_broken", f->r->pool,
+                     "The model upstream's answer was cut short.");
+    if (ctx->over || ctx->broken || run_loop(&dv, ctx->buf ? ctx->buf : "", ctx->len))
+        return send_error(&dv);
+    return send_response(&dv);
+}
+
+/* ---- the filter --------------------------------------------------------- */
+
+/* Only a 200 JSON answer in plain encoding is ours to rework; anything else
+ * (an upstream error with its status, body and Retry-After) goes through. */
+static int should_pass_through(request_rec *r)
+{
+    const char *enc = apr_table_get(r->headers_out, "Content-Encoding");
+    const char *type = r->content_type;
+    if (r->status != HTTP_OK || r->header_only)
+        return 1;
+    if (enc && strcasecmp(enc, "identity"))
+        return 1;
+    return type && !ap_strcasestr(type, "json");
+}
+
+static void append(request_rec *r, out_ctx *ctx, const char *data, apr_size_t n,
+                   apr_size_t max)
+{
+    if (ctx->over || ctx->len + n > max) {
+        ctx->over = 1;
+        return;
+    }
+    if (ctx->len + n + 1 > ctx->alloc) {
+        apr_size_t want = (ctx->len + n + 1) * 2;
+        char *grown = apr_palloc(r->pool, want);
+        if (ctx->len)
+            memcpy(grown, ctx->buf, ctx->len);
+        ctx->buf = grown;
+        ctx->alloc = want;
+    }
+    memcpy(ctx->buf + ctx->len, data, n);
+    ctx->len += n;
+    ctx->buf[ctx->len] = '\0';
+}
+
+static out_ctx *make_ctx(ap_filter_t *f)
+{
+    request_rec *r = f->r;
+    out_ctx *ctx = apr_pcalloc(r->pool, sizeof(*ctx));
+    const char *cl = apr_table_get(r->headers_out, "Content-Length");
+    apr_off_t n;
+    if (cl && apr_strtoff(&n, cl, NULL, 10) == APR_SUCCESS && n > 0 &&
+        n <= ci_dir_max_body(ap_get_module_config(r->per_dir_config,
+                                                  &code_interpreter_module))) {
+        ctx->alloc = (apr_size_t)n + 1;     /* one allocation, no regrowth */
+        ctx->buf = apr_palloc(r->pool, ctx->alloc);
+    }
+    ctx->passthrough = !ci_state_get(r) || should_pass_through(r);
+    f->ctx = ctx;
+    return ctx;
+}
+
+static apr_status_t ci_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
+{
+    out_ctx *ctx = f->ctx ? f->ctx : make_ctx(f);
+    apr_size_t max;
+    apr_bucket *b;
+
+    if (ctx->passthrough) {
+        ap_remove_output_filter(f);
+        return ap_pass_brigade(f->next, bb);
+    }
+    max = (apr_size_t)ci_dir_max_body(
+        ap_get_module_config(f->r->per_dir_config, &code_interpreter_module));
+    for (b = APR_BRIGADE_FIRST(bb); b != APR_BRIGADE_SENTINEL(bb);
+         b = APR_BUCKET_NEXT(b)) {
+        const char *data;
+        apr_size_t n;
+        if (APR_BUCKET_IS_EOS(b)) {
+            apr_brigade_cleanup(bb);
+            return finish(f, ctx);
+        }
+        if (AP_BUCKET_IS_ERROR(b))
+            ctx->broken = 1;
+        if (APR_BUCKET_IS_METADATA(b))
+            continue;
+        if (apr_bucket_read(b, &data, &n, APR_BLOCK_READ) != APR_SUCCESS) {
+            ctx->broken = 1;
+            continue;
+        }
+        append(f->r, ctx, data, n, max);
+    }
+    apr_brigade_cleanup(bb);
+    return APR_SUCCESS;
+}
+
+void ci_output_register_hooks(apr_pool_t *p)
+{
+    ap_register_output_filter(ci_output_filter_name, ci_output_filter, NULL,
+                              AP_FTYPE_RESOURCE);
+}

@@ -1,0 +1,423 @@
+/*
+ * mod_code_interpreter.c - module record, directives and server hooks.
+ * Request handling lives in ci_input.c (request side) and ci_output.c
+ * (response side and the loop).
+ */
+#define CI_MODULE_MAIN
+#include <apr_strings.h>
+#include <http_core.h>
+#include <http_protocol.h>
+#include <http_request.h>
+#include <ap_mpm.h>
+#include <unixd.h>
+#include "ci_sandbox.h"
+#include "ci_workers.h"
+#include "mod_code_interpreter.h"
+
+/* CodeInterpreter NAME uses seen while reading the configuration, checked
+ * against the declared sandboxes in check_config (declaration order and
+ * place in the files do not matter). */
+typedef struct ci_use {
+    const char *name, *file;
+    int line;
+} ci_use;
+static apr_array_header_t *sandbox_uses;
+
+/* ---- configuration records --------------------------------------------- */
+
+static ci_sandbox_def *builtin_local(apr_pool_t *p)
+{
+    return ci_sandbox_def_defaults(p, "local", CI_PROVIDER_LOCAL);
+}
+
+static void *create_server_conf(apr_pool_t *p, server_rec *s)
+{
+    ci_server_conf *c = apr_pcalloc(p, sizeof(*c));
+    c->sandboxes = apr_hash_make(p);
+    c->workers = c->queue_limit = c->max_sandboxes = CI_UNSET;
+    return c;
+}
+
+static void *merge_server_conf(apr_pool_t *p, void *basev, void *addv)
+{
+    ci_server_conf *base = basev, *add = addv, *c = apr_pcalloc(p, sizeof(*c));
+    c->sandboxes = apr_hash_overlay(p, add->sandboxes, base->sandboxes);
+    c->workers = add->workers != CI_UNSET ? add->workers : base->workers;
+    c->queue_limit = add->queue_limit != CI_UNSET ? add->queue_limit : base->queue_limit;
+    c->max_sandboxes = add->max_sandboxes != CI_UNSET ? add->max_sandboxes
+                                                      : base->max_sandboxes;
+    return c;
+}
+
+static void *create_dir_conf(apr_pool_t *p, char *dir)
+{
+    ci_dir_conf *d = apr_pcalloc(p, sizeof(*d));
+    d->enabled = CI_UNSET;
+    d->max_loops = CI_UNSET;
+    d->max_body = CI_UNSET;
+    d->deadline = CI_UNSET;
+    d->keepalive = CI_UNSET;
+    d->connect_timeout = CI_UNSET;
+    d->upstream_timeout = CI_UNSET;
+    return d;
+}
+
+#define PICK(f) c->f = add->f != CI_UNSET ? add->f : base->f
+#define PICKP(f) c->f = add->f ? add->f : base->f
+
+static void *merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
+{
+    ci_dir_conf *base = basev, *add = addv, *c = apr_pcalloc(p, sizeof(*c));
+    PICK(enabled);
+    c->sandbox = add->enabled != CI_UNSET ? add->sandbox : base->sandbox;
+    PICK(max_loops);
+    PICK(max_body);
+    PICK(deadline);
+    PICK(keepalive);
+    PICK(connect_timeout);
+    PICK(upstream_timeout);
+    PICKP(upstream);
+    PICKP(function_name);
+    PICKP(ca_file);
+    PICKP(client_cert);
+    PICKP(client_key);
+    c->proxy_set = add->proxy_set || base->proxy_set;
+    c->proxy = add->proxy_set ? add->proxy : base->proxy;
+    return c;
+}
+
+ci_server_conf *ci_server_config(server_rec *s)
+{
+    return ap_get_module_config(s->module_config, &code_interpreter_module);
+}
+
+apr_off_t ci_dir_max_body(const ci_dir_conf *d)
+{
+    return d->max_body != CI_UNSET ? d->max_body : CI_DEFAULT_MAX_BODY;
+}
+
+int ci_dir_max_loops(const ci_dir_conf *d)
+{
+    return d->max_loops != CI_UNSET ? d->max_loops : CI_DEFAULT_MAX_LOOPS;
+}
+
+apr_interval_time_t ci_dir_deadline(const ci_dir_conf *d)
+{
+    return d->deadline != CI_UNSET ? d->deadline
+                                   : apr_time_from_sec(CI_DEFAULT_DEADLINE_S);
+}
+
+apr_interval_time_t ci_dir_keepalive(const ci_dir_conf *d)
+{
+    return d->keepalive != CI_UNSET ? d->keepalive
+                                    : apr_time_from_sec(CI_DEFAULT_KEEPALIVE_S);
+}
+
+const char *ci_dir_function_name(const ci_dir_conf *d)
+{
+    return d->function_name ? d->function_name : CI_DEFAULT_FUNCTION;
+}
+
+const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
+{
+    ci_server_conf *c = ci_server_config(s);
+    const ci_sandbox_def *def = apr_hash_get(c->sandboxes, name, APR_HASH_KEY_STRING);
+    if (!def && !strcmp(name, "local"))
+        def = builtin_local(s->process->pconf);
+    return def;
+}
+
+/* ---- directives -------------------------------------------------------- */
+
+static const char *directive_error(cmd_parms *cmd, const char *msg)
+{
+    return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, msg);
+}
+
+static const char *set_sandbox(cmd_parms *cmd, void *dummy, int argc,
+                               char *const argv[])
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    ci_sandbox_def *def;
+    const char *err;
+
+    if ((err = ap_check_cmd_context(cmd, NOT_IN_DIR_CONTEXT)))
+        return err;
+    if (argc < 1)
+        return directive_error(cmd, "expected a sandbox name, then key=value settings");
+    err = ci_sandbox_def_parse(cmd->pool, argv[0], argc - 1,
+                               (const char *const *)argv + 1, &def);
+    if (!err)
+        err = ci_sandbox_def_resolve_key(cmd->pool, def);
+    if (err)
+        return apr_psprintf(cmd->pool, "%s %s: %s", cmd->cmd->name, argv[0], err);
+    if (apr_hash_get(c->sandboxes, def->name, APR_HASH_KEY_STRING))
+        return apr_psprintf(cmd->pool, "%s %s: declared twice", cmd->cmd->name,
+                            argv[0]);
+    apr_hash_set(c->sandboxes, def->name, APR_HASH_KEY_STRING, def);
+    return NULL;
+}
+
+static const char *set_server_count(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    int n, *field = (int *)((char *)c + (apr_size_t)cmd->info);
+    const char *err = ap_check_cmd_context(cmd, NOT_IN_DIR_CONTEXT);
+    if (err)
+        return err;
+    if ((err = ci_parse_count(cmd->pool, v, 100000, 0, &n)))
+        return directive_error(cmd, err);
+    *field = n;
+    return NULL;
+}
+
+static const char *set_enabled(cmd_parms *cmd, void *conf, const char *v)
+{
+    ci_dir_conf *d = conf;
+    ci_use *use;
+    if (!strcasecmp(v, "off")) {
+        d->enabled = 0;
+        d->sandbox = NULL;
+        return NULL;
+    }
+    if (ci_parse_function_name(cmd->pool, v))
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not valid: "
+                                                 "expected On, Off or a sandbox name", v));
+    d->enabled = 1;
+    d->sandbox = !strcasecmp(v, "on") ? "local" : apr_pstrdup(cmd->pool, v);
+    use = apr_array_push(sandbox_uses);
+    use->name = d->sandbox;
+    use->file = cmd->directive->filename;
+    use->line = cmd->directive->line_num;
+    return NULL;
+}
+
+static const char *set_dir_count(cmd_parms *cmd, void *conf, const char *v)
+{
+    int n;
+    const char *err = ci_parse_count(cmd->pool, v, 1000, 0, &n);
+    if (err)
+        return directive_error(cmd, err);
+    ((ci_dir_conf *)conf)->max_loops = n;
+    return NULL;
+}
+
+static const char *set_max_body(cmd_parms *cmd, void *conf, const char *v)
+{
+    apr_uint64_t n;
+    const char *err = ci_parse_size(cmd->pool, v, (apr_uint64_t)1 << 32, &n);
+    if (err)
+        return directive_error(cmd, err);
+    ((ci_dir_conf *)conf)->max_body = (apr_off_t)n;
+    return NULL;
+}
+
+static const char *set_dir_seconds(cmd_parms *cmd, void *conf, const char *v)
+{
+    apr_interval_time_t *field =
+        (apr_interval_time_t *)((char *)conf + (apr_size_t)cmd->info);
+    int n;
+    const char *err = ci_parse_seconds(cmd->pool, v, 86400, &n);
+    if (err)
+        return directive_error(cmd, err);
+    *field = apr_time_from_sec(n);
+    return NULL;
+}
+
+static const char *set_dir_url(cmd_parms *cmd, void *conf, const char *v)
+{
+    const char *err = ci_parse_url(cmd->pool, v);
+    if (err)
+        return directive_error(cmd, err);
+    *(const char **)((char *)conf + (apr_size_t)cmd->info) = v;
+    return NULL;
+}
+
+static const char *set_function_name(cmd_parms *cmd, void *conf, const char *v)
+{
+    const char *err = ci_parse_function_name(cmd->pool, v);
+    if (err)
+        return directive_error(cmd, err);
+    ((ci_dir_conf *)conf)->function_name = v;
+    return NULL;
+}
+
+static const char *set_readable_file(cmd_parms *cmd, void *conf, const char *v)
+{
+    apr_finfo_t fi;
+    const char *path = ap_server_root_relative(cmd->pool, v);
+    if (!path || apr_stat(&fi, path, APR_FINFO_TYPE, cmd->pool) != APR_SUCCESS ||
+        fi.filetype != APR_REG)
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not a "
+                                                 "readable file", v));
+    *(const char **)((char *)conf + (apr_size_t)cmd->info) = path;
+    return NULL;
+}
+
+static const char *set_client_cert(cmd_parms *cmd, void *conf, const char *cert,
+                                   const char *key)
+{
+    ci_dir_conf *d = conf;
+    const char *err;
+    cmd->info = (void *)APR_OFFSETOF(ci_dir_conf, client_cert);
+    if ((err = set_readable_file(cmd, conf, cert)))
+        return err;
+    if (key) {
+        cmd->info = (void *)APR_OFFSETOF(ci_dir_conf, client_key);
+        return set_readable_file(cmd, d, key);
+    }
+    return NULL;
+}
+
+static const char *set_proxy(cmd_parms *cmd, void *conf, const char *v)
+{
+    ci_dir_conf *d = conf;
+    d->proxy_set = 1;
+    if (!strcasecmp(v, "none")) {
+        d->proxy = NULL;
+        return NULL;
+    }
+    return set_dir_url(cmd, conf, v);
+}
+
+#define DIR_CONF (RSRC_CONF | ACCESS_CONF)
+#define OFF(f) (void *)APR_OFFSETOF(ci_dir_conf, f)
+#define SOFF(f) (void *)APR_OFFSETOF(ci_server_conf, f)
+
+static const command_rec ci_directives[] = {
+    AP_INIT_TAKE_ARGV("CodeInterpreterSandbox", set_sandbox, NULL, RSRC_CONF,
+                      "NAME provider=local|e2b [key=value ...]: declare a sandbox tool"),
+    AP_INIT_TAKE1("CodeInterpreterWorkers", set_server_count, SOFF(workers), RSRC_CONF,
+                  "execution threads per child process"),
+    AP_INIT_TAKE1("CodeInterpreterQueueLimit", set_server_count, SOFF(queue_limit),
+                  RSRC_CONF, "executions waiting per child before new ones are refused"),
+    AP_INIT_TAKE1("CodeInterpreterMaxSandboxes", set_server_count, SOFF(max_sandboxes),
+                  RSRC_CONF, "live sandboxes across the whole server"),
+    AP_INIT_TAKE1("CodeInterpreter", set_enabled, NULL, DIR_CONF,
+                  "On, Off or the name of a declared sandbox tool"),
+    AP_INIT_TAKE1("CodeInterpreterMaxLoops", set_dir_count, NULL, DIR_CONF,
+                  "model rounds whose code is executed, per request"),
+    AP_INIT_TAKE1("CodeInterpreterMaxBody", set_max_body, NULL, DIR_CONF,
+                  "largest request body and upstream answer buffered"),
+    AP_INIT_TAKE1("CodeInterpreterDeadline", set_dir_seconds, OFF(deadline), DIR_CONF,
+                  "seconds one request's whole loop may take"),
+    AP_INIT_TAKE1("CodeInterpreterKeepalive", set_dir_seconds, OFF(keepalive), DIR_CONF,
+                  "seconds between SSE comments while waiting"),
+    AP_INIT_TAKE1("CodeInterpreterUpstream", set_dir_url, OFF(upstream), DIR_CONF,
+                  "URL follow-up calls go to (default: the URL mod_proxy used)"),
+    AP_INIT_TAKE1("CodeInterpreterFunctionName", set_function_name, NULL, DIR_CONF,
+                  "name of the function the model sees"),
+    AP_INIT_TAKE1("CodeInterpreterConnectTimeout", set_dir_seconds,
+                  OFF(connect_timeout), DIR_CONF,
+                  "seconds to connect to the upstream on follow-ups"),
+    AP_INIT_TAKE1("CodeInterpreterUpstreamTimeout", set_dir_seconds,
+                  OFF(upstream_timeout), DIR_CONF,
+                  "seconds one follow-up call may take"),
+    AP_INIT_TAKE1("CodeInterpreterCAFile", set_readable_file, OFF(ca_file), DIR_CONF,
+                  "CA certificates (PEM) to verify an HTTPS upstream"),
+    AP_INIT_TAKE12("CodeInterpreterClientCert", set_client_cert, NULL, DIR_CONF,
+                   "client certificate (PEM) and optional key for the upstream"),
+    AP_INIT_TAKE1("CodeInterpreterProxy", set_proxy, NULL, DIR_CONF,
+                  "outbound proxy URL for follow-ups, or none (the default)"),
+    { NULL }
+};
+
+/* ---- server hooks ------------------------------------------------------ */
+
+static int ci_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
+{
+    sandbox_uses = apr_array_make(pconf, 4, sizeof(ci_use));
+    return OK;
+}
+
+static int ci_check_config(apr_pool_t *pconf, apr_pool_t *plog,
+                           apr_pool_t *ptemp, server_rec *s)
+{
+    int i;
+    for (i = 0; i < sandbox_uses->nelts; i++) {
+        ci_use *u = &APR_ARRAY_IDX(sandbox_uses, i, ci_use);
+        server_rec *v;
+        int found = 0;
+        for (v = s; v && !found; v = v->next)
+            found = ci_sandbox_lookup(v, u->name) != NULL;
+        if (!found) {
+            ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
+                         "CI0001: CodeInterpreter %s (%s:%d): no sandbox of that "
+                         "name is declared; expected On, Off or a name declared "
+                         "with CodeInterpreterSandbox", u->name, u->file, u->line);
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+    return OK;
+}
+
+/* The local sandbox used by a CodeInterpreter location, if any. */
+static const ci_sandbox_def *used_local(server_rec *s)
+{
+    int i;
+    for (i = 0; i < sandbox_uses->nelts; i++) {
+        const ci_sandbox_def *d =
+            ci_sandbox_lookup(s, APR_ARRAY_IDX(sandbox_uses, i, ci_use).name);
+        if (d && d->provider == CI_PROVIDER_LOCAL)
+            return d;
+    }
+    return NULL;
+}
+
+static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
+                          server_rec *s)
+{
+    const char *err = NULL;
+    const ci_sandbox_def *local;
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
+        return OK;
+    if (ci_upstream_global_init(pconf) != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "CI0002: libcurl could not "
+                     "be initialised");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    local = used_local(s);
+    if (local && ci_local_probe(ptemp, ap_unixd_config.user_id,
+                                ap_unixd_config.group_id, local->python,
+                                &err) != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
+                     "CI0003: the local code sandbox cannot run on this host: %s",
+                     err);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return OK;
+}
+
+static void ci_child_init(apr_pool_t *pchild, server_rec *s)
+{
+    ci_server_conf *c = ci_server_config(s);
+    int workers = c->workers != CI_UNSET ? c->workers : CI_DEFAULT_WORKERS;
+    int queue = c->queue_limit != CI_UNSET ? c->queue_limit : CI_DEFAULT_QUEUE_LIMIT;
+    apr_status_t rv = ci_workers_start(pchild, workers, queue);
+    if (rv != APR_SUCCESS)
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "CI0004: the code execution threads could not be started");
+}
+
+static void ci_register_hooks(apr_pool_t *p)
+{
+    ap_hook_pre_config(ci_pre_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_check_config(ci_check_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_child_init(ci_child_init, NULL, NULL, APR_HOOK_MIDDLE);
+    ci_input_register_hooks(p);
+    ci_output_register_hooks(p);
+}
+
+AP_DECLARE_MODULE(code_interpreter) = {
+    STANDARD20_MODULE_STUFF,
+    create_dir_conf,
+    merge_dir_conf,
+    create_server_conf,
+    merge_server_conf,
+    ci_directives,
+    ci_register_hooks
+#if defined(AP_MODULE_FLAG_ALWAYS_MERGE)
+    , AP_MODULE_FLAG_NONE
+#endif
+};

@@ -1,0 +1,280 @@
+"""
+pytest fixtures: a real httpd (Debian's apache2) with mod_proxy and the
+module, in a server root generated under test/.run/, in front of the scripted
+model upstream (test/fake_model.py).
+
+After every test: no httpd child crashed, and every sandbox the test started
+was destroyed (the module logs CI0302 on start and CI0301 on destroy).
+"""
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+RUN = os.path.join(HERE, ".run")
+SHARED_SPEC = os.path.join(TOP, "..", "shared", "spec")
+MODULE = os.environ.get("CI_MODULE", os.path.join(TOP, ".libs", "mod_code_interpreter.so"))
+HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
+MODDIR = "/usr/lib/apache2/modules"
+PYTHON = "/usr/bin/python3"
+TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_helper(script, *args):
+    """Start a test server script; returns (process, port)."""
+    proc = subprocess.Popen([PYTHON, os.path.join(HERE, script), "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("READY"):
+        proc.kill()
+        raise RuntimeError("%s did not start: %s %s" % (script, line, proc.stderr.read()))
+    return proc, int(line.split()[1])
+
+
+def script_input(rounds, prefix=""):
+    """The user message that scripts the fake model."""
+    return prefix + "SCRIPT: " + json.dumps(rounds)
+
+
+class Httpd:
+    """One httpd server root. conf_body is inserted into the template."""
+
+    def __init__(self, name, conf_body, mpm="event", env=None):
+        self.name = name
+        self.root = os.path.join(RUN, name)
+        self.port = free_port()
+        self.conf_body = conf_body
+        self.mpm = mpm
+        self.env = dict(os.environ, **(env or {}))
+        self.error_log = os.path.join(self.root, "logs", "error_log")
+        self.access_log = os.path.join(self.root, "logs", "access_log")
+        self.log_mark = 0
+
+    def write_conf(self, conf_body=None):
+        if conf_body is not None:
+            self.conf_body = conf_body
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        os.chmod(self.root, 0o755)
+        user = ""
+        if os.geteuid() == 0:
+            user = "User www-data\nGroup www-data\n"
+        mods = ["authz_core", "proxy", "proxy_http", "headers", "status", "mime",
+                "deflate", "filter", "env", "setenvif"]
+        loads = "\n".join("LoadModule %s_module %s/mod_%s.so" % (m, MODDIR, m) for m in mods)
+        conf = f"""
+ServerRoot "{self.root}"
+ServerName 127.0.0.1
+Listen 127.0.0.1:{self.port}
+PidFile "{self.root}/httpd.pid"
+DefaultRuntimeDir "{self.root}"
+Mutex file:{self.root}
+LoadModule mpm_{self.mpm}_module {MODDIR}/mod_mpm_{self.mpm}.so
+{loads}
+LoadModule code_interpreter_module {MODULE}
+{user}
+ErrorLog "{self.error_log}"
+LogLevel warn code_interpreter:debug
+LogFormat "%r %>s rounds=%{{ci-rounds}}n exec=%{{ci-executions}}n module_us=%{{ci-module-us}}n" ci
+CustomLog "{self.access_log}" ci
+Timeout 60
+TypesConfig /etc/mime.types
+{self.conf_body}
+"""
+        with open(os.path.join(self.root, "httpd.conf"), "w") as f:
+            f.write(conf)
+
+    def ctl(self, action, check=True):
+        cmd = [HTTPD, "-d", self.root, "-f", os.path.join(self.root, "httpd.conf"), "-k", action]
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=check)
+
+    def configtest(self):
+        cmd = [HTTPD, "-d", self.root, "-f", os.path.join(self.root, "httpd.conf"), "-t"]
+        return subprocess.run(cmd, env=self.env, capture_output=True, text=True)
+
+    def start(self):
+        self.write_conf()
+        if os.path.exists(self.error_log):
+            os.unlink(self.error_log)
+        self.ctl("start")
+        deadline = time.time() + 15
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("httpd did not start:\n" + self.log())
+
+    def stop(self):
+        self.ctl("stop", check=False)
+        pidfile = os.path.join(self.root, "httpd.pid")
+        deadline = time.time() + 15
+        while os.path.exists(pidfile) and time.time() < deadline:
+            time.sleep(0.05)
+
+    def graceful(self):
+        self.ctl("graceful")
+        time.sleep(1)
+
+    def log(self):
+        try:
+            with open(self.error_log, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def mark(self):
+        self.log_mark = len(self.log())
+
+    def log_since_mark(self):
+        return self.log()[self.log_mark:]
+
+    def sandbox_counts(self):
+        text = self.log_since_mark()
+        return text.count("CI0302:"), text.count("CI0301:")
+
+    def wait_sandboxes_destroyed(self, timeout=15):
+        deadline = time.time() + timeout
+        while True:
+            started, destroyed = self.sandbox_counts()
+            if started == destroyed or time.time() > deadline:
+                return started, destroyed
+            time.sleep(0.05)
+
+    # ---- requests ----
+    def request(self, method, path, body=None, headers=None, timeout=120):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        if isinstance(body, str):
+            body = body.encode()
+        conn.request(method, path, body=body, headers=hdrs)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, resp.getheaders(), data
+
+    def post(self, path, body, headers=None, timeout=120):
+        """POST JSON; returns (status, headers as dict, parsed body or raw bytes)."""
+        status, hdrs, data = self.request("POST", path, body, headers, timeout)
+        try:
+            parsed = json.loads(data)
+        except ValueError:
+            parsed = data
+        return status, {k.lower(): v for k, v in hdrs}, parsed
+
+
+def base_conf(model_port, extra=""):
+    up = "http://127.0.0.1:%d" % model_port
+    return f"""
+<Location /v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+</Location>
+<Location /plain/v1/responses>
+  ProxyPass {up}/v1/responses
+</Location>
+CodeInterpreterSandbox quick provider=local timeout=3 max_output=2k
+<Location /quick/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter quick
+</Location>
+<Location /capped/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterMaxLoops 2
+</Location>
+<Location /small/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterMaxBody 64k
+</Location>
+<Location /deadline/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterDeadline 2
+</Location>
+<Location /unreachable/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterUpstream http://127.0.0.1:9/v1/responses
+</Location>
+<Location /renamed/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterFunctionName run_code
+</Location>
+{extra}
+"""
+
+
+@pytest.fixture(scope="session")
+def model():
+    """The scripted model upstream: its port and helpers."""
+    proc, port = start_helper("fake_model.py")
+
+    class Model:
+        def __init__(self):
+            self.port = port
+
+        def _call(self, method, path):
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request(method, path)
+            r = conn.getresponse()
+            data = r.read()
+            conn.close()
+            return data
+
+        def requests(self):
+            return json.loads(self._call("GET", "/_requests"))
+
+        def reset(self):
+            self._call("POST", "/_reset")
+
+    yield Model()
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def httpd(model):
+    if not os.path.exists(MODULE):
+        pytest.exit("the module is not built: %s" % MODULE, returncode=2)
+    server = Httpd("main", base_conf(model.port)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(autouse=True)
+def checked_server(request):
+    """Per test: mark the log, reset the model; afterwards, check for crashes
+    and that created == destroyed."""
+    if "httpd" not in request.fixturenames:
+        yield
+        return
+    server = request.getfixturevalue("httpd")
+    request.getfixturevalue("model").reset()
+    server.mark()
+    yield
+    started, destroyed = server.wait_sandboxes_destroyed()
+    text = server.log_since_mark()
+    assert "exit signal" not in text, text
+    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)

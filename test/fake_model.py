@@ -1,0 +1,793 @@
+#!/usr/bin/python3
+"""Scripted OpenAI-compatible Responses API server used as the model upstream in tests.
+
+It behaves like a provider that has no hosted code interpreter: only function
+tools are accepted.  What it answers is driven by a script embedded in the
+conversation itself, so the same script works whether the history is replayed
+item by item or chained through previous_response_id / conversation.
+
+Script
+------
+The last user message whose text contains ``SCRIPT:`` holds, after that
+marker, a JSON array of rounds; each round is a list of actions.  The round
+answered is the number of distinct responses of this server whose output items
+(function_call, assistant message, reasoning; recognised by their ids, or the
+call_id of a function_call) appear after that message in the conversation.
+Without a script the answer is ``[[{"text": "ok"}]]``; past the end of the
+script it is ``[{"text": "done"}]``.
+
+Actions (output items come out in order):
+  {"call": "<code>", "name"?: str}       function_call, arguments {"code": code},
+                                         name defaults to the offered code tool
+  {"calls": N, "code": "<code>", "name"?}  N such function_calls
+  {"raw_call": {"name": n, "arguments": s}}  function_call with arguments verbatim
+  {"function": {"name": n, "arguments": {...} or "str"}}  client function call
+  {"text": "..."}                        assistant message; {{last_output}} and
+                                         {{outputs}} are substituted
+  {"big": N}                             assistant message of N bytes of "x"
+  {"reasoning": "summary"}               reasoning item with one summary part
+  {"error": {"status", "body", "headers"}}  the whole answer is that error
+  {"garbage": "<raw>"}                   200 application/json with that raw body
+  {"sleep": s}                           wait s seconds before answering
+  {"stream_pause": s}                    wait s seconds between stream events
+  {"stream_fail": "message"}             stream: error + response.failed instead
+                                         of response.completed; otherwise 500
+  {"stream_cut": K}                      stream: drop the connection after K
+                                         events; otherwise a truncated body
+Any action may carry "times": N; it then applies only to the first N requests
+that reach its round and is skipped afterwards (for retry tests).
+
+Control endpoints: GET /_requests, POST /_reset, GET /_health.
+"""
+
+import argparse
+import base64
+import json
+import re
+import secrets
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+DEFAULT_SCRIPT = [[{"text": "ok"}]]
+DONE_ROUND = [{"text": "done"}]
+TOOL_CHOICE_NONE_TEXT = "tool_choice none honoured"
+
+_ITEM_ID_RE = re.compile(r"^(?:fc|msg|rs)_(\d+)_\d+$")
+_CALL_ID_RE = re.compile(r"^call_(\d+)_\d+$")
+_CALL_ACTIONS = ("call", "calls", "raw_call", "function")
+_KNOWN_ACTIONS = _CALL_ACTIONS + (
+    "text", "big", "reasoning", "error", "garbage", "sleep", "stream_pause",
+    "stream_fail", "stream_cut",
+)
+
+
+class ApiError(Exception):
+    """An OpenAI-shaped error answer."""
+
+    def __init__(self, status, message, param=None, etype="invalid_request_error",
+                 code=None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.etype = etype
+        self.code = code
+
+    def body(self):
+        return {"error": {"message": self.message, "type": self.etype,
+                          "param": self.param, "code": self.code}}
+
+
+class State:
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.requests = []
+        self.responses = {}       # response id -> {"input", "output", "response"}
+        self.conversations = {}   # conversation id -> list of items
+        self.items = {}           # item id -> item (for item_reference)
+        self.serial = 0
+        self.hits = {}            # (script, round, action index) -> count
+
+    def next_serial(self):
+        with self.lock:
+            self.serial += 1
+            return self.serial
+
+
+# ---------------------------------------------------------------- helpers
+
+def _json_bytes(obj):
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+
+
+def message_text(item):
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and part.get("type") in ("input_text", "text", "output_text"):
+                text = part.get("text")
+                if isinstance(text, str):
+                    parts.append(text)
+        return "".join(parts)
+    return ""
+
+
+def output_string(output):
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        texts = [p.get("text", "") for p in output
+                 if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(texts)
+    return json.dumps(output)
+
+
+def item_serial(item):
+    """The response serial encoded in an item this server generated, or None."""
+    itype = item.get("type")
+    if itype not in ("function_call", "message", "reasoning"):
+        return None
+    if itype == "message" and item.get("role") != "assistant":
+        return None
+    ident = item.get("id")
+    if isinstance(ident, str):
+        m = _ITEM_ID_RE.match(ident)
+        if m:
+            return int(m.group(1))
+    if itype == "function_call":
+        call_id = item.get("call_id")
+        if isinstance(call_id, str):
+            m = _CALL_ID_RE.match(call_id)
+            if m:
+                return int(m.group(1))
+    return None
+
+
+def _chunks(text, pieces=20, minimum=8):
+    if not text:
+        return []
+    size = max(minimum, -(-len(text) // pieces))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+# ------------------------------------------------------------ the model
+
+class Answer:
+    """What to send back for one POST /v1/responses."""
+
+    def __init__(self, status=200, body=b"", headers=None, response=None,
+                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None):
+        self.status = status
+        self.body = body
+        self.headers = headers or []
+        self.response = response
+        self.stream = stream
+        self.pause = pause
+        self.sleep = sleep
+        self.fail = fail
+        self.cut = cut
+
+
+def normalize_input(state, raw):
+    if raw is None:
+        return []
+    if isinstance(raw, str):
+        return [{"type": "message", "role": "user", "content": raw}]
+    if not isinstance(raw, list):
+        raise ApiError(400, "Invalid type for 'input': expected a string or an array.", "input")
+    items = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict):
+            raise ApiError(400, "Invalid type for 'input[%d]': expected an object." % i, "input")
+        if "type" not in item and "role" in item:
+            item = dict(item, type="message")
+        itype = item.get("type")
+        if itype == "code_interpreter_call":
+            raise ApiError(400, "Unsupported input item type: code_interpreter_call", "input")
+        if itype == "item_reference":
+            with state.lock:
+                found = state.items.get(item.get("id"))
+            if found is None:
+                raise ApiError(400, "Item with id '%s' not found." % item.get("id"), "input")
+            item = found
+        items.append(item)
+    return items
+
+
+def check_tools(body):
+    tools = body.get("tools")
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ApiError(400, "Invalid type for 'tools': expected an array.", "tools")
+    for tool in tools:
+        ttype = tool.get("type") if isinstance(tool, dict) else None
+        if ttype != "function":
+            raise ApiError(400, "Unsupported tool type: %s" % ttype, "tools")
+    tc = body.get("tool_choice")
+    if isinstance(tc, dict):
+        ttype = tc.get("type")
+        if ttype == "allowed_tools":
+            for allowed in tc.get("tools") or []:
+                atype = allowed.get("type") if isinstance(allowed, dict) else None
+                if atype != "function":
+                    raise ApiError(400, "Unsupported tool_choice type: %s" % atype, "tool_choice")
+        elif ttype != "function":
+            raise ApiError(400, "Unsupported tool_choice type: %s" % ttype, "tool_choice")
+    return tools
+
+
+def check_calls(conv):
+    seen = set()
+    for item in conv:
+        itype = item.get("type")
+        if itype == "function_call":
+            seen.add(item.get("call_id"))
+        elif itype == "function_call_output":
+            call_id = item.get("call_id")
+            if call_id not in seen:
+                raise ApiError(400, "No tool call found for function call output with call_id %s."
+                               % call_id, "input")
+    # every call needs an output later on; report the earliest unanswered one
+    first = None
+    answered = set()
+    for item in reversed(conv):
+        if item.get("type") == "function_call_output":
+            answered.add(item.get("call_id"))
+        elif item.get("type") == "function_call":
+            call_id = item.get("call_id")
+            if call_id is not None and call_id not in answered:
+                first = call_id
+    if first is not None:
+        raise ApiError(400, "No tool output found for function call %s." % first, "input")
+
+
+def find_script(conv):
+    index = None
+    text = None
+    for i, item in enumerate(conv):
+        if item.get("type") == "message" and item.get("role") == "user":
+            t = message_text(item)
+            if "SCRIPT:" in t:
+                index, text = i, t
+    if index is None:
+        return None, "", DEFAULT_SCRIPT
+    raw = text.split("SCRIPT:", 1)[1].strip()
+    try:
+        script, _ = json.JSONDecoder().raw_decode(raw)
+    except ValueError as exc:
+        raise ApiError(400, "Invalid SCRIPT: %s" % exc, "input")
+    if not isinstance(script, list):
+        raise ApiError(400, "Invalid SCRIPT: expected an array of rounds.", "input")
+    rounds = []
+    for rnd in script:
+        if isinstance(rnd, dict):
+            rnd = [rnd]
+        if not isinstance(rnd, list) or not all(isinstance(a, dict) for a in rnd):
+            raise ApiError(400, "Invalid SCRIPT: each round must be an array of objects.", "input")
+        rounds.append(rnd)
+    return index, raw, rounds
+
+
+def code_tool_name(tools):
+    names = []
+    for tool in tools:
+        params = tool.get("parameters")
+        props = params.get("properties") if isinstance(params, dict) else None
+        if isinstance(props, dict) and "code" in props:
+            names.append(tool.get("name"))
+    if not names:
+        raise ApiError(400, "Script calls code but no code tool was offered.", "tools")
+    if len(names) > 1:
+        raise ApiError(400, "Script calls code but several code tools were offered: %s."
+                       % ", ".join(str(n) for n in names), "tools")
+    return names[0]
+
+
+def build_response_object(body, rid, conv, output, status="completed", conversation=None):
+    reasoning_items = sum(1 for it in output if it.get("type") == "reasoning")
+    input_tokens = 10 + len(conv)
+    output_tokens = 5 * len(output)
+    reasoning = {"effort": None, "summary": None}
+    if isinstance(body.get("reasoning"), dict):
+        reasoning.update(body["reasoning"])
+    text = body.get("text") if isinstance(body.get("text"), dict) else {"format": {"type": "text"}}
+    resp = {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": status,
+        "background": False,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": body.get("instructions"),
+        "max_output_tokens": body.get("max_output_tokens"),
+        "max_tool_calls": body.get("max_tool_calls"),
+        "model": body.get("model") or "fake-model",
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "previous_response_id": body.get("previous_response_id"),
+        "reasoning": reasoning,
+        "store": body.get("store", True),
+        "temperature": 1,
+        "text": text,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") if body.get("tools") is not None else [],
+        "top_p": 1,
+        "truncation": "disabled",
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 3 * reasoning_items},
+            "total_tokens": input_tokens + output_tokens,
+        },
+        "user": None,
+        "metadata": body.get("metadata") if isinstance(body.get("metadata"), dict) else {},
+    }
+    if conversation is not None:
+        resp["conversation"] = {"id": conversation}
+    return resp
+
+
+def respond(state, body):
+    """Turn one parsed request body into an Answer (raises ApiError)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "Invalid type for body: expected an object.", None)
+    tools = check_tools(body)
+    new_items = normalize_input(state, body.get("input"))
+
+    prev_id = body.get("previous_response_id")
+    conversation = body.get("conversation")
+    if isinstance(conversation, dict):
+        conversation = conversation.get("id")
+    if conversation is not None and prev_id is not None:
+        raise ApiError(400, "Cannot use both 'conversation' and 'previous_response_id'.",
+                       "conversation")
+
+    history = []
+    if prev_id is not None:
+        with state.lock:
+            stored = state.responses.get(prev_id)
+        if stored is None:
+            raise ApiError(400, "Previous response with id '%s' not found." % prev_id,
+                           "previous_response_id")
+        history = stored["input"] + stored["output"]
+    elif conversation is not None:
+        with state.lock:
+            history = list(state.conversations.get(conversation, []))
+    conv = history + new_items
+    check_calls(conv)
+
+    script_index, script_raw, script = find_script(conv)
+    start = 0 if script_index is None else script_index + 1
+    serials = set()
+    for item in conv[start:]:
+        s = item_serial(item)
+        if s is not None:
+            serials.add(s)
+    round_index = len(serials)
+    actions = script[round_index] if round_index < len(script) else DONE_ROUND
+
+    # "times" limits an action to the first N requests reaching its round
+    active = []
+    with state.lock:
+        for i, action in enumerate(actions):
+            if "times" in action:
+                key = (script_raw, round_index, i)
+                count = state.hits.get(key, 0)
+                state.hits[key] = count + 1
+                if count >= int(action["times"]):
+                    continue
+            active.append(action)
+
+    sleep = 0.0
+    pause = 0.0
+    fail = None
+    cut = None
+    for action in active:
+        kind = [k for k in action if k in _KNOWN_ACTIONS]
+        if not kind:
+            raise ApiError(400, "Unknown script action: %s" % json.dumps(action), "input")
+        if "sleep" in action:
+            sleep += float(action["sleep"])
+        if "stream_pause" in action:
+            pause = float(action["stream_pause"])
+        if "stream_fail" in action:
+            fail = str(action["stream_fail"])
+        if "stream_cut" in action:
+            cut = int(action["stream_cut"])
+
+    for action in active:
+        if "error" in action:
+            err = action["error"] or {}
+            ebody = err.get("body", {"error": {"message": "The server had an error while "
+                                               "processing your request.",
+                                               "type": "server_error", "param": None,
+                                               "code": None}})
+            raw = ebody.encode("utf-8") if isinstance(ebody, str) else _json_bytes(ebody)
+            headers = [(k, str(v)) for k, v in (err.get("headers") or {}).items()]
+            return Answer(int(err.get("status", 500)), raw, headers, sleep=sleep)
+        if "garbage" in action:
+            g = action["garbage"]
+            raw = g.encode("utf-8") if isinstance(g, str) else _json_bytes(g)
+            return Answer(200, raw, sleep=sleep)
+
+    tool_choice_none = body.get("tool_choice") == "none"
+    outputs_after = [output_string(it.get("output")) for it in conv[start:]
+                     if it.get("type") == "function_call_output"]
+    last_output = ""
+    for it in conv:
+        if it.get("type") == "function_call_output":
+            last_output = output_string(it.get("output"))
+
+    serial = state.next_serial()
+    output = []
+
+    def add_message(text):
+        k = len(output)
+        output.append({
+            "type": "message", "id": "msg_%04d_%d" % (serial, k), "status": "completed",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text, "annotations": [],
+                         "logprobs": []}],
+        })
+
+    def add_call(name, arguments):
+        k = len(output)
+        output.append({
+            "type": "function_call", "id": "fc_%04d_%d" % (serial, k),
+            "call_id": "call_%04d_%d" % (serial, k), "name": name,
+            "arguments": arguments, "status": "completed",
+        })
+
+    for action in active:
+        if tool_choice_none and any(k in action for k in _CALL_ACTIONS):
+            add_message(TOOL_CHOICE_NONE_TEXT)
+            continue
+        if "call" in action:
+            name = action.get("name") or code_tool_name(tools)
+            add_call(name, json.dumps({"code": action["call"]}))
+        elif "calls" in action:
+            name = action.get("name") or code_tool_name(tools)
+            for _ in range(int(action["calls"])):
+                add_call(name, json.dumps({"code": action.get("code", "")}))
+        elif "raw_call" in action:
+            rc = action["raw_call"]
+            add_call(rc.get("name"), rc.get("arguments", ""))
+        elif "function" in action:
+            fn = action["function"]
+            args = fn.get("arguments", {})
+            add_call(fn.get("name"), args if isinstance(args, str) else json.dumps(args))
+        elif "text" in action:
+            text = str(action["text"])
+            text = text.replace("{{last_output}}", last_output)
+            text = text.replace("{{outputs}}", json.dumps(outputs_after))
+            add_message(text)
+        elif "big" in action:
+            add_message("x" * int(action["big"]))
+        elif "reasoning" in action:
+            k = len(output)
+            output.append({
+                "type": "reasoning", "id": "rs_%04d_%d" % (serial, k),
+                "summary": [{"type": "summary_text", "text": str(action["reasoning"])}],
+                "encrypted_content": "enc_%04d_%d" % (serial, k),
+            })
+
+    rid = "resp_%04d_%s" % (serial, secrets.token_hex(12))
+    resp = build_response_object(body, rid, conv, output, conversation=conversation)
+    stream = bool(body.get("stream", False))
+
+    if fail is not None and not stream:
+        err = ApiError(500, fail, None, etype="server_error", code="server_error")
+        return Answer(500, _json_bytes(err.body()), sleep=sleep)
+
+    if fail is None and cut is None:
+        with state.lock:
+            for item in new_items + output:
+                if isinstance(item.get("id"), str):
+                    state.items[item["id"]] = item
+            if body.get("store", True) is not False:
+                state.responses[rid] = {"input": conv, "output": output, "response": resp}
+            if conversation is not None:
+                state.conversations.setdefault(conversation, []).extend(new_items + output)
+
+    return Answer(200, _json_bytes(resp), response=resp, stream=stream, pause=pause,
+                  sleep=sleep, fail=fail, cut=cut)
+
+
+def stream_events(resp, fail=None):
+    """The SSE events (type, payload) for a response, in OpenAI's order."""
+    events = []
+
+    def ev(etype, **payload):
+        data = {"type": etype, "sequence_number": len(events)}
+        data.update(payload)
+        events.append((etype, data))
+
+    base = dict(resp, status="in_progress", output=[], usage=None)
+    ev("response.created", response=base)
+    ev("response.in_progress", response=base)
+    for i, item in enumerate(resp["output"]):
+        itype = item["type"]
+        iid = item["id"]
+        if itype == "message":
+            ev("response.output_item.added", output_index=i,
+               item=dict(item, status="in_progress", content=[]))
+            for ci, part in enumerate(item["content"]):
+                text = part["text"]
+                ev("response.content_part.added", item_id=iid, output_index=i,
+                   content_index=ci,
+                   part={"type": "output_text", "annotations": [], "logprobs": [], "text": ""})
+                for delta in _chunks(text):
+                    ev("response.output_text.delta", item_id=iid, output_index=i,
+                       content_index=ci, delta=delta, logprobs=[])
+                ev("response.output_text.done", item_id=iid, output_index=i,
+                   content_index=ci, text=text, logprobs=[])
+                ev("response.content_part.done", item_id=iid, output_index=i,
+                   content_index=ci, part=part)
+        elif itype == "function_call":
+            ev("response.output_item.added", output_index=i,
+               item=dict(item, arguments="", status="in_progress"))
+            for delta in _chunks(item["arguments"]):
+                ev("response.function_call_arguments.delta", item_id=iid, output_index=i,
+                   delta=delta)
+            ev("response.function_call_arguments.done", item_id=iid, output_index=i,
+               name=item["name"], arguments=item["arguments"])
+        elif itype == "reasoning":
+            ev("response.output_item.added", output_index=i, item=dict(item, summary=[]))
+            for si, part in enumerate(item["summary"]):
+                ev("response.reasoning_summary_part.added", item_id=iid, output_index=i,
+                   summary_index=si, part={"type": "summary_text", "text": ""})
+                for delta in _chunks(part["text"]):
+                    ev("response.reasoning_summary_text.delta", item_id=iid, output_index=i,
+                       summary_index=si, delta=delta)
+                ev("response.reasoning_summary_text.done", item_id=iid, output_index=i,
+                   summary_index=si, text=part["text"])
+                ev("response.reasoning_summary_part.done", item_id=iid, output_index=i,
+                   summary_index=si, part=part)
+        ev("response.output_item.done", output_index=i, item=item)
+    if fail is None:
+        ev("response.completed", response=resp)
+    else:
+        ev("error", code="server_error", message=fail, param=None,
+           error={"type": "server_error", "code": "server_error", "message": fail,
+                  "param": None})
+        failed = dict(resp, status="failed", usage=None,
+                      error={"code": "server_error", "message": fail})
+        ev("response.failed", response=failed)
+    return events
+
+
+# ------------------------------------------------------------- HTTP layer
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "fake-model/1.0"
+    sys_version = ""
+
+    def log_message(self, fmt, *args):
+        if getattr(self.server, "verbose", False):
+            super().log_message(fmt, *args)
+
+    def do_GET(self):
+        self._dispatch()
+
+    def do_POST(self):
+        self._dispatch()
+
+    def do_PUT(self):
+        self._dispatch()
+
+    def do_DELETE(self):
+        self._dispatch()
+
+    def do_PATCH(self):
+        self._dispatch()
+
+    # -- body and answers
+
+    def _read_body(self):
+        te = self.headers.get("Transfer-Encoding", "")
+        if "chunked" in te.lower():
+            data = []
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    raise ValueError("truncated chunked body")
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while True:
+                        trailer = self.rfile.readline(65537)
+                        if trailer in (b"\r\n", b"\n", b""):
+                            break
+                    break
+                chunk = self.rfile.read(size)
+                if len(chunk) < size:
+                    raise ValueError("truncated chunk")
+                data.append(chunk)
+                self.rfile.readline(3)
+            return b"".join(data)
+        length = self.headers.get("Content-Length")
+        if length:
+            n = int(length)
+            data = self.rfile.read(n)
+            if len(data) < n:
+                raise ValueError("truncated body")
+            return data
+        return b""
+
+    def _send(self, status, body=b"", ctype="application/json", headers=()):
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+        self.send_header("x-request-id", "req_" + secrets.token_hex(8))
+        for name, value in headers:
+            self.send_header(name, value)
+        self.end_headers()
+        if status != 204 and self.command != "HEAD":
+            self.wfile.write(body)
+        self.wfile.flush()
+
+    def _send_error(self, err):
+        self._send(err.status, _json_bytes(err.body()))
+
+    def _write_chunk(self, data):
+        self.wfile.write(b"%x\r\n" % len(data) + data + b"\r\n")
+        self.wfile.flush()
+
+    # -- routing
+
+    def _dispatch(self):
+        try:
+            body = self._read_body()
+        except (ValueError, OSError):
+            self.close_connection = True
+            self._send_error(ApiError(400, "Could not read the request body.", None))
+            return
+        path = urlsplit(self.path).path
+        state = self.server.state
+
+        if path == "/_health" and self.command == "GET":
+            self._send(200, b"ok", "text/plain")
+            return
+        if path == "/_requests" and self.command == "GET":
+            with state.lock:
+                data = list(state.requests)
+            self._send(200, _json_bytes(data))
+            return
+        if path == "/_reset" and self.command == "POST":
+            with state.lock:
+                state.requests.clear()
+            self._send(204)
+            return
+
+        try:
+            parsed = json.loads(body.decode("utf-8")) if body else None
+        except (ValueError, UnicodeDecodeError):
+            parsed = None
+            bad_json = True
+        else:
+            bad_json = False
+        if not path.startswith("/_"):
+            with state.lock:
+                state.requests.append({
+                    "method": self.command,
+                    "path": self.path,
+                    "headers": [[k, v] for k, v in self.headers.items()],
+                    "body_b64": base64.b64encode(body).decode("ascii"),
+                    "json": parsed,
+                })
+
+        if self.command == "POST" and path.rstrip("/") in ("/v1/responses", "/responses"):
+            if bad_json or not body:
+                self._send_error(ApiError(
+                    400, "We could not parse the JSON body of your request.", None))
+                return
+            self._create(parsed)
+            return
+        m = re.match(r"^(?:/v1)?/responses/([^/]+)$", path)
+        if m and self.command == "GET":
+            with state.lock:
+                stored = state.responses.get(m.group(1))
+            if stored is None:
+                self._send_error(ApiError(404, "Response with id '%s' not found."
+                                          % m.group(1), None))
+            else:
+                self._send(200, _json_bytes(stored["response"]))
+            return
+        self._send_error(ApiError(404, "Invalid URL (%s %s)" % (self.command, path), None))
+
+    def _create(self, parsed):
+        try:
+            answer = respond(self.server.state, parsed)
+        except ApiError as err:
+            self._send_error(err)
+            return
+        if answer.sleep > 0:
+            time.sleep(answer.sleep)
+        if not answer.stream or answer.response is None:
+            if answer.cut is not None and answer.response is not None:
+                self._send_truncated(answer)
+                return
+            self._send(answer.status, answer.body, "application/json", answer.headers)
+            return
+        self._stream(answer)
+
+    def _send_truncated(self, answer):
+        self.close_connection = True
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer.body)))
+        self.end_headers()
+        self.wfile.write(answer.body[:len(answer.body) // 2])
+        self.wfile.flush()
+
+    def _stream(self, answer):
+        events = stream_events(answer.response, answer.fail)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("x-request-id", "req_" + secrets.token_hex(8))
+        self.end_headers()
+        try:
+            for n, (etype, data) in enumerate(events):
+                if answer.cut is not None and n >= answer.cut:
+                    self.close_connection = True
+                    return
+                if n and answer.pause > 0:
+                    time.sleep(answer.pause)
+                frame = ("event: %s\ndata: %s\n\n" % (etype, json.dumps(data, ensure_ascii=False)))
+                self._write_chunk(frame.encode("utf-8"))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+
+class FakeModelServer(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+
+    def __init__(self, address, verbose=False):
+        super().__init__(address, Handler)
+        self.state = State()
+        self.verbose = verbose
+
+
+def start(port=0, host="127.0.0.1", verbose=False):
+    """Run a server in a background daemon thread; returns (server, port)."""
+    server = FakeModelServer((host, port), verbose=verbose)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    return server, server.server_address[1]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="Scripted Responses API upstream for tests.")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    server = FakeModelServer((args.host, args.port), verbose=args.verbose)
+    sys.stdout.write("READY %d\n" % server.server_address[1])
+    sys.stdout.flush()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,455 @@
+"""Self-test of the fake E2B service (test/fake_e2b.py)."""
+
+import base64
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fake_e2b  # noqa: E402
+
+KEY = "e2b_test_key"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv, port = fake_e2b.start(api_keys=(KEY, "e2b_other_key"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def fake(server):
+    server.reset()
+    return Client(server.server_address[1])
+
+
+class Client:
+    def __init__(self, port):
+        self.port = port
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+
+    def request(self, method, path, body=None, headers=None, chunked=False, conn=None):
+        conn = conn or self.conn
+        headers = dict(headers or {})
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers.setdefault("Content-Type", "application/json")
+        if chunked and data is not None:
+            # split into several chunks
+            pieces = [data[i:i + 7] for i in range(0, len(data), 7)]
+            headers["Transfer-Encoding"] = "chunked"
+            conn.request(method, path, body=iter(pieces), headers=headers, encode_chunked=True)
+        else:
+            conn.request(method, path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read()
+        return resp, raw
+
+    def json(self, method, path, body=None, key=KEY, **kw):
+        headers = kw.pop("headers", {})
+        if key is not None:
+            headers["X-API-Key"] = key
+        resp, raw = self.request(method, path, body, headers=headers, **kw)
+        return resp.status, (json.loads(raw) if raw else None), resp
+
+    def create(self, path="/sandboxes", body=None, **kw):
+        body = body or {"templateID": "code-interpreter-v1", "timeout": 300, "secure": True}
+        status, reply, _ = self.json("POST", path, body, **kw)
+        assert status == 201, reply
+        return reply
+
+    def exec_headers(self, sb):
+        h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49999"}
+        if sb.get("envdAccessToken"):
+            h["X-Access-Token"] = sb["envdAccessToken"]
+        if sb.get("trafficAccessToken"):
+            h["E2B-Traffic-Access-Token"] = sb["trafficAccessToken"]
+        return h
+
+    def execute_raw(self, sb, code, extra=None, headers=None, conn=None):
+        body = {"code": code}
+        body.update(extra or {})
+        resp, raw = self.request("POST", "/execute", body,
+                                 headers=headers if headers is not None else self.exec_headers(sb),
+                                 conn=conn)
+        return resp, raw
+
+    def execute(self, sb, code, **kw):
+        resp, raw = self.execute_raw(sb, code, **kw)
+        assert resp.status == 200, raw
+        return parse_lines(raw)
+
+    def state(self):
+        status, st, _ = self.json("GET", "/_state", key=None)
+        assert status == 200
+        return st
+
+    def control(self, **switches):
+        status, reply, _ = self.json("POST", "/_control", switches, key=None)
+        assert status == 200, reply
+        return reply
+
+
+def parse_lines(raw):
+    return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+
+
+def types(lines):
+    return [line["type"] for line in lines]
+
+
+# ---------------------------------------------------------------------------
+
+def test_cli_prints_ready_and_accepts_repeated_keys():
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "fake_e2b.py"),
+         "--port", "0", "--api-key", "k_one", "--api-key", "k_two"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.fullmatch(r"READY (\d+)\n", line)
+        assert m, line
+        c = Client(int(m.group(1)))
+        for key in ("k_one", "k_two"):
+            c.create(key=key)
+        status, reply, _ = c.json("POST", "/sandboxes", {"templateID": "t"}, key=KEY)
+        assert status == 401
+        assert reply == {"code": 401, "message": "Invalid API key"}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert proc.stderr.read() == ""  # quiet without --verbose
+
+
+def test_create_on_both_paths_and_with_chunked_body(fake, server):
+    a = fake.create("/sandboxes")
+    body = {"templateID": "code-interpreter-v1", "timeout": 120, "secure": True,
+            "allow_internet_access": False, "metadata": {"owner": "t1"}, "envVars": {"A": "1"}}
+    b = fake.create("/v2/sandboxes", body=body, chunked=True, key="e2b_other_key")
+    for sb in (a, b):
+        assert re.fullmatch(r"i[a-z0-9]{19}", sb["sandboxID"])
+        assert sb["clientID"] == "6532622b"
+        assert sb["envdVersion"] == "0.2.0"
+        assert sb["alias"] == "code-interpreter-v1"
+        assert sb["templateID"] == "code-interpreter-v1"
+        assert sb["envdAccessToken"] and sb["trafficAccessToken"]
+        assert sb["domain"] is None
+    assert a["sandboxID"] != b["sandboxID"]
+    assert a["envdAccessToken"] != b["envdAccessToken"]
+    st = fake.state()
+    assert st["created"] == 2 and sorted(st["live"]) == sorted([a["sandboxID"], b["sandboxID"]])
+    assert [c["path"] for c in st["creates"]] == ["/sandboxes", "/v2/sandboxes"]
+    assert [c["api_key"] for c in st["creates"]] == [KEY, "e2b_other_key"]
+    assert st["creates"][1]["body"] == body and st["creates"][1]["chunked"] is True
+    assert st["creates"][1]["headers"]["x-api-key"] == "e2b_other_key"
+    sbox = server.sandboxes[b["sandboxID"]]
+    assert 119 < sbox.expires_at - time.time() <= 120
+    assert sbox.metadata == {"owner": "t1"}
+
+
+def test_create_validation_and_auth(fake):
+    status, reply, _ = fake.json("POST", "/sandboxes", {"timeout": 10})
+    assert status == 400 and reply["code"] == 400 and reply["message"]
+    status, reply, _ = fake.json("POST", "/sandboxes", {"templateID": "x", "timeout": "10"})
+    assert status == 400
+    status, reply, _ = fake.json("POST", "/sandboxes", {"templateID": "x"}, key="wrong")
+    assert (status, reply) == (401, {"code": 401, "message": "Invalid API key"})
+    status, reply, _ = fake.json("POST", "/v2/sandboxes", {"templateID": "x"}, key=None)
+    assert (status, reply) == (401, {"code": 401, "message": "Invalid API key"})
+    sb = fake.create()
+    status, reply, _ = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"], key="wrong")
+    assert status == 401
+    st = fake.state()
+    assert st["created"] == 1 and st["deleted"] == 0
+    assert [c["status"] for c in st["creates"]] == [400, 400, 401, 401, 201]
+
+
+def test_execute_keeps_state_and_line_order(fake, server):
+    sb = fake.create()
+    first = fake.execute(sb, "x = 41")
+    assert first == [{"type": "number_of_executions", "execution_count": 1},
+                     {"type": "end_of_execution"}]
+    second = fake.execute(sb, "print('hello')\nprint('world')\nx + 1")
+    assert types(second) == ["number_of_executions", "stdout", "stdout", "result", "end_of_execution"]
+    assert second[0]["execution_count"] == 2
+    assert [l["text"] for l in second[1:3]] == ["hello\n", "world\n"]
+    assert all(isinstance(l["timestamp"], int) for l in second[1:3])
+    assert second[1]["timestamp"] <= second[2]["timestamp"]
+    assert second[3] == {"type": "result", "is_main_result": True, "text": "42"}
+    assert server.sandboxes[sb["sandboxID"]].kernel["x"] == 41
+    # a None trailing value gives no result; stderr is its own stream
+    third = fake.execute(sb, "import sys\nsys.stderr.write('oops\\n')\nNone")
+    assert types(third) == ["number_of_executions", "stderr", "end_of_execution"]
+    assert third[1]["text"] == "oops\n"
+    st = fake.state()
+    assert len(st["executes"]) == 3 and st["executes"][0]["sandbox_id"] == sb["sandboxID"]
+    assert st["leaks"] == []
+
+
+def test_stream_has_no_content_type_and_is_chunked(fake):
+    sb = fake.create()
+    resp, raw = fake.execute_raw(sb, "1")
+    assert resp.status == 200
+    assert resp.getheader("Content-Type") is None
+    assert resp.getheader("Transfer-Encoding") == "chunked"
+    assert raw.endswith(b'{"type": "end_of_execution"}\n')
+
+
+def test_sandboxes_have_separate_kernels_and_run_concurrently(fake):
+    a, b = fake.create(), fake.create()
+    fake.execute(a, "v = 'a'")
+    fake.execute(b, "v = 'b'")
+    out = {}
+
+    def run(sb, name):
+        c = Client(fake.port)
+        out[name] = c.execute(sb, "import time\ntime.sleep(0.6)\nprint(v)")
+
+    t0 = time.monotonic()
+    threads = [threading.Thread(target=run, args=(a, "a")), threading.Thread(target=run, args=(b, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert time.monotonic() - t0 < 1.1
+    assert [l["text"] for l in out["a"] if l["type"] == "stdout"] == ["a\n"]
+    assert [l["text"] for l in out["b"] if l["type"] == "stdout"] == ["b\n"]
+
+
+def test_exception_gives_error_line(fake):
+    sb = fake.create()
+    lines = fake.execute(sb, "print('before')\n1/0\nprint('after')")
+    assert types(lines) == ["number_of_executions", "stdout", "error", "end_of_execution"]
+    err = lines[2]
+    assert err["name"] == "ZeroDivisionError" and err["value"] == "division by zero"
+    assert err["traceback"].startswith("Traceback (most recent call last):\n")
+    assert "1/0" in err["traceback"] and "fake_e2b" not in err["traceback"]
+    lines = fake.execute(sb, "def f(:\n  pass")
+    assert types(lines) == ["number_of_executions", "error", "end_of_execution"]
+    assert lines[1]["name"] == "SyntaxError"
+
+
+def test_env_vars_from_create_and_execute(fake):
+    sb = fake.create(body={"templateID": "code-interpreter-v1", "envVars": {"FAKE_A": "1"}})
+    lines = fake.execute(sb, "import os\n(os.environ.get('FAKE_A'), os.environ.get('FAKE_B'))",
+                         extra={"env_vars": {"FAKE_B": "2"}})
+    assert lines[1]["text"] == "('1', '2')"
+    assert "FAKE_A" not in os.environ and "FAKE_B" not in os.environ
+
+
+def test_png_marker_emits_display_result(fake):
+    sb = fake.create()
+    lines = fake.execute(sb, "print('__FAKE_PNG__')")
+    assert types(lines) == ["number_of_executions", "stdout", "result", "end_of_execution"]
+    res = lines[2]
+    assert res["is_main_result"] is False and set(res) == {"type", "is_main_result", "png"}
+    assert base64.b64decode(res["png"]).startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_keepalive_lines_during_long_execution(fake):
+    sb = fake.create()
+    fake.control(keepalive_interval=0.2)
+    lines = fake.execute(sb, "import time\ntime.sleep(0.9)\nprint('done')")
+    t = types(lines)
+    assert t[0] == "number_of_executions" and t[-1] == "end_of_execution"
+    assert t.count("keepalive") >= 2
+    assert t.index("stdout") > t.index("keepalive")
+
+
+def test_data_plane_auth_and_leak_recording(fake):
+    sb = fake.create()
+    good = fake.exec_headers(sb)
+    resp, raw = fake.execute_raw(sb, "1", headers=dict(good, **{"X-Access-Token": "nope"}))
+    assert (resp.status, raw) == (401, b"unauthorized")
+    no_traffic = {k: v for k, v in good.items() if k != "E2B-Traffic-Access-Token"}
+    resp, raw = fake.execute_raw(sb, "1", headers=no_traffic)
+    assert resp.status == 401
+    resp, raw = fake.execute_raw(sb, "1", headers=dict(good, **{"E2b-Sandbox-Id": "i" + "0" * 19}))
+    assert (resp.status, raw) == (502, b"sandbox not found")
+    resp, raw = fake.execute_raw(sb, "1", extra={"context_id": "default", "language": "python"})
+    assert resp.status == 400 and resp.getheader("Content-Type").startswith("text/plain")
+    resp, raw = fake.execute_raw(sb, "1", extra={"context_id": "nope"})
+    assert resp.status == 404
+    assert fake.state()["leaks"] == []
+    resp, raw = fake.execute_raw(sb, "1", headers=dict(good, **{"X-API-Key": KEY}))
+    assert resp.status == 200
+    leaks = fake.state()["leaks"]
+    assert len(leaks) == 1 and leaks[0]["plane"] == "data" and leaks[0]["what"] == "api_key"
+    # an access token sent to the control plane is a leak too
+    fake.json("GET", "/sandboxes/" + sb["sandboxID"], headers={"X-Access-Token": sb["envdAccessToken"]})
+    leaks = fake.state()["leaks"]
+    assert len(leaks) == 2 and leaks[1]["plane"] == "control" and leaks[1]["what"] == "access_token"
+
+
+def test_delete_then_404(fake):
+    sb = fake.create()
+    status, body, resp = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert status == 204 and body is None
+    status, body, _ = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert status == 404
+    assert body == {"code": 404, "message": 'sandbox "%s" not found' % sb["sandboxID"]}
+    resp, raw = fake.execute_raw(sb, "1")
+    assert resp.status == 502
+    st = fake.state()
+    assert st["deleted"] == 1 and st["live"] == []
+    assert st["deletes"] == [{"id": sb["sandboxID"], "api_key": KEY, "status": 204},
+                             {"id": sb["sandboxID"], "api_key": KEY, "status": 404}]
+
+
+def test_timeout_inspect_list_and_expiry(fake):
+    a = fake.create(body={"templateID": "code-interpreter-v1", "metadata": {"tag": "x", "n": "1"}})
+    b = fake.create(body={"templateID": "code-interpreter-v1", "metadata": {"tag": "y"}})
+    status, info, _ = fake.json("GET", "/sandboxes/" + a["sandboxID"])
+    assert status == 200 and info["state"] == "running" and info["metadata"] == {"tag": "x", "n": "1"}
+    assert {"templateID", "sandboxID", "clientID", "startedAt", "endAt"} <= set(info)
+    status, found, _ = fake.json("GET", "/v2/sandboxes?metadata=tag%3Dx%26n%3D1&limit=10")
+    assert status == 200 and [s["sandboxID"] for s in found] == [a["sandboxID"]]
+    status, found, _ = fake.json("GET", "/v2/sandboxes?metadata=tag%3Dz")
+    assert found == []
+    status, found, resp = fake.json("GET", "/v2/sandboxes?limit=1")
+    assert len(found) == 1 and resp.getheader("X-Next-Token") == "1"
+    status, _, _ = fake.json("POST", "/sandboxes/%s/timeout" % a["sandboxID"], {"timeout": 600})
+    assert status == 204
+    status, body, _ = fake.json("POST", "/sandboxes/%s/timeout" % ("i" + "1" * 19), {"timeout": 5})
+    assert status == 404 and body["code"] == 404
+    # a timeout of 0 lets it expire: the data plane answers like a timed-out sandbox
+    status, _, _ = fake.json("POST", "/sandboxes/%s/timeout" % b["sandboxID"], {"timeout": 0})
+    assert status == 204
+    resp, raw = fake.execute_raw(b, "1")
+    assert (resp.status, raw) == (502, b"sandbox not found")
+    status, _, _ = fake.json("GET", "/sandboxes/" + b["sandboxID"])
+    assert status == 404
+    st = fake.state()
+    assert st["expired"] == 1 and st["deleted"] == 0 and st["live"] == [a["sandboxID"]]
+    assert [(t["id"], t["timeout"]) for t in st["timeouts"]][0] == (a["sandboxID"], 600)
+
+
+def test_default_timeout_and_expire_endpoint(fake, server):
+    sb = fake.create(body={"templateID": "code-interpreter-v1"})
+    left = server.sandboxes[sb["sandboxID"]].expires_at - time.time()
+    assert 14 < left <= 15
+    fake.json("POST", "/_expire", {"id": sb["sandboxID"]}, key=None)
+    assert fake.state()["expired_ids"] == [sb["sandboxID"]]
+
+
+def test_switch_garbage_lines(fake):
+    sb = fake.create()
+    fake.control(garbage_lines=True)
+    resp, raw = fake.execute_raw(sb, "print(1)\n2")
+    lines = raw.decode().splitlines()
+    garbage = [l for l in lines if not l.startswith('{"type"')]
+    assert "not json at all" in garbage and '{"truncated":' in garbage
+    real = [json.loads(l) for l in lines if l.startswith('{"type"')]
+    assert types(real) == ["number_of_executions", "stdout", "result", "end_of_execution"]
+    assert lines[0].startswith('{"type"') and lines[-1] == '{"type": "end_of_execution"}'
+
+
+def test_switch_cut_stream(fake):
+    sb = fake.create()
+    fake.control(cut_stream=True)
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=10)
+    resp, raw = fake.execute_raw(sb, "print('a')\nprint('b')\n3", conn=conn)
+    lines = parse_lines(raw)
+    assert types(lines) == ["number_of_executions", "stdout", "stdout"]
+    with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+        fake.execute_raw(sb, "1", conn=conn)
+
+
+def test_switch_slow_stream(fake):
+    sb = fake.create()
+    fake.control(slow_stream=0.15)
+    t0 = time.monotonic()
+    lines = fake.execute(sb, "print(1)\nprint(2)")
+    assert time.monotonic() - t0 >= 0.4  # three gaps between four lines
+    assert types(lines) == ["number_of_executions", "stdout", "stdout", "end_of_execution"]
+
+
+def test_switch_huge_output(fake):
+    sb = fake.create()
+    fake.control(huge_output=200 * 1024 + 5)
+    lines = fake.execute(sb, "print('not run')")
+    out = [l for l in lines if l["type"] == "stdout"]
+    assert sum(len(l["text"]) for l in out) == 200 * 1024 + 5
+    assert len(out) == 4 and all(len(l["text"]) <= 64 * 1024 for l in out)
+    assert lines[-1] == {"type": "end_of_execution"}
+
+
+def test_switch_kernel_dies(fake, server):
+    sb = fake.create()
+    fake.execute(sb, "y = 1")
+    fake.control(kernel_dies=True)
+    lines = fake.execute(sb, "print(y)")
+    assert types(lines) == ["number_of_executions", "error", "end_of_execution"]
+    assert lines[1] == {"type": "error", "name": "UnexpectedEndOfExecution",
+                        "value": "Kernel died", "traceback": ""}
+    assert "y" not in server.sandboxes[sb["sandboxID"]].kernel
+
+
+def test_switch_delete_status(fake):
+    sb = fake.create()
+    for code in (500, 404):
+        fake.control(delete_status=code)
+        status, body, _ = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+        assert status == code and body["code"] == code
+    assert fake.state()["live"] == [sb["sandboxID"]]
+    fake.control(delete_status=None)
+    status, _, _ = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert status == 204
+
+
+def test_switch_create_status(fake):
+    for code in (401, 429, 500, 503):
+        fake.control(create_status=code)
+        status, body, _ = fake.json("POST", "/sandboxes", {"templateID": "code-interpreter-v1"})
+        assert status == code
+        assert body["code"] == code and isinstance(body["message"], str)
+    st = fake.state()
+    assert st["created"] == 0 and st["live"] == []
+
+
+def test_switch_create_without_token(fake):
+    fake.control(create_without_token=True)
+    sb = fake.create()
+    assert "envdAccessToken" not in sb and sb["trafficAccessToken"]
+    lines = fake.execute(sb, "1 + 1")
+    assert lines[1]["text"] == "2"
+
+
+def test_switch_execute_status(fake):
+    sb = fake.create()
+    fake.control(execute_status=500)
+    resp, raw = fake.execute_raw(sb, "1")
+    assert resp.status == 500 and resp.getheader("Content-Type").startswith("text/plain")
+    fake.control(execute_status=502)
+    resp, raw = fake.execute_raw(sb, "1")
+    assert resp.status == 502
+
+
+def test_control_rejects_unknown_switch_and_reset_clears(fake):
+    status, body, _ = fake.json("POST", "/_control", {"no_such_switch": True}, key=None)
+    assert status == 400 and "no_such_switch" in body["error"]
+    status, body, _ = fake.json("POST", "/_control", {"slow_stream": "fast"}, key=None)
+    assert status == 400
+    fake.control(garbage_lines=True)
+    fake.create()
+    status, _, _ = fake.json("POST", "/_reset", {}, key=None)
+    assert status == 200
+    st = fake.state()
+    assert st["switches"] == {} and st["live"] == [] and st["created"] == 0 and st["creates"] == []
+
+
+def test_keep_alive_connection_reused(fake):
+    sb = fake.create()
+    sock = fake.conn.sock
+    fake.execute(sb, "1")
+    fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert fake.conn.sock is sock
