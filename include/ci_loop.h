@@ -82,6 +82,15 @@ const char *ci_loop_followup_body(ci_loop *l, apr_pool_t *p, ci_next next,
  * items, usage summed, tools and tool_choice as the client sent them. */
 json_object *ci_loop_response(ci_loop *l);
 
+/* The response as announced by response.created: the first round's
+ * response, status in_progress, no output, no usage, the client's tools. */
+json_object *ci_loop_snapshot(ci_loop *l);
+
+/* The response for response.failed: status failed, error {CODE, MESSAGE},
+ * the output so far. */
+json_object *ci_loop_failed_response(ci_loop *l, const char *code,
+                                     const char *message);
+
 /* Rounds taken so far; calls executed so far. */
 int ci_loop_rounds(const ci_loop *l);
 int ci_loop_executions(const ci_loop *l);

@@ -17,6 +17,10 @@ typedef struct ci_upstream_opts {
     const char *client_cert;       /* PEM, NULL: none */
     const char *client_key;        /* PEM, NULL: in client_cert or none */
     const char *proxy;             /* NULL: never a proxy (environment ignored) */
+    /* Called about once a second while waiting (keepalives, client checks);
+     * non-zero aborts the call (APR_ECONNABORTED). */
+    int (*progress)(void *baton);
+    void *progress_baton;
 } ci_upstream_opts;
 
 typedef struct ci_upstream_answer {
@@ -32,7 +36,8 @@ apr_status_t ci_upstream_global_init(apr_pool_t *pconf);
 
 /* POST BODY to URL with HEADERS. APR_SUCCESS: ANS holds whatever status came
  * back. Otherwise *ERR says what failed (no secrets) and the status tells the
- * class: APR_TIMEUP (timed out), APR_ENOSPC (answer too large), anything else
+ * class: APR_TIMEUP (timed out), APR_ENOSPC (answer too large), APR_ECONNABORTED (progress
+ * said stop), anything else
  * (unreachable). */
 apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
                               const apr_table_t *headers, const char *body,

@@ -29,6 +29,10 @@ apr_status_t ci_job_submit(apr_pool_t *p, void (*fn)(void *), void *baton,
  * APR_TIMEUP before. */
 apr_status_t ci_job_wait(ci_job *job, apr_interval_time_t timeout);
 
+/* Queue FN(BATON) without waiting for it (teardown work). FN owns BATON and
+ * its memory. APR_EAGAIN when the queue is full: the caller runs FN itself. */
+apr_status_t ci_job_fire(void (*fn)(void *), void *baton);
+
 /* Executions waiting and running in this child (for status). */
 int ci_workers_queued(void);
 

@@ -410,3 +410,38 @@ json_object *ci_loop_response(ci_loop *l)
                                : json_object_new_string("auto"));
     return resp;
 }
+
+/* The latest round's response as the client should see it, with OUTPUT. */
+static json_object *client_view(ci_loop *l, json_object *output)
+{
+    json_object *resp = ci_json_copy(l->last);
+    json_object_object_add(resp, "output", output);
+    json_object_object_add(resp, "tools", ci_json_copy(l->req->client_tools));
+    json_object_object_add(resp, "tool_choice",
+                           l->req->client_tool_choice
+                               ? ci_json_copy(l->req->client_tool_choice)
+                               : json_object_new_string("auto"));
+    return ci_json_own(l->p, resp);
+}
+
+json_object *ci_loop_snapshot(ci_loop *l)
+{
+    json_object *resp = client_view(l, json_object_new_array());
+    json_object_object_add(resp, "status", json_object_new_string("in_progress"));
+    json_object_object_add(resp, "usage", NULL);
+    return resp;
+}
+
+json_object *ci_loop_failed_response(ci_loop *l, const char *code,
+                                     const char *message)
+{
+    json_object *resp = client_view(l, json_object_get(l->output));
+    json_object *err = json_object_new_object();
+    json_object_object_add(err, "code", json_object_new_string(code));
+    json_object_object_add(err, "message", json_object_new_string(message));
+    json_object_object_add(resp, "status", json_object_new_string("failed"));
+    json_object_object_add(resp, "error", err);
+    if (l->usage)
+        json_object_object_add(resp, "usage", json_object_get(l->usage));
+    return resp;
+}

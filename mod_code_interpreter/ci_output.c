@@ -10,6 +10,7 @@
 #include <http_request.h>
 #include <util_filter.h>
 #include "ci_json.h"
+#include "ci_sse.h"
 #include "mod_code_interpreter.h"
 
 const char ci_output_filter_name[] = "CODE_INTERPRETER_OUT";
@@ -36,6 +37,9 @@ typedef struct driver {
     ci_error err;
     int passthrough_status;       /* an upstream error answer to relay */
     ci_upstream_answer relay;
+    ci_sse *sse;                  /* the client asked for a stream */
+    int stream_started;           /* status and headers are gone */
+    apr_time_t last_write;
 } driver;
 
 /* ---- time accounting ---------------------------------------------------- */
@@ -65,6 +69,64 @@ static void set_notes(driver *dv)
                    apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->st->module_time));
 }
 
+/* ---- streaming ---------------------------------------------------------- */
+
+static void stream_headers(driver *dv)
+{
+    request_rec *r = dv->r;
+    r->status = HTTP_OK;
+    r->status_line = NULL;
+    apr_table_unset(r->headers_out, "Content-Length");
+    apr_table_unset(r->headers_out, "ETag");
+    apr_table_unset(r->headers_out, "Last-Modified");
+    apr_table_unset(r->headers_out, "Content-Encoding");
+    apr_table_setn(r->headers_out, "Cache-Control", "no-cache");
+    apr_table_setn(r->headers_out, "X-Accel-Buffering", "no");
+    /* mod_deflate would hold events back until its buffer fills. */
+    apr_table_setn(r->subprocess_env, "no-gzip", "1");
+    ap_set_content_type(r, "text/event-stream; charset=utf-8");
+    dv->stream_started = 1;
+}
+
+/* Send what the encoder produced, then FLUSH. -1 when the client is gone. */
+static int flush_events(driver *dv, int eos)
+{
+    request_rec *r = dv->r;
+    apr_bucket_alloc_t *ba = r->connection->bucket_alloc;
+    apr_bucket_brigade *bb;
+    apr_size_t len;
+    const char *data = ci_sse_take(dv->sse, &len);
+    apr_status_t rv;
+
+    if (!len && !eos)
+        return 0;
+    if (!dv->stream_started)
+        stream_headers(dv);
+    bb = apr_brigade_create(r->pool, ba);
+    if (len)
+        APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_pool_create(data, len, r->pool, ba));
+    APR_BRIGADE_INSERT_TAIL(bb, eos ? apr_bucket_eos_create(ba)
+                                    : apr_bucket_flush_create(ba));
+    rv = ap_pass_brigade(dv->f->next, bb);
+    apr_brigade_cleanup(bb);
+    dv->last_write = apr_time_now();
+    if (rv != APR_SUCCESS || r->connection->aborted) {
+        r->connection->aborted = 1;
+        return -1;
+    }
+    return 0;
+}
+
+/* While waiting: a comment line every CodeInterpreterKeepalive seconds. */
+static void keepalive_if_due(driver *dv)
+{
+    if (dv->sse && dv->stream_started &&
+        apr_time_now() - dv->last_write >= ci_dir_keepalive(dv->d)) {
+        ci_sse_keepalive(dv->sse);
+        flush_events(dv, 0);
+    }
+}
+
 /* ---- client and deadline ------------------------------------------------ */
 
 static int client_gone(request_rec *r)
@@ -88,6 +150,7 @@ static int past_deadline(driver *dv)
 static int wait_tick(void *baton)
 {
     driver *dv = baton;
+    keepalive_if_due(dv);
     return client_gone(dv->r) || past_deadline(dv);
 }
 
@@ -132,17 +195,39 @@ static int execute_call(driver *dv, ci_call *call)
     return 0;
 }
 
-static int execute_round(driver *dv)
+/* Walk the round's items in output order: stream each (when streaming) and
+ * run our calls as they come, so a client sees a call's code before it runs
+ * and its result before the next round starts. */
+static int play_round(driver *dv)
 {
-    const apr_array_header_t *calls = ci_loop_round_calls(dv->loop);
+    const apr_array_header_t *items = ci_loop_round_items(dv->loop);
     int i;
-    for (i = 0; i < calls->nelts; i++) {
+    for (i = 0; i < items->nelts; i++) {
+        const ci_round_item *ri = &APR_ARRAY_IDX(items, i, ci_round_item);
         if (client_gone(dv->r))
             return -1;
+        if (!ri->call) {
+            if (dv->sse) {
+                ci_sse_item(dv->sse, ri);
+                if (flush_events(dv, 0))
+                    return -1;
+            }
+            continue;
+        }
         if (past_deadline(dv))
             return deadline_error(dv);
-        if (execute_call(dv, APR_ARRAY_IDX(calls, i, ci_call *)))
+        if (dv->sse) {
+            ci_sse_call_start(dv->sse, ri->call);
+            if (flush_events(dv, 0))
+                return -1;
+        }
+        if (execute_call(dv, ri->call))
             return -1;
+        if (dv->sse) {
+            ci_sse_call_done(dv->sse, ri->call);
+            if (flush_events(dv, 0))
+                return -1;
+        }
     }
     return 0;
 }
@@ -193,6 +278,13 @@ static const char *followup_url(driver *dv)
     return NULL;
 }
 
+static int followup_progress(void *baton)
+{
+    driver *dv = baton;
+    keepalive_if_due(dv);
+    return client_gone(dv->r);
+}
+
 static void upstream_opts(driver *dv, ci_upstream_opts *o)
 {
     apr_interval_time_t left = dv->deadline_at - apr_time_now();
@@ -208,12 +300,16 @@ static void upstream_opts(driver *dv, ci_upstream_opts *o)
     o->client_cert = d->client_cert;
     o->client_key = d->client_key;
     o->proxy = d->proxy;
+    o->progress = followup_progress;
+    o->progress_baton = dv;
 }
 
 static int followup_failed(driver *dv, apr_status_t rv, const char *why)
 {
     ap_log_rerror(APLOG_MARK, APLOG_ERR, rv, dv->r,
                   "CI0202: follow-up to %s failed: %s", dv->url, why);
+    if (rv == APR_ECONNABORTED)
+        return -1;
     if (rv == APR_TIMEUP && past_deadline(dv))
         return deadline_error(dv);
     if (rv == APR_TIMEUP)
@@ -280,8 +376,13 @@ static int run_loop(driver *dv, const char *first, apr_size_t first_len)
                               dv->st->container_id);
     if (ci_loop_take_round(dv->loop, first, first_len, &dv->err))
         return -1;
+    if (dv->sse) {
+        ci_sse_start(dv->sse, ci_loop_snapshot(dv->loop));
+        if (flush_events(dv, 0))
+            return -1;
+    }
     for (;;) {
-        if (execute_round(dv))
+        if (play_round(dv))
             return -1;
         next = ci_loop_next(dv->loop);
         if (next == CI_NEXT_DONE)
@@ -324,10 +425,49 @@ static apr_status_t send_body(driver *dv, int status, const char *type,
     return ap_pass_brigade(dv->f->next, bb);
 }
 
+/* The upstream's error answer as a ci_error (for an event mid-stream). */
+static void relay_as_error(driver *dv)
+{
+    const char *perr;
+    json_object *body = ci_json_parse(dv->r->pool, dv->relay.body, dv->relay.len, &perr);
+    json_object *e = ci_json_get(body, "error", json_type_object);
+    const char *msg = ci_json_str(e, "message");
+    ci_error_set(&dv->err, dv->passthrough_status,
+                 ci_json_str(e, "type") ? apr_pstrdup(dv->r->pool, ci_json_str(e, "type"))
+                                        : CI_SERVER,
+                 ci_json_str(e, "param") ? apr_pstrdup(dv->r->pool, ci_json_str(e, "param"))
+                                         : NULL,
+                 ci_json_str(e, "code") ? apr_pstrdup(dv->r->pool, ci_json_str(e, "code"))
+                                        : NULL,
+                 dv->r->pool, "The model upstream answered a follow-up call with "
+                              "status %d%s%s", dv->passthrough_status,
+                 msg ? ": " : ".", msg ? msg : "");
+}
+
+/* Failure after the stream started: an error event, then response.failed. */
+static apr_status_t stream_error(driver *dv)
+{
+    const char *code;
+    if (dv->passthrough_status)
+        relay_as_error(dv);
+    code = dv->err.status == 429 ? "rate_limit_exceeded" : "server_error";
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
+                  "CI0208: stream failed after %d events: %s",
+                  ci_sse_events(dv->sse), dv->err.message);
+    ci_sse_failed(dv->sse, &dv->err,
+                  ci_loop_failed_response(dv->loop, code, dv->err.message));
+    set_notes(dv);
+    flush_events(dv, 1);
+    ap_remove_output_filter(dv->f);
+    return APR_SUCCESS;
+}
+
 static apr_status_t send_error(driver *dv)
 {
     apr_size_t len;
     const char *body;
+    if (dv->stream_started && !dv->r->connection->aborted)
+        return stream_error(dv);
     if (dv->passthrough_status) {
         if (dv->relay.retry_after)
             apr_table_setn(dv->r->headers_out, "Retry-After", dv->relay.retry_after);
@@ -338,6 +478,7 @@ static apr_status_t send_error(driver *dv)
                          dv->relay.body, dv->relay.len);
     }
     if (dv->r->connection->aborted) {
+        ap_remove_output_filter(dv->f);
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
                       "CI0206: client went away; loop stopped after round %d",
                       dv->loop ? ci_loop_rounds(dv->loop) : 1);
@@ -355,7 +496,16 @@ static apr_status_t send_error(driver *dv)
 static apr_status_t send_response(driver *dv)
 {
     apr_size_t len;
-    const char *body = ci_json_text(ci_loop_response(dv->loop), &len);
+    const char *body;
+    if (dv->sse) {
+        ci_sse_completed(dv->sse, ci_loop_response(dv->loop));
+        module_pause(dv);
+        set_notes(dv);
+        flush_events(dv, 1);
+        ap_remove_output_filter(dv->f);
+        return dv->r->connection->aborted ? APR_ECONNABORTED : APR_SUCCESS;
+    }
+    body = ci_json_text(ci_loop_response(dv->loop), &len);
     module_pause(dv);
     return send_body(dv, 200, "application/json", body, len);
 }
@@ -369,6 +519,8 @@ static apr_status_t finish(ap_filter_t *f, out_ctx *ctx)
     dv.st = ci_state_get(f->r);
     dv.d = ap_get_module_config(f->r->per_dir_config, &code_interpreter_module);
     dv.deadline_at = dv.st->started + ci_dir_deadline(dv.d);
+    if (dv.st->req->wants_stream)
+        dv.sse = ci_sse_create(f->r->pool);
     module_resume(&dv);
     if (ctx->over)
         ci_error_set(&dv.err, 502, CI_SERVER, NULL, "upstream_too_large", f->r->pool,

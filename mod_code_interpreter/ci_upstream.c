@@ -101,6 +101,13 @@ static struct curl_slist *header_list(const apr_table_t *headers)
     return list;
 }
 
+static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+    const ci_upstream_opts *o = clientp;
+    return o->progress(o->progress_baton) ? 1 : 0;
+}
+
 static void set_transport(CURL *h, const ci_upstream_opts *o)
 {
     long ms_connect = (long)apr_time_as_msec(o->connect_timeout);
@@ -118,12 +125,19 @@ static void set_transport(CURL *h, const ci_upstream_opts *o)
         curl_easy_setopt(h, CURLOPT_SSLCERT, o->client_cert);
     if (o->client_key)
         curl_easy_setopt(h, CURLOPT_SSLKEY, o->client_key);
+    if (o->progress) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)o);
+    }
 }
 
 static apr_status_t map_curl_error(CURLcode rc, const answer_buf *b)
 {
     if (b->over)
         return APR_ENOSPC;
+    if (rc == CURLE_ABORTED_BY_CALLBACK)
+        return APR_ECONNABORTED;
     if (rc == CURLE_OPERATION_TIMEDOUT)
         return APR_TIMEUP;
     return APR_ECONNREFUSED;

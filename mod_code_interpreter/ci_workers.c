@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -84,6 +85,35 @@ apr_status_t ci_job_wait(ci_job *job, apr_interval_time_t timeout)
     rv = job->done ? APR_SUCCESS : APR_TIMEUP;
     apr_thread_mutex_unlock(job->lock);
     return rv;
+}
+
+typedef struct fired {
+    void (*fn)(void *);
+    void *baton;
+} fired;
+
+static void *APR_THREAD_FUNC run_fired(apr_thread_t *thd, void *data)
+{
+    fired job = *(fired *)data;
+    free(data);
+    job.fn(job.baton);
+    return NULL;
+}
+
+apr_status_t ci_job_fire(void (*fn)(void *), void *baton)
+{
+    fired *job;
+    if (!workers)
+        return APR_EINIT;
+    if (!(job = malloc(sizeof(*job))))
+        return APR_ENOMEM;
+    job->fn = fn;
+    job->baton = baton;
+    if (apr_thread_pool_push(workers, run_fired, job, 0, NULL) != APR_SUCCESS) {
+        free(job);
+        return APR_EAGAIN;
+    }
+    return APR_SUCCESS;
 }
 
 int ci_workers_queued(void)

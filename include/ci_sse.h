@@ -1,0 +1,53 @@
+/*
+ * ci_sse.h - OpenAI's Responses streaming events, encoded as server-sent
+ * events (`event: TYPE\ndata: JSON\n\n`, sequence_number from 0, +1 per
+ * event, no [DONE]). httpd-free: frames accumulate in a buffer the glue
+ * takes and flushes after each step of the loop.
+ */
+#ifndef CI_SSE_H
+#define CI_SSE_H
+
+#include <apr_pools.h>
+#include <json-c/json.h>
+#include "ci_error.h"
+#include "ci_loop.h"
+
+typedef struct ci_sse ci_sse;
+
+/* Bytes per delta event when code or text is streamed in pieces. */
+#define CI_SSE_CHUNK 64
+
+ci_sse *ci_sse_create(apr_pool_t *p);
+
+/* response.created and response.in_progress with SNAPSHOT. */
+void ci_sse_start(ci_sse *s, json_object *snapshot);
+
+/* A non-code item of a round, with every event its type has (reasoning,
+ * message with content parts, text deltas and annotations, a function
+ * call's argument deltas, or added/done for anything else). */
+void ci_sse_item(ci_sse *s, const ci_round_item *ri);
+
+/* A code call up to `interpreting`: output_item.added (in progress, empty
+ * code, container id), in_progress, code deltas, code.done, interpreting. */
+void ci_sse_call_start(ci_sse *s, const ci_call *call);
+
+/* After the execution: completed and output_item.done with the item. */
+void ci_sse_call_done(ci_sse *s, const ci_call *call);
+
+/* response.completed with the final response. */
+void ci_sse_completed(ci_sse *s, json_object *response);
+
+/* An `error` event (nested and flat forms) then response.failed with
+ * RESPONSE (its status and error already set). */
+void ci_sse_failed(ci_sse *s, const ci_error *err, json_object *response);
+
+/* A comment line that keeps intermediaries from timing out. */
+void ci_sse_keepalive(ci_sse *s);
+
+/* The bytes produced since the last take (the buffer is then empty). */
+const char *ci_sse_take(ci_sse *s, apr_size_t *len);
+
+/* Events written so far. */
+int ci_sse_events(const ci_sse *s);
+
+#endif
