@@ -18,6 +18,7 @@ struct ci_ndjson {
     int over;               /* hard cap passed */
     char *text;             /* capacity max_output */
     apr_size_t text_len, dropped;
+    int cut;                /* the text was cut: nothing more is kept */
     apr_array_header_t *images;
     int ended, ready, raised, died;
 };
@@ -46,7 +47,7 @@ ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
 void ci_ndjson_reset(ci_ndjson *nd)
 {
     nd->total = nd->line_len = nd->text_len = nd->dropped = 0;
-    nd->over = nd->ended = nd->ready = nd->raised = nd->died = 0;
+    nd->over = nd->ended = nd->ready = nd->raised = nd->died = nd->cut = 0;
     nd->images = apr_array_make(nd->p, 2, sizeof(const char *));
 }
 
@@ -69,7 +70,13 @@ void ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
 
 static void add_text(ci_ndjson *nd, const char *s, apr_size_t n)
 {
+    apr_size_t before = nd->dropped;
+    if (nd->cut) {          /* keep the order: nothing after a cut */
+        nd->dropped += n;
+        return;
+    }
     ci_capped_append(nd->text, &nd->text_len, nd->max_output, s, n, &nd->dropped);
+    nd->cut = nd->dropped > before;
 }
 
 /* Start a new line in the text unless it is empty or already at one. */
@@ -245,6 +252,8 @@ const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res)
 {
     const char *text = res->text && *res->text ? res->text : "";
     int i;
+    if (res->images && res->images->nelts && *text && text[strlen(text) - 1] != '\n')
+        text = apr_pstrcat(p, text, "\n", NULL);
     for (i = 0; res->images && i < res->images->nelts; i++)
         text = apr_pstrcat(p, text, "[a PNG figure was created and is shown "
                                     "to the user]\n", NULL);

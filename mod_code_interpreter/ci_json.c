@@ -17,6 +17,78 @@ json_object *ci_json_own(apr_pool_t *p, json_object *obj)
     return obj;
 }
 
+/* json-c also accepts NaN, Infinity and "1.", and would write them back
+ * out: refuse every number that is not RFC 8259 syntax. */
+static int rfc_number(const char *t)
+{
+    if (*t == '-')
+        t++;
+    if (*t == '0')
+        t++;
+    else if (*t >= '1' && *t <= '9')
+        while (*t >= '0' && *t <= '9')
+            t++;
+    else
+        return 0;
+    if (*t == '.') {
+        if (!(*++t >= '0' && *t <= '9'))
+            return 0;
+        while (*t >= '0' && *t <= '9')
+            t++;
+    }
+    if (*t == 'e' || *t == 'E') {
+        t++;
+        if (*t == '+' || *t == '-')
+            t++;
+        if (!(*t >= '0' && *t <= '9'))
+            return 0;
+        while (*t >= '0' && *t <= '9')
+            t++;
+    }
+    return *t == '\0';
+}
+
+static const char *bad_number(json_object *o)
+{
+    switch (json_object_get_type(o)) {
+    case json_type_double: {
+        const char *t = json_object_to_json_string(o);
+        return rfc_number(t) ? NULL : t;
+    }
+    case json_type_array: {
+        size_t i, n = json_object_array_length(o);
+        for (i = 0; i < n; i++) {
+            const char *b = bad_number(json_object_array_get_idx(o, i));
+            if (b)
+                return b;
+        }
+        return NULL;
+    }
+    case json_type_object: {
+        json_object_object_foreach(o, key, val) {
+            const char *b = bad_number(val);
+            (void)key;
+            if (b)
+                return b;
+        }
+        return NULL;
+    }
+    default:
+        return NULL;
+    }
+}
+
+static json_object *finish_parse(apr_pool_t *p, json_object *root, const char **err)
+{
+    const char *bad = bad_number(root);
+    if (bad) {
+        *err = apr_psprintf(p, "'%s' is not a JSON number", bad);
+        json_object_put(root);
+        return NULL;
+    }
+    return ci_json_own(p, root);
+}
+
 json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
                            const char **err)
 {
@@ -31,11 +103,23 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     root = json_tokener_parse_ex(tok, buf, (int)len);
     jerr = json_tokener_get_error(tok);
+    if (!root && jerr == json_tokener_continue) {
+        /* A bare number or literal waits for a delimiter: end the input. */
+        root = json_tokener_parse_ex(tok, "", 1);
+        jerr = json_tokener_get_error(tok);
+        if (root && jerr == json_tokener_success) {
+            json_tokener_free(tok);
+            return finish_parse(p, root, err);
+        }
+        json_object_put(root);
+        root = NULL;
+        jerr = json_tokener_continue;
+    }
     if (root && jerr == json_tokener_success &&
         (apr_size_t)json_tokener_get_parse_end(tok) != len) {
         /* Trailing bytes: only whitespace may follow the value. */
         apr_size_t i = json_tokener_get_parse_end(tok);
-        for (; i < len && strchr(" \t\r\n", buf[i]); i++)
+        for (; i < len && buf[i] && strchr(" \t\r\n", buf[i]); i++)
             ;
         if (i < len) {
             json_object_put(root);
@@ -55,7 +139,7 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
                                 (int)json_tokener_get_parse_end(tok));
     }
     json_tokener_free(tok);
-    return ci_json_own(p, root);
+    return root ? finish_parse(p, root, err) : NULL;
 }
 
 const char *ci_json_text(json_object *obj, apr_size_t *len)

@@ -27,10 +27,12 @@ struct ci_loop {
 const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes)
 {
     unsigned char raw[64];
-    char *hex = apr_palloc(p, nbytes * 2 + 1);
+    char *hex;
     apr_size_t i;
     if (nbytes > sizeof(raw))
-        nbytes = sizeof(raw);
+        nbytes = sizeof(raw);   /* ids never need more than 128 hex digits */
+    hex = apr_palloc(p, nbytes * 2 + 1);
+    hex[0] = '\0';
     if (apr_generate_random_bytes(raw, nbytes) != APR_SUCCESS)
         memset(raw, 0, nbytes);   /* not reached on Linux (getrandom) */
     for (i = 0; i < nbytes; i++)

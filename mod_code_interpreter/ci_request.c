@@ -150,6 +150,15 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     return 0;
 }
 
+static int has_our_tool(json_object *tools)
+{
+    int i, n = (int)json_object_array_length(tools);
+    for (i = 0; i < n; i++)
+        if (is_type(json_object_array_get_idx(tools, i), TOOL_TYPE))
+            return 1;
+    return 0;
+}
+
 /* Find the code_interpreter tool and refuse duplicates. A client function
  * with our name is refused only next to that tool: without it, nothing is
  * intercepted and the client's function is the client's business.
@@ -441,15 +450,16 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
                      "The request body must be a JSON object.");
         return CI_REQ_ERROR;
     }
+    /* Without our tool the request is not ours: its other fields are the
+     * upstream's to judge. */
+    if (!(tools = ci_json_get(root, "tools", json_type_array)) ||
+        !has_our_tool(tools))
+        return CI_REQ_PASS;
     if (check_top_level_types(p, root, err))
         return CI_REQ_ERROR;
-    if (!(tools = ci_json_get(root, "tools", json_type_array)))
-        return CI_REQ_PASS;
     idx = find_tool(p, tools, opts->function_name, err);
-    if (idx == -2)
+    if (idx < 0)
         return CI_REQ_ERROR;
-    if (idx == -1)
-        return CI_REQ_PASS;
     if (check_container(p, json_object_array_get_idx(tools, idx), idx, err))
         return CI_REQ_ERROR;
     req = apr_pcalloc(p, sizeof(*req));

@@ -5,5 +5,5 @@ set -e
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --test
 ./scripts/build.sh
-# (C unit tests: make check)
+make check
 /usr/bin/python3 -m pytest -q -p no:cacheprovider test
