@@ -43,12 +43,16 @@ class Channel:
     def budget(self, text):
         """TEXT cut to what is left of the output budget (None: nothing)."""
         data = text.encode("utf-8", "replace")
-        room = MAX_OUTPUT - self.sent
+        room = max(MAX_OUTPUT - self.sent, 0)
         if len(data) > room:
-            self.dropped += len(data) - max(room, 0)
-            data = data[:max(room, 0)]
-        self.sent += len(data)
-        return data.decode("utf-8", "ignore") or None
+            # Cut at a character boundary; count every byte not sent.
+            kept = data[:room].decode("utf-8", "ignore").encode("utf-8")
+            self.dropped += len(data) - len(kept)
+            self.sent = MAX_OUTPUT   # nothing after a cut, to keep the order
+            data = kept
+        else:
+            self.sent += len(data)
+        return data.decode("utf-8") or None
 
     def text(self, kind, text):
         text = self.budget(text) if text else None
