@@ -38,6 +38,7 @@ typedef struct ci_provider {
 const ci_provider *ci_provider_for(ci_provider_kind kind);
 
 extern const ci_provider ci_provider_local;
+extern const ci_provider ci_provider_e2b;
 
 /* Check, as UID/GID (when running as root), that bubblewrap can create its
  * namespaces and start PYTHON. *ERR says what to fix. */

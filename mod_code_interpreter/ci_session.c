@@ -46,6 +46,7 @@ const ci_provider *ci_provider_for(ci_provider_kind kind)
 {
     switch (kind) {
     case CI_PROVIDER_LOCAL: return &ci_provider_local;
+    case CI_PROVIDER_E2B: return &ci_provider_e2b;
     default: return NULL;
     }
 }
@@ -76,6 +77,8 @@ static apr_status_t start_sandbox(ci_session *s)
     apr_pool_create(&s->sbpool, s->root);
     rv = s->prov->start(s->sbpool, s->def, s->tag, &sb, &s->err);
     if (rv != APR_SUCCESS) {
+        /* The message lives in the pool about to go. */
+        s->err = s->err ? apr_pstrdup(s->root, s->err) : NULL;
         apr_pool_destroy(s->sbpool);
         s->sbpool = NULL;
         return rv;

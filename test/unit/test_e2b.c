@@ -1,0 +1,806 @@
+/*
+ * test_e2b.c - the e2b sandbox provider against the fake E2B service
+ * (test/fake_e2b.py), driven directly through ci_provider_e2b.
+ *
+ * The fake is started by the caller; its port comes from FAKE_E2B_PORT.
+ * Every test resets the fake, sets its switches through /_control and reads
+ * what it saw from /_state. With E2B_TEST_INLINE set, no worker pool is
+ * started and deletes run inline (ci_job_fire refuses); otherwise they run
+ * on the pool, and the tests wait for them.
+ *
+ * Usage: test_e2b [--list | NAME-PATTERN]
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+#include <apr_general.h>
+#include <apr_pools.h>
+#include <apr_strings.h>
+#include <apr_thread_proc.h>
+#include <json-c/json.h>
+
+#include "ci_config.h"
+#include "ci_exec.h"
+#include "ci_sandbox.h"
+#include "ci_workers.h"
+
+#define KEY "e2b_test_key"
+#define TAG "cntr_0123456789abcdef"
+
+static const char *fake_base;
+static apr_pool_t *global_pool;
+
+/* ======================================================================== */
+/* talking to the fake                                                      */
+/* ======================================================================== */
+
+typedef struct buf {
+    char *data;
+    size_t len;
+} buf;
+
+static size_t collect(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    buf *b = ud;
+    size_t n = size * nmemb;
+    char *grown = realloc(b->data, b->len + n + 1);
+    if (!grown)
+        return 0;
+    b->data = grown;
+    memcpy(b->data + b->len, ptr, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+/* METHOD PATH on the fake with an optional JSON BODY; the parsed answer
+ * (the caller puts it). */
+static json_object *fake_call(const char *method, const char *path, const char *body)
+{
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdrs = curl_slist_append(NULL, "Content-Type: application/json");
+    char url[512];
+    buf b = { NULL, 0 };
+    long status = 0;
+    json_object *out;
+
+    snprintf(url, sizeof(url), "%s%s", fake_base, path);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_PROXY, "");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body)
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (curl_easy_perform(h) != CURLE_OK)
+        fail_msg("the fake E2B service at %s does not answer", fake_base);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    if (status != 200)
+        fail_msg("%s %s: HTTP %ld %s", method, path, status, b.data ? b.data : "");
+    out = json_tokener_parse(b.data ? b.data : "null");
+    free(b.data);
+    return out;
+}
+
+static void fake_reset(void)
+{
+    json_object_put(fake_call("POST", "/_reset", NULL));
+}
+
+static void fake_switch(const char *json)
+{
+    json_object_put(fake_call("POST", "/_control", json));
+}
+
+static json_object *fake_state(void)
+{
+    return fake_call("GET", "/_state", NULL);
+}
+
+static json_object *member(json_object *o, const char *key)
+{
+    json_object *v = NULL;
+    if (!json_object_object_get_ex(o, key, &v))
+        return NULL;
+    return v;
+}
+
+static const char *str_member(json_object *o, const char *key)
+{
+    json_object *v = member(o, key);
+    return v && json_object_is_type(v, json_type_string) ? json_object_get_string(v)
+                                                          : NULL;
+}
+
+static size_t state_len(const char *key)
+{
+    json_object *st = fake_state();
+    size_t n = json_object_array_length(member(st, key));
+    json_object_put(st);
+    return n;
+}
+
+/* Wait until the fake has seen at least N deletes (they may run on a
+ * worker thread). */
+static void wait_deletes(size_t n)
+{
+    int i;
+    for (i = 0; i < 100 && state_len("deletes") < n; i++)
+        apr_sleep(apr_time_from_msec(50));
+    assert_true(state_len("deletes") >= n);
+}
+
+static void assert_no_leaks(void)
+{
+    json_object *st = fake_state();
+    json_object *leaks = member(st, "leaks");
+    if (json_object_array_length(leaks) != 0)
+        fail_msg("secrets crossed planes: %s", json_object_to_json_string(leaks));
+    json_object_put(st);
+}
+
+/* The provider id of the only sandbox created so far. */
+static const char *created_id(apr_pool_t *p)
+{
+    json_object *st = fake_state();
+    json_object *creates = member(st, "creates");
+    const char *id;
+    assert_int_equal(json_object_array_length(creates), 1);
+    id = apr_pstrdup(p, str_member(json_object_array_get_idx(creates, 0), "id"));
+    json_object_put(st);
+    return id;
+}
+
+/* ======================================================================== */
+/* helpers                                                                  */
+/* ======================================================================== */
+
+static int setup(void **state)
+{
+    apr_pool_t *p;
+    if (apr_pool_create(&p, NULL) != APR_SUCCESS)
+        return -1;
+    *state = p;
+    fake_reset();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    apr_pool_destroy(*state);
+    return 0;
+}
+
+#define TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+static ci_sandbox_def *make_def(apr_pool_t *p)
+{
+    ci_sandbox_def *d = ci_sandbox_def_defaults(p, "cloud", CI_PROVIDER_E2B);
+    d->api_key = KEY;
+    d->api_base = fake_base;
+    d->sandbox_url = fake_base;
+    return d;
+}
+
+/* Start a sandbox in its own pool (as the session does). */
+static ci_sandbox *start_ok(apr_pool_t *p, const ci_sandbox_def *def, apr_pool_t **sbpool)
+{
+    ci_sandbox *sb = NULL;
+    const char *err = NULL;
+    apr_pool_create(sbpool, p);
+    if (ci_provider_e2b.start(*sbpool, def, TAG, &sb, &err) != APR_SUCCESS)
+        fail_msg("start failed: %s", err ? err : "(no message)");
+    assert_non_null(sb);
+    return sb;
+}
+
+static void stop(ci_sandbox *sb, apr_pool_t *sbpool)
+{
+    ci_provider_e2b.destroy(sb);
+    apr_pool_destroy(sbpool);
+}
+
+static ci_exec_result run(ci_sandbox *sb, apr_pool_t *p, const char *code)
+{
+    ci_exec_result res;
+    memset(&res, 0xa5, sizeof(res));
+    assert_int_equal(ci_provider_e2b.run(sb, p, code, &res), APR_SUCCESS);
+    return res;
+}
+
+/* Start must fail; returns *err (checked to be free of secrets). */
+static const char *start_fails(apr_pool_t *p, const ci_sandbox_def *def)
+{
+    apr_pool_t *sbpool;
+    ci_sandbox *sb = NULL;
+    const char *err = NULL, *copy;
+    apr_pool_create(&sbpool, p);
+    assert_int_not_equal(ci_provider_e2b.start(sbpool, def, TAG, &sb, &err),
+                         APR_SUCCESS);
+    assert_null(sb);
+    assert_non_null(err);
+    copy = apr_pstrdup(p, err);
+    apr_pool_destroy(sbpool);
+    assert_null(strstr(copy, def->api_key));
+    assert_null(strstr(copy, "e2b_"));
+    return copy;
+}
+
+#define assert_contains(hay, needle)                                         \
+    do {                                                                     \
+        const char *h_ = (hay);                                              \
+        if (!h_ || !strstr(h_, (needle)))                                    \
+            fail_msg("'%s' does not contain '%s'", h_ ? h_ : "(null)",       \
+                     (needle));                                              \
+    } while (0)
+
+/* ======================================================================== */
+/* tests                                                                    */
+/* ======================================================================== */
+
+/* Create, two executions sharing state, an image, an exception, delete. */
+static void test_round_trip(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = start_ok(p, def, &sbpool);
+    ci_exec_result r;
+
+    r = run(sb, p, "x = 41\nprint('hello')");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_null(r.failure);
+    assert_string_equal(r.text, "hello\n");
+    assert_int_equal(r.text_len, 6);
+    assert_int_equal(r.raised, 0);
+    assert_true(r.duration > 0);
+
+    r = run(sb, p, "x + 1");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_string_equal(r.text, "42\n");
+
+    r = run(sb, p, "print('__FAKE_PNG__')");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(r.images->nelts, 1);
+    assert_contains(APR_ARRAY_IDX(r.images, 0, const char *), "data:image/png;base64,iVBOR");
+
+    r = run(sb, p, "1 / 0");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(r.raised, 1);
+    assert_contains(r.text, "ZeroDivisionError");
+
+    stop(sb, sbpool);
+    wait_deletes(1);
+    {
+        json_object *st = fake_state();
+        json_object *del = json_object_array_get_idx(member(st, "deletes"), 0);
+        assert_int_equal(json_object_array_length(member(st, "live")), 0);
+        assert_int_equal(json_object_get_int(member(del, "status")), 204);
+        assert_string_equal(str_member(del, "api_key"), KEY);
+        assert_int_equal(json_object_array_length(member(st, "deletes")), 1);
+        json_object_put(st);
+    }
+    assert_no_leaks();
+}
+
+/* What the create call sends: the body, the key, and nothing of the data
+ * plane. */
+static void test_create_body(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = start_ok(p, def, &sbpool);
+    json_object *st = fake_state();
+    json_object *c = json_object_array_get_idx(member(st, "creates"), 0);
+    json_object *body = member(c, "body"), *meta = member(body, "metadata");
+    json_object *hdrs = member(c, "headers");
+
+    assert_string_equal(str_member(c, "path"), "/sandboxes");
+    assert_int_equal(json_object_get_int(member(c, "status")), 201);
+    assert_string_equal(str_member(body, "templateID"), "code-interpreter-v1");
+    assert_int_equal(json_object_get_int(member(body, "timeout")), 300);
+    assert_true(json_object_is_type(member(body, "secure"), json_type_boolean));
+    assert_true(json_object_get_boolean(member(body, "secure")));
+    assert_true(json_object_is_type(member(body, "allow_internet_access"),
+                                    json_type_boolean));
+    assert_false(json_object_get_boolean(member(body, "allow_internet_access")));
+    assert_string_equal(str_member(meta, "mod_code_interpreter"), "1");
+    assert_string_equal(str_member(meta, "request"), TAG);
+    assert_non_null(str_member(meta, "server"));
+    assert_true(strlen(str_member(meta, "server")) > 0);
+    assert_string_equal(str_member(hdrs, "x-api-key"), KEY);
+    assert_string_equal(str_member(hdrs, "content-type"), "application/json");
+    assert_null(member(hdrs, "x-access-token"));
+    assert_null(member(hdrs, "e2b-traffic-access-token"));
+    assert_null(member(hdrs, "expect"));
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* internet=on and lifetime= reach the create body. */
+static void test_create_body_options(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    json_object *st, *body;
+
+    def->internet = 1;
+    def->lifetime = 120;
+    def->template_id = "my-template";
+    sb = start_ok(p, def, &sbpool);
+    st = fake_state();
+    body = member(json_object_array_get_idx(member(st, "creates"), 0), "body");
+    assert_true(json_object_get_boolean(member(body, "allow_internet_access")));
+    assert_int_equal(json_object_get_int(member(body, "timeout")), 120);
+    assert_string_equal(str_member(body, "templateID"), "my-template");
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* Each execution first extends the lifetime, then posts /execute with the
+ * sandbox's tokens and never the key. */
+static void test_data_plane_headers(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = start_ok(p, def, &sbpool);
+    const char *id = created_id(p);
+    json_object *st, *ex, *hdrs, *sbs, *tm;
+    size_t i;
+
+    run(sb, p, "print(1)");
+    run(sb, p, "print(2)");
+    st = fake_state();
+    sbs = member(member(st, "sandboxes"), id);
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 2);
+    for (i = 0; i < 2; i++) {
+        tm = json_object_array_get_idx(member(st, "timeouts"), i);
+        assert_string_equal(str_member(tm, "id"), id);
+        assert_int_equal(json_object_get_int(member(tm, "timeout")), 300);
+        assert_int_equal(json_object_get_int(member(tm, "status")), 204);
+    }
+    assert_int_equal(json_object_array_length(member(st, "executes")), 2);
+    ex = json_object_array_get_idx(member(st, "executes"), 0);
+    hdrs = member(ex, "headers");
+    assert_string_equal(str_member(ex, "path"), "/execute");
+    assert_string_equal(str_member(hdrs, "x-access-token"),
+                        str_member(sbs, "envdAccessToken"));
+    assert_string_equal(str_member(hdrs, "e2b-traffic-access-token"),
+                        str_member(sbs, "trafficAccessToken"));
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-id"), id);
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-port"), "49999");
+    assert_string_equal(str_member(hdrs, "content-type"), "application/json");
+    assert_null(member(hdrs, "x-api-key"));
+    assert_null(member(hdrs, "expect"));
+    assert_string_equal(str_member(member(ex, "body"), "code"), "print(1)");
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* A large execution body goes out without "Expect: 100-continue" (no
+ * round trip lost waiting for a go-ahead). */
+static void test_large_code_no_expect(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    apr_size_t n = 2 * 1024 * 1024;
+    char *code = apr_palloc(p, n + 1);
+    json_object *st, *hdrs;
+    ci_exec_result r;
+
+    memset(code, 'a', n);
+    memcpy(code, "print(7)  # ", 12);
+    code[n] = '\0';
+    r = run(sb, p, code);
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_string_equal(r.text, "7\n");
+    st = fake_state();
+    hdrs = member(json_object_array_get_idx(member(st, "executes"), 0), "headers");
+    assert_null(member(hdrs, "expect"));
+    assert_string_equal(str_member(hdrs, "content-length"), apr_psprintf(p, "%d", (int)n + 11));
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_garbage_lines_skipped(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"garbage_lines\": true}");
+    r = run(sb, p, "print('a')\nprint('b')\n'c'");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_string_equal(r.text, "a\nb\n'c'\n");
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+static void test_cut_stream_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"cut_stream\": true}");
+    r = run(sb, p, "print('partial')");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "cut");
+    assert_contains(r.text, "partial");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_slow_stream_times_out(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    ci_exec_result r;
+
+    def->timeout = apr_time_from_sec(1);
+    sb = start_ok(p, def, &sbpool);
+    fake_switch("{\"slow_stream\": 3}");
+    r = run(sb, p, "print('a')\nprint('b')");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_string_equal(r.failure, "The execution timed out after 1 s and was stopped.");
+    assert_true(r.duration >= apr_time_from_msec(900));
+    assert_true(r.duration < apr_time_from_sec(3));
+    fake_switch("{\"slow_stream\": null}");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A quiet execution (keepalive lines only) is not a timeout. */
+static void test_keepalive_lines_ignored(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"keepalive_interval\": 0.1}");
+    r = run(sb, p, "import time\ntime.sleep(0.5)\nprint('done')");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_string_equal(r.text, "done\n");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_huge_output_capped(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    ci_exec_result r;
+
+    def->max_output = 2048;
+    sb = start_ok(p, def, &sbpool);
+    fake_switch("{\"huge_output\": 300000}");
+    r = run(sb, p, "pass");
+    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_contains(r.text, "[... 297952 more bytes of output were cut ...]");
+    assert_true(r.text_len < 2048 + 100);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* Past the hard cap the transfer is stopped while it streams. */
+static void test_output_past_hard_cap_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"huge_output\": 40000000}");
+    r = run(sb, p, "pass");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "more output than the sandbox accepts");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_kernel_dies_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"kernel_dies\": true}");
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "died");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_execute_502_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    fake_switch("{\"execute_status\": 502}");
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "HTTP 502");
+    fake_switch("{\"execute_status\": 500}");
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "HTTP 500");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* The lifetime extension answers 404: the sandbox is gone. */
+static void test_expired_sandbox_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    ci_exec_result r;
+
+    json_object_put(fake_call("POST", "/_expire", "{}"));
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "expired");
+    assert_int_equal(state_len("executes"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);   /* answered 404: nothing to retry */
+    apr_sleep(apr_time_from_msec(800));
+    assert_int_equal(state_len("deletes"), 1);
+}
+
+typedef struct runner {
+    ci_sandbox *sb;
+    apr_pool_t *p;
+    ci_exec_result res;
+    apr_status_t rv;
+} runner;
+
+static void *APR_THREAD_FUNC run_thread(apr_thread_t *t, void *data)
+{
+    runner *r = data;
+    r->rv = ci_provider_e2b.run(r->sb, r->p, "import time\ntime.sleep(20)", &r->res);
+    return NULL;
+}
+
+/* interrupt() from another thread stops a blocked execution promptly. */
+static void test_interrupt_stops_run(void **state)
+{
+    apr_pool_t *p = *state, *sbpool, *rp;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    apr_thread_t *t;
+    apr_status_t ignored;
+    apr_time_t t0;
+    runner r;
+    ci_exec_result again;
+
+    apr_pool_create(&rp, p);
+    memset(&r, 0, sizeof(r));
+    r.sb = sb;
+    r.p = rp;
+    assert_int_equal(apr_thread_create(&t, NULL, run_thread, &r, p), APR_SUCCESS);
+    apr_sleep(apr_time_from_msec(500));
+    t0 = apr_time_now();
+    ci_provider_e2b.interrupt(sb);
+    apr_thread_join(&ignored, t);
+    assert_true(apr_time_now() - t0 < apr_time_from_msec(2500));
+    assert_int_equal(r.rv, APR_SUCCESS);
+    assert_int_equal(r.res.status, CI_EXEC_FAILED);
+    assert_string_equal(r.res.failure,
+                        "The execution was stopped because the request ended.");
+    /* Once interrupted, nothing more runs. */
+    again = run(sb, p, "print(1)");
+    assert_int_equal(again.status, CI_EXEC_FAILED);
+    assert_string_equal(again.failure, r.res.failure);
+    assert_int_equal(state_len("executes"), 1);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+static void test_create_refused(void **state)
+{
+    apr_pool_t *p = *state;
+    static const int statuses[] = { 401, 403, 429, 500, 503 };
+    size_t i;
+
+    for (i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
+        char sw[64], want[32];
+        const char *err;
+        snprintf(sw, sizeof(sw), "{\"create_status\": %d}", statuses[i]);
+        fake_switch(sw);
+        err = start_fails(p, make_def(p));
+        snprintf(want, sizeof(want), "HTTP %d", statuses[i]);
+        assert_contains(err, "refused");
+        assert_contains(err, want);
+    }
+    assert_contains(start_fails(p, make_def(p)), "Service unavailable");
+    assert_int_equal(state_len("live"), 0);
+}
+
+/* A key the service does not know: refused, and the key is not repeated. */
+static void test_wrong_key_not_in_error(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_sandbox_def *def = make_def(p);
+    const char *err;
+
+    def->api_key = "e2b_wrong_0123456789";
+    err = start_fails(p, def);
+    assert_contains(err, "refused");
+    assert_contains(err, "HTTP 401");
+    assert_null(strstr(err, "0123456789"));
+}
+
+static void test_unreachable(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_sandbox_def *def = make_def(p);
+    def->api_base = "http://127.0.0.1:1";
+    assert_contains(start_fails(p, def), "could not be reached");
+}
+
+/* A 201 without an access token fails, and the sandbox it made is deleted. */
+static void test_create_without_token(void **state)
+{
+    apr_pool_t *p = *state;
+    json_object *st;
+
+    fake_switch("{\"create_without_token\": true}");
+    assert_contains(start_fails(p, make_def(p)), "without an access token");
+    wait_deletes(1);
+    st = fake_state();
+    assert_int_equal(json_object_get_int(member(st, "created")), 1);
+    assert_int_equal(json_object_get_int(member(st, "deleted")), 1);
+    assert_int_equal(json_object_array_length(member(st, "live")), 0);
+    json_object_put(st);
+    assert_no_leaks();
+}
+
+static void test_delete_404_not_retried(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+
+    fake_switch("{\"delete_status\": 404}");
+    stop(sb, sbpool);
+    wait_deletes(1);
+    apr_sleep(apr_time_from_msec(1000));
+    assert_int_equal(state_len("deletes"), 1);
+}
+
+static void test_delete_500_retried_once(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+
+    fake_switch("{\"delete_status\": 500}");
+    stop(sb, sbpool);
+    wait_deletes(2);
+    apr_sleep(apr_time_from_msec(1000));
+    assert_int_equal(state_len("deletes"), 2);
+}
+
+/* The delete uses the key the sandbox was created with, even after the
+ * configured key changed (a graceful reload rotating it). */
+static void test_delete_after_key_rotation(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    char *key = apr_pstrdup(p, KEY);
+    json_object *st, *del;
+
+    def->api_key = key;
+    sb = start_ok(p, def, &sbpool);
+    memset(key, 'z', strlen(key));   /* the configuration's copy is gone */
+    stop(sb, sbpool);
+    wait_deletes(1);
+    st = fake_state();
+    del = json_object_array_get_idx(member(st, "deletes"), 0);
+    assert_string_equal(str_member(del, "api_key"), KEY);
+    assert_int_equal(json_object_get_int(member(del, "status")), 204);
+    json_object_put(st);
+}
+
+/* sandbox_url unset and no domain in the answer: the data plane is
+ * https://49999-<id>.<domain of api_base>. With api_base on api.localhost
+ * that is a loopback name where nothing listens on 443, so the execution
+ * fails as unreachable without ever leaving the host. */
+static void test_default_data_host(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    ci_exec_result r;
+
+    def->api_base = apr_psprintf(p, "http://api.localhost:%s/", getenv("FAKE_E2B_PORT"));
+    def->sandbox_url = NULL;
+    def->timeout = apr_time_from_sec(5);
+    sb = start_ok(p, def, &sbpool);
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_contains(r.failure, "could not be reached");
+    assert_int_equal(state_len("executes"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+static const struct CMUnitTest tests[] = {
+    TEST(test_round_trip),
+    TEST(test_create_body),
+    TEST(test_create_body_options),
+    TEST(test_data_plane_headers),
+    TEST(test_large_code_no_expect),
+    TEST(test_garbage_lines_skipped),
+    TEST(test_cut_stream_fails),
+    TEST(test_slow_stream_times_out),
+    TEST(test_keepalive_lines_ignored),
+    TEST(test_huge_output_capped),
+    TEST(test_output_past_hard_cap_fails),
+    TEST(test_kernel_dies_fails),
+    TEST(test_execute_502_fails),
+    TEST(test_expired_sandbox_fails),
+    TEST(test_interrupt_stops_run),
+    TEST(test_create_refused),
+    TEST(test_wrong_key_not_in_error),
+    TEST(test_unreachable),
+    TEST(test_create_without_token),
+    TEST(test_delete_404_not_retried),
+    TEST(test_delete_500_retried_once),
+    TEST(test_delete_after_key_rotation),
+    TEST(test_default_data_host),
+};
+
+int main(int argc, char **argv)
+{
+    const char *port = getenv("FAKE_E2B_PORT");
+    int rc;
+    size_t i;
+
+    if (argc > 1 && !strcmp(argv[1], "--list")) {
+        for (i = 0; i < sizeof(tests) / sizeof(tests[0]); i++)
+            printf("%s\n", tests[i].name);
+        return 0;
+    }
+    if (!port || !*port) {
+        fprintf(stderr, "FAKE_E2B_PORT is not set (start test/fake_e2b.py)\n");
+        return 2;
+    }
+    apr_initialize();
+    curl_global_init(CURL_GLOBAL_ALL);
+    apr_pool_create(&global_pool, NULL);
+    fake_base = apr_psprintf(global_pool, "http://127.0.0.1:%s", port);
+    if (!getenv("E2B_TEST_INLINE") &&
+        ci_workers_start(global_pool, 4, 16) != APR_SUCCESS) {
+        fprintf(stderr, "could not start the worker pool\n");
+        return 2;
+    }
+    if (argc > 1)
+        cmocka_set_test_filter(argv[1]);
+    rc = cmocka_run_group_tests_name(getenv("E2B_TEST_INLINE") ? "e2b (inline deletes)"
+                                                               : "e2b (worker deletes)",
+                                     tests, NULL, NULL);
+    apr_pool_destroy(global_pool);
+    curl_global_cleanup();
+    apr_terminate();
+    return rc;
+}
