@@ -33,6 +33,7 @@ typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
     json_object *input;         /* root's input as an array, history translated */
     json_object *client_tools;  /* tools exactly as the client sent them */
+    int tool_index;             /* where the code_interpreter tool was */
     json_object *client_tool_choice; /* as sent; NULL when absent */
     const char *function_name;
     const char *body;           /* root serialised for round 1 */

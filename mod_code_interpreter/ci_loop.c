@@ -397,6 +397,26 @@ const char *ci_loop_followup_body(ci_loop *l, apr_pool_t *p, ci_next next,
     return body;
 }
 
+/* The tools to echo: the upstream's own echo (it completes the client's
+ * function tools, e.g. with "strict", as OpenAI does) with our function put
+ * back as the client's code_interpreter tool; the client's tools verbatim
+ * when the upstream echoed something else. */
+static json_object *echo_tools(ci_loop *l)
+{
+    json_object *up = ci_json_get(l->last, "tools", json_type_array);
+    json_object *tools, *at;
+    const char *name;
+    int idx = l->req->tool_index;
+    if (!up || json_object_array_length(up) != json_object_array_length(l->req->client_tools) ||
+        !(at = json_object_array_get_idx(up, idx)) ||
+        !(name = ci_json_str(at, "name")) || strcmp(name, l->req->function_name))
+        return ci_json_copy(l->req->client_tools);
+    tools = ci_json_copy(up);
+    json_object_array_put_idx(tools, idx, ci_json_copy(
+                                  json_object_array_get_idx(l->req->client_tools, idx)));
+    return tools;
+}
+
 /* ---- the answer -------------------------------------------------------- */
 
 json_object *ci_loop_response(ci_loop *l)
@@ -405,7 +425,7 @@ json_object *ci_loop_response(ci_loop *l)
     json_object_object_add(resp, "output", json_object_get(l->output));
     if (l->usage)
         json_object_object_add(resp, "usage", json_object_get(l->usage));
-    json_object_object_add(resp, "tools", ci_json_copy(l->req->client_tools));
+    json_object_object_add(resp, "tools", echo_tools(l));
     json_object_object_add(resp, "tool_choice",
                            l->req->client_tool_choice
                                ? ci_json_copy(l->req->client_tool_choice)
@@ -418,7 +438,7 @@ static json_object *client_view(ci_loop *l, json_object *output)
 {
     json_object *resp = ci_json_copy(l->last);
     json_object_object_add(resp, "output", output);
-    json_object_object_add(resp, "tools", ci_json_copy(l->req->client_tools));
+    json_object_object_add(resp, "tools", echo_tools(l));
     json_object_object_add(resp, "tool_choice",
                            l->req->client_tool_choice
                                ? ci_json_copy(l->req->client_tool_choice)

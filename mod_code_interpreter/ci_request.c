@@ -415,6 +415,7 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
     json_object *input = NULL;
 
     req->client_tools = ci_json_own(p, ci_json_copy(tools));
+    req->tool_index = tool_index;
     json_object_array_put_idx(tools, tool_index, our_function_tool(opts));
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;

@@ -21,7 +21,8 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
-RUN = os.path.join(HERE, ".run")
+# One directory per test session, so concurrent sessions never share a server root.
+RUN = os.path.join(HERE, ".run", str(os.getpid()))
 SHARED_SPEC = os.path.join(TOP, "..", "shared", "spec")
 MODULE = os.environ.get("CI_MODULE", os.path.join(TOP, ".libs", "mod_code_interpreter.so"))
 HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"

@@ -64,6 +64,17 @@ _KNOWN_ACTIONS = _CALL_ACTIONS + (
 )
 
 
+def echoed_tools(tools):
+    """Tools as OpenAI echoes them: function tools completed with "strict"
+    (true unless the request said otherwise)."""
+    out = []
+    for tool in tools or []:
+        if isinstance(tool, dict) and tool.get("type") == "function" and "strict" not in tool:
+            tool = dict(tool, strict=True)
+        out.append(tool)
+    return out
+
+
 class ApiError(Exception):
     """An OpenAI-shaped error answer."""
 
@@ -318,7 +329,7 @@ def build_response_object(body, rid, conv, output, status="completed", conversat
         "temperature": 1,
         "text": text,
         "tool_choice": body.get("tool_choice", "auto"),
-        "tools": body.get("tools") if body.get("tools") is not None else [],
+        "tools": echoed_tools(body.get("tools")),
         "top_p": 1,
         "truncation": "disabled",
         "usage": {

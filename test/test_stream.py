@@ -1,0 +1,767 @@
+"""Live streaming of intercepted requests (stream: true with code_interpreter).
+
+What a client reading the event stream sees: the HTTP headers, the SSE
+framing, the order of the events per item, their shapes against the published
+OpenAPI schema and against a recorded real stream, the final response compared
+with the JSON path, and the timing: events leave before the code runs,
+keepalive comments while it runs, an early disconnect stops the loop.
+"""
+import gzip
+import http.client
+import json
+import os
+import socket
+import subprocess
+import time
+import warnings
+
+import pytest
+
+from conftest import SHARED_SPEC, TOOL, Httpd, base_conf, script_input
+from fake_model import build_response_object
+
+OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
+RECORDED = os.path.join(SHARED_SPEC, "recorded", "openai-code-interpreter.stream.jsonl")
+OUTPUTS = "code_interpreter_call.outputs"
+WEATHER = {
+    "type": "function", "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]},
+}
+
+
+# ------------------------------------------------------------- SSE client
+
+class SSE:
+    """One streamed answer, read incrementally.
+
+    records: in arrival order, {"kind": "event"|"comment", "t": monotonic
+    arrival time, ...}; an event record has "event" (the event: field),
+    "data" (parsed JSON), "raw" (the data: text) and "lines" (the block's
+    lines); a comment record has "text".
+    """
+
+    def __init__(self, server, path, body, headers=None, timeout=60):
+        self.t_sent = time.monotonic()
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+        hdrs = {"Content-Type": "application/json"}
+        hdrs.update(headers or {})
+        self.conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
+        self.sock = self.conn.sock
+        self.resp = self.conn.getresponse()
+        self.status = self.resp.status
+        self.headers = {k.lower(): v for k, v in self.resp.getheaders()}
+        self.records = []
+        self.eof = False
+        self.bad_lines = []
+        self._block = []
+
+    def events(self):
+        return [r for r in self.records if r["kind"] == "event"]
+
+    def comments(self):
+        return [r for r in self.records if r["kind"] == "comment"]
+
+    def next_record(self):
+        """Read until the next event or comment; None at the end of the stream."""
+        while not self.eof:
+            line = self.resp.readline()
+            now = time.monotonic()
+            if not line:
+                self.eof = True
+                if self._block:
+                    self.bad_lines.append(("unterminated block", list(self._block)))
+                return None
+            if not line.endswith(b"\n") or b"\r" in line:
+                self.bad_lines.append(("line ending", line))
+            text = line.rstrip(b"\r\n").decode("utf-8")
+            if text.startswith(":"):
+                rec = {"kind": "comment", "t": now, "text": text}
+                self.records.append(rec)
+                return rec
+            if text:
+                self._block.append(text)
+                continue
+            if not self._block:
+                continue          # the blank line that ends a comment
+            block, self._block = self._block, []
+            rec = {"kind": "event", "t": now, "lines": block, "event": None,
+                   "raw": None, "data": None}
+            for ln in block:
+                if ln.startswith("event: "):
+                    rec["event"] = ln[len("event: "):]
+                elif ln.startswith("data: "):
+                    rec["raw"] = ln[len("data: "):]
+            try:
+                rec["data"] = json.loads(rec["raw"]) if rec["raw"] is not None else None
+            except ValueError:
+                rec["data"] = None
+            self.records.append(rec)
+            return rec
+        return None
+
+    def until(self, etype):
+        """Read up to and including the first event of type ETYPE."""
+        while True:
+            rec = self.next_record()
+            if rec is None:
+                raise AssertionError("stream ended before %s; got %s"
+                                     % (etype, types(self.events())))
+            if rec["kind"] == "event" and rec["event"] == etype:
+                return rec
+
+    def read_all(self):
+        while self.next_record() is not None:
+            pass
+        self.close()
+        return self
+
+    def close(self):
+        self.resp.close()
+        self.conn.close()
+
+    def abort(self):
+        """Drop the connection at once (the client goes away)."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+        self.close()
+
+
+def stream(server, path, body, headers=None):
+    return SSE(server, path, body, headers).read_all()
+
+
+def stream_body(rounds, tools=None, **extra):
+    body = {"model": "m", "stream": True, "tools": tools or [TOOL], "include": [OUTPUTS],
+            "input": script_input(rounds)}
+    body.update(extra)
+    return body
+
+
+def types(events):
+    return [e["data"]["type"] if e["data"] else e["event"] for e in events]
+
+
+def shape(events):
+    """Event types, each run of one delta type collapsed into "<type>+"."""
+    out = []
+    for t in types(events):
+        if t.endswith(".delta") and out and out[-1] == t + "+":
+            continue
+        out.append(t + "+" if t.endswith(".delta") else t)
+    return out
+
+
+START = ["response.created", "response.in_progress"]
+CALL = ["response.output_item.added", "response.code_interpreter_call.in_progress",
+        "response.code_interpreter_call_code.delta+",
+        "response.code_interpreter_call_code.done",
+        "response.code_interpreter_call.interpreting",
+        "response.code_interpreter_call.completed", "response.output_item.done"]
+MESSAGE = ["response.output_item.added", "response.content_part.added",
+           "response.output_text.delta+", "response.output_text.done",
+           "response.content_part.done", "response.output_item.done"]
+REASONING = ["response.output_item.added", "response.output_item.done"]
+FUNCTION = ["response.output_item.added", "response.function_call_arguments.delta+",
+            "response.function_call_arguments.done", "response.output_item.done"]
+END = ["response.completed"]
+FAILED = ["error", "response.failed"]
+TERMINAL = ("response.completed", "response.failed", "response.incomplete")
+
+
+# ------------------------------------------------------------- checks
+
+def check_framing(s):
+    """200, SSE headers, `event: T\\ndata: J\\n\\n` blocks with type == T,
+    sequence numbers 0, 1, 2, ..., no [DONE], nothing after the terminal event."""
+    assert s.status == 200
+    assert s.headers.get("content-type") == "text/event-stream; charset=utf-8"
+    assert "content-length" not in s.headers
+    assert s.headers.get("content-encoding", "identity") == "identity"
+    assert s.eof and not s.bad_lines, s.bad_lines
+    events = s.events()
+    assert events, "no events"
+    for n, e in enumerate(events):
+        assert len(e["lines"]) == 2 and e["lines"][0].startswith("event: ") \
+            and e["lines"][1].startswith("data: "), e["lines"]
+        assert e["raw"] != "[DONE]"
+        assert isinstance(e["data"], dict), e["raw"]
+        assert e["data"].get("type") == e["event"], e["lines"]
+        assert e["data"].get("sequence_number") == n, (n, e["data"])
+    assert types(events)[-1] in TERMINAL
+    assert s.records[-1] is events[-1], "something followed the terminal event"
+    assert sum(t in TERMINAL for t in types(events)) == 1
+
+
+def check_items(s):
+    """Per output item: its events sit between its added and done, carry its
+    id, do not interleave with other items', and the pieces add up to the final
+    item; the terminal response's output is the list of done items."""
+    events = [e["data"] for e in s.events()]
+    done_items = []
+    current = None            # (output_index, item_id) of the open item
+    pieces = {}
+    for e in events:
+        t = e["type"]
+        if t == "response.output_item.added":
+            assert current is None, "item %s added while %s is open" % (e["output_index"],
+                                                                        current)
+            assert e["output_index"] == len(done_items)
+            current = (e["output_index"], e["item"].get("id"))
+            pieces = {"added": e["item"]}
+            item = e["item"]
+            if item["type"] == "code_interpreter_call":
+                assert item["status"] == "in_progress"
+                assert item["code"] == ""
+                assert item["outputs"] == []
+                assert item["container_id"].startswith("cntr_")
+            elif item["type"] == "message":
+                assert item["status"] == "in_progress" and item["content"] == []
+            elif item["type"] == "function_call":
+                assert item["status"] == "in_progress" and item["arguments"] == ""
+            elif item["type"] == "reasoning":
+                assert item["summary"] == []
+            continue
+        if "output_index" not in e:
+            assert current is None, "%s while item %s is open" % (t, current)
+            continue
+        assert current is not None, "%s outside any item" % t
+        assert e["output_index"] == current[0], (t, e["output_index"], current)
+        if "item_id" in e:
+            assert e["item_id"] == current[1], (t, e["item_id"], current)
+        if t.endswith(".delta"):
+            pieces.setdefault(t, []).append(e["delta"])
+        elif t != "response.output_item.done":
+            pieces[t] = e
+        else:
+            item = e["item"]
+            assert item.get("id") == current[1]
+            assert item["type"] == pieces["added"]["type"]
+            if item["type"] == "code_interpreter_call":
+                code = "".join(pieces["response.code_interpreter_call_code.delta"])
+                assert code == pieces["response.code_interpreter_call_code.done"]["code"]
+                assert code == item["code"]
+                assert item["status"] in ("completed", "failed", "incomplete")
+                assert item["container_id"] == pieces["added"]["container_id"]
+            elif item["type"] == "message":
+                text = "".join(pieces["response.output_text.delta"])
+                assert text == pieces["response.output_text.done"]["text"]
+                assert text == item["content"][0]["text"]
+                assert pieces["response.content_part.done"]["part"] == item["content"][0]
+            elif item["type"] == "function_call":
+                args = "".join(pieces["response.function_call_arguments.delta"])
+                done = pieces["response.function_call_arguments.done"]
+                assert args == done["arguments"] == item["arguments"]
+                assert done["name"] == item["name"]
+            done_items.append(item)
+            current = None
+    assert current is None, "item %s never done" % (current,)
+    final = events[-1]["response"]
+    assert final["output"] == done_items
+    return done_items
+
+
+def check_stream(s):
+    check_framing(s)
+    return check_items(s)
+
+
+def upstream_streams(model):
+    """The stream flag of every request the upstream received."""
+    return [r["json"].get("stream") for r in model.requests()]
+
+
+# ------------------------------------------------------------- scenarios
+
+def annotated_response():
+    """A whole upstream answer: a message citing a container file."""
+    text = "a.csv is ready"
+    output = [{
+        "type": "message", "id": "msg_annotated", "status": "completed", "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "logprobs": [], "annotations": [{
+            "type": "container_file_citation", "container_id": "cntr_cited",
+            "file_id": "cfile_1", "filename": "a.csv", "start_index": 0, "end_index": 5}]}],
+    }]
+    return build_response_object({"model": "m"}, "resp_annotated", [], output)
+
+
+SCENARIOS = {
+    "one_call": ("/v1/responses", None,
+                 [[{"call": "print(6 * 7)"}], [{"text": "the answer is {{last_output}}"}]]),
+    "several_rounds": ("/v1/responses", None,
+                       [[{"call": "x = 20"}], [{"call": "print(x + 1)"}],
+                        [{"text": "got {{last_output}}"}]]),
+    "two_calls_one_round": ("/v1/responses", None,
+                            [[{"call": "a = 1"}, {"call": "print(a + 1)"}],
+                             [{"text": "outputs {{outputs}}"}]]),
+    "reasoning": ("/v1/responses", None,
+                  [[{"reasoning": "Add them up."}, {"call": "print(2 + 3)"}],
+                   [{"text": "five"}]]),
+    "client_function": ("/v1/responses", [TOOL, WEATHER],
+                        [[{"call": "print(5)"},
+                          {"function": {"name": "get_weather",
+                                        "arguments": {"city": "Paris"}}}]]),
+    "sandbox_failure": ("/quick/v1/responses", None,
+                        [[{"call": "import time\ntime.sleep(30)"}],
+                         [{"text": "it took too long"}]]),
+    "followup_failure": ("/v1/responses", None,
+                         [[{"call": "print(1)"}],
+                          [{"error": {"status": 500}}]]),
+    "annotation": ("/v1/responses", None,
+                   [[{"call": "open('a.csv', 'w').write('x')"}],
+                    [{"garbage": annotated_response()}]]),
+}
+
+
+def run_scenario(server, name):
+    path, tools, rounds = SCENARIOS[name]
+    return stream(server, path, stream_body(rounds, tools))
+
+
+# ------------------------------------------------------------- servers
+
+def httpd_pid(server):
+    with open(os.path.join(server.root, "httpd.pid")) as f:
+        return int(f.read().strip())
+
+
+def _ppid(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def sandboxes_of(server):
+    """bwrap processes (pgrep -x bwrap) descended from SERVER's httpd."""
+    root = httpd_pid(server)
+    out = subprocess.run(["pgrep", "-x", "bwrap"], capture_output=True, text=True).stdout
+    mine = []
+    for pid in (int(p) for p in out.split()):
+        p, hops = pid, 0
+        while p and p > 1 and hops < 64:
+            if p == root:
+                mine.append(pid)
+                break
+            p, hops = _ppid(p), hops + 1
+    return mine
+
+
+@pytest.fixture(scope="session")
+def stream_httpd(model):
+    up = "http://127.0.0.1:%d" % model.port
+    extra = f"""
+<Location /gz/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  SetOutputFilter DEFLATE
+  # compress whatever the client accepts (the module drops Accept-Encoding
+  # before the upstream sees it): only no-gzip can keep a stream plain
+  SetEnv force-gzip 1
+</Location>
+<Location /ka/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter On
+  CodeInterpreterKeepalive 1
+</Location>
+"""
+    server = Httpd("stream", base_conf(model.port, extra=extra)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def sserver(stream_httpd, model):
+    """The stream server, with the same after-test checks as the main one."""
+    model.reset()
+    stream_httpd.mark()
+    yield stream_httpd
+    started, destroyed = stream_httpd.wait_sandboxes_destroyed()
+    text = stream_httpd.log_since_mark()
+    assert "exit signal" not in text, text
+    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+
+
+# ------------------------------------------------------------- headers, framing
+
+def test_headers_and_framing_without_gzip(sserver, model):
+    s = stream(sserver, "/gz/v1/responses",
+               stream_body(SCENARIOS["one_call"][2]), headers={"Accept-Encoding": "gzip"})
+    check_framing(s)
+    assert "content-encoding" not in s.headers
+    assert s.headers.get("cache-control") == "no-cache"
+    assert types(s.events())[-1] == "response.completed"
+    assert upstream_streams(model) == [False, False]
+
+
+def test_deflate_is_active_at_that_location(sserver, model):
+    # The same location compresses the JSON path, so the stream above is
+    # plain because streaming turns compression off, not by accident.
+    body = stream_body(SCENARIOS["one_call"][2], stream=False)
+    status, hdrs, data = sserver.request("POST", "/gz/v1/responses", body,
+                                         headers={"Accept-Encoding": "gzip"})
+    assert status == 200
+    assert dict((k.lower(), v) for k, v in hdrs).get("content-encoding") == "gzip"
+    answer = json.loads(gzip.decompress(data))
+    assert answer["output"][0]["type"] == "code_interpreter_call"
+
+
+# ------------------------------------------------------------- event order
+
+def test_one_call_order(httpd, model):
+    s = run_scenario(httpd, "one_call")
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + MESSAGE + END
+    call, msg = items
+    assert call["status"] == "completed"
+    assert call["code"] == "print(6 * 7)"
+    assert call["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert msg["content"][0]["text"] == "the answer is 42\n"
+    final = s.events()[-1]["data"]["response"]
+    assert final["status"] == "completed"
+    assert final["tools"] == [TOOL]
+    created = s.events()[0]["data"]["response"]
+    assert created["status"] == "in_progress" and created["output"] == []
+    assert upstream_streams(model) == [False, False]
+
+
+def test_several_rounds_order(httpd, model):
+    s = run_scenario(httpd, "several_rounds")
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + CALL + MESSAGE + END
+    assert [i["type"] for i in items] == ["code_interpreter_call"] * 2 + ["message"]
+    assert items[1]["outputs"] == [{"type": "logs", "logs": "21\n"}]
+    assert items[2]["content"][0]["text"] == "got 21\n"
+    assert len(model.requests()) == 3
+
+
+def test_two_calls_in_one_round_order(httpd, model):
+    s = run_scenario(httpd, "two_calls_one_round")
+    items = check_stream(s)
+    # The first call is finished before the second is announced.
+    assert shape(s.events()) == START + CALL + CALL + MESSAGE + END
+    assert [i["status"] for i in items[:2]] == ["completed", "completed"]
+    assert items[0]["container_id"] == items[1]["container_id"]
+    assert items[1]["outputs"] == [{"type": "logs", "logs": "2\n"}]
+    assert len(model.requests()) == 2
+
+
+def test_reasoning_item_order(httpd, model):
+    s = run_scenario(httpd, "reasoning")
+    items = check_stream(s)
+    assert shape(s.events()) == START + REASONING + CALL + MESSAGE + END
+    assert [i["type"] for i in items] == ["reasoning", "code_interpreter_call", "message"]
+    assert items[0]["summary"] == [{"type": "summary_text", "text": "Add them up."}]
+    assert items[1]["outputs"] == [{"type": "logs", "logs": "5\n"}]
+
+
+def test_client_function_call_order(httpd, model):
+    s = run_scenario(httpd, "client_function")
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + FUNCTION + END
+    call, fn = items
+    assert call["type"] == "code_interpreter_call" and call["status"] == "completed"
+    assert fn["type"] == "function_call" and fn["name"] == "get_weather"
+    assert json.loads(fn["arguments"]) == {"city": "Paris"}
+    final = s.events()[-1]["data"]["response"]
+    # The upstream echo completes the client function with "strict", as OpenAI does.
+    assert final["tools"] == [TOOL, dict(WEATHER, strict=True)]
+    # The client's call goes back to the client: no further round.
+    assert len(model.requests()) == 1
+
+
+def test_sandbox_failure_still_completes(httpd, model):
+    s = run_scenario(httpd, "sandbox_failure")
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + MESSAGE + END
+    call, msg = items
+    assert call["status"] == "failed"
+    assert msg["content"][0]["text"] == "it took too long"
+    assert s.events()[-1]["data"]["response"]["status"] == "completed"
+
+
+def test_followup_failure_ends_with_error_and_failed(httpd, model):
+    s = run_scenario(httpd, "followup_failure")
+    check_framing(s)
+    assert shape(s.events()) == START + CALL + FAILED
+    events = [e["data"] for e in s.events()]
+    err, failed = events[-2], events[-1]
+    for key in ("code", "message", "param"):
+        assert key in err, err
+    assert isinstance(err["message"], str) and err["message"]
+    assert set(err["error"]) >= {"type", "code", "message", "param"}
+    assert err["error"]["message"] == err["message"]
+    assert err["error"]["code"] == err["code"]
+    assert err["error"]["param"] == err["param"]
+    resp = failed["response"]
+    assert resp["status"] == "failed"
+    assert resp["error"]["code"] == "server_error"
+    assert resp["error"]["message"]
+    assert [i["type"] for i in resp["output"]] == ["code_interpreter_call"]
+    assert resp["output"][0]["status"] == "completed"
+    assert len(model.requests()) == 2
+
+
+def test_annotation_events(httpd, model):
+    s = run_scenario(httpd, "annotation")
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + [
+        "response.output_item.added", "response.content_part.added",
+        "response.output_text.delta+", "response.output_text.annotation.added",
+        "response.output_text.done", "response.content_part.done",
+        "response.output_item.done"] + END
+    ann = [e["data"] for e in s.events()
+           if e["event"] == "response.output_text.annotation.added"][0]
+    assert ann["annotation_index"] == 0
+    assert ann["annotation"] == items[1]["content"][0]["annotations"][0]
+
+
+# ------------------------------------------------------------- schema
+
+_SCHEMA = {}
+LIFECYCLE = ("response.created", "response.in_progress", "response.completed",
+             "response.failed", "response.incomplete")
+
+
+def schema_checker():
+    """check(event) -> [] when EVENT is a ResponseStreamEvent, else its failures
+    as (type, path within the event, keyword, message)."""
+    if not os.path.exists(OPENAPI):
+        pytest.skip("the OpenAPI spec is absent: %s" % OPENAPI)
+    if "check" in _SCHEMA:
+        return _SCHEMA["check"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from jsonschema import Draft202012Validator, RefResolver
+        from jsonschema.exceptions import best_match
+        with open(OPENAPI) as f:
+            doc = json.load(f)
+        resolver = RefResolver.from_schema(doc)
+        union = Draft202012Validator(
+            {"$ref": "#/components/schemas/ResponseStreamEvent"}, resolver=resolver)
+    schemas = doc["components"]["schemas"]
+    member_of = {}
+    for ref in schemas["ResponseStreamEvent"]["anyOf"]:
+        name = ref["$ref"].rsplit("/", 1)[1]
+        for t in schemas[name].get("properties", {}).get("type", {}).get("enum", []):
+            member_of[t] = name
+
+    def leaves(err):
+        if err.context:
+            return leaves(best_match(err.context))
+        return [err]
+
+    def check(event):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            if union.is_valid(event):
+                return []
+            etype = event.get("type")
+            name = member_of.get(etype)
+            if name is None:
+                return [(etype, "", "anyOf", "no member of ResponseStreamEvent has this type")]
+            # The member schema for this type names the failing path and keyword.
+            member = Draft202012Validator({"$ref": "#/components/schemas/" + name},
+                                          resolver=resolver)
+            out = []
+            for err in member.iter_errors(event):
+                for leaf in leaves(err):
+                    out.append((etype, "/" + "/".join(str(p) for p in leaf.absolute_path),
+                                leaf.validator, leaf.message[:160]))
+            return out or [(etype, "", "anyOf", "fails ResponseStreamEvent")]
+
+    _SCHEMA["check"] = check
+    return check
+
+
+def schema_problems(s, check):
+    problems = []
+    for e in s.events():
+        problems.extend(check(e["data"]))
+    return problems
+
+
+def show(problems):
+    return "\n".join("%s %s %s: %s" % p for p in problems)
+
+
+_RECORDED_GAPS = {}
+
+
+def recorded_gaps(check):
+    """(type, path, keyword) where the recorded real stream itself fails."""
+    if "gaps" not in _RECORDED_GAPS:
+        _RECORDED_GAPS["gaps"] = {(t, path, kw) for e in recorded_events()
+                                  for t, path, kw, _ in check(e)}
+    return _RECORDED_GAPS["gaps"]
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_events_deviate_from_the_schema_only_where_the_real_stream_does(
+        httpd, model, name):
+    # Alongside the strict test above: every item, delta and error event must
+    # validate as it is; a lifecycle event's response may only fail where the
+    # recorded real stream's does (response.failed against response.completed).
+    check = schema_checker()
+    known = recorded_gaps(check)
+    s = run_scenario(httpd, name)
+    check_framing(s)
+    left = []
+    for t, path, kw, msg in schema_problems(s, check):
+        as_recorded = "response.completed" if t == "response.failed" else t
+        if t in LIFECYCLE and (as_recorded, path, kw) in known:
+            continue
+        left.append((t, path, kw, msg))
+    assert not left, show(left)
+
+
+# ------------------------------------------------------------- recorded stream
+
+def recorded_events():
+    if not os.path.exists(RECORDED):
+        pytest.skip("the recorded stream is absent: %s" % RECORDED)
+    with open(RECORDED) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_keys_match_the_recorded_stream(httpd, model):
+    recorded = recorded_events()
+    rec_keys, rec_item_keys, rec_part_keys = {}, {}, {}
+    for e in recorded:
+        rec_keys.setdefault(e["type"], set(e) - {"obfuscation"})
+        if "item" in e:
+            rec_item_keys.setdefault((e["type"], e["item"]["type"]), set(e["item"]))
+        if "part" in e:
+            rec_part_keys.setdefault(e["type"], set(e["part"]))
+    ours = []
+    for name in ("reasoning", "annotation"):
+        s = run_scenario(httpd, name)
+        check_framing(s)
+        ours.extend(e["data"] for e in s.events())
+    compared, missing = set(), []
+    for e in ours:
+        t = e["type"]
+        if t not in rec_keys:
+            continue
+        compared.add(t)
+        lack = rec_keys[t] - set(e)
+        if lack:
+            missing.append("%s lacks %s" % (t, sorted(lack)))
+        if "item" in e and (t, e["item"]["type"]) in rec_item_keys:
+            compared.add((t, e["item"]["type"]))
+            lack = rec_item_keys[(t, e["item"]["type"])] - set(e["item"])
+            if lack:
+                missing.append("%s item %s lacks %s" % (t, e["item"]["type"], sorted(lack)))
+        if "part" in e and t in rec_part_keys:
+            lack = rec_part_keys[t] - set(e["part"])
+            if lack:
+                missing.append("%s part lacks %s" % (t, sorted(lack)))
+    assert not missing, "\n".join(missing)
+    # Every event type of the recording was compared.
+    assert compared >= set(rec_keys), sorted(set(rec_keys) - compared)
+    assert compared >= set(rec_item_keys), sorted(set(rec_item_keys) - compared, key=str)
+
+
+# ------------------------------------------------------------- parity
+
+def _normalized(resp):
+    """RESP without ids, timestamps and container ids."""
+    def walk(o):
+        if isinstance(o, dict):
+            return {k: walk(v) for k, v in o.items()
+                    if k not in ("id", "created_at", "container_id")}
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+    return walk(resp)
+
+
+def test_completed_response_equals_the_json_answer(httpd, model):
+    rounds = [[{"reasoning": "Count."}, {"call": "print(sum(range(5)))"}],
+              [{"call": "print('again')"}], [{"text": "sum {{outputs}}"}]]
+    s = stream(httpd, "/v1/responses", stream_body(rounds))
+    check_stream(s)
+    streamed = s.events()[-1]["data"]["response"]
+    status, _, plain = httpd.post("/v1/responses", stream_body(rounds, stream=False))
+    assert status == 200
+    for resp in (streamed, plain):
+        for item in resp["output"]:
+            item.pop("encrypted_content", None)     # minted per answer, like an id
+    assert _normalized(streamed) == _normalized(plain)
+    assert streamed["output"][1]["container_id"].startswith("cntr_")
+
+
+# ------------------------------------------------------------- timing
+
+def test_interpreting_arrives_before_the_code_finishes(httpd, model):
+    code = 'import time; time.sleep(2); print("done")'
+    s = stream(httpd, "/v1/responses",
+               stream_body([[{"call": code}], [{"text": "{{last_output}}"}]]))
+    check_stream(s)
+    at = {}
+    for e in s.events():
+        at.setdefault(e["event"], e["t"])
+    gap = at["response.code_interpreter_call.completed"] - \
+        at["response.code_interpreter_call.interpreting"]
+    assert gap >= 1.5, "interpreting came only %.2f s before completed" % gap
+    assert at["response.created"] <= at["response.code_interpreter_call.interpreting"]
+
+
+def test_keepalive_comments_while_the_code_runs(sserver, model):
+    code = "import time; time.sleep(3); print('done')"
+    s = stream(sserver, "/ka/v1/responses",
+               stream_body([[{"call": code}], [{"text": "{{last_output}}"}]]))
+    check_stream(s)
+    kinds = [(r["kind"], r.get("event") or r.get("text")) for r in s.records]
+    start = kinds.index(("event", "response.code_interpreter_call.interpreting"))
+    end = kinds.index(("event", "response.code_interpreter_call.completed"))
+    between = [k for k in kinds[start + 1:end] if k[0] == "comment"]
+    assert between, kinds
+    assert all(text == ": keepalive" for _, text in between), between
+    assert all(r["text"] == ": keepalive" for r in s.comments())
+
+
+def test_disconnect_stops_the_loop(httpd, model):
+    code = "import time\ntime.sleep(5)\nprint('late')"
+    s = SSE(httpd, "/v1/responses",
+            stream_body([[{"call": code}], [{"text": "never"}]]))
+    s.until("response.code_interpreter_call.interpreting")
+    # (interpreting leaves before the sandbox is asked to run the code)
+    seen = time.monotonic()
+    while not sandboxes_of(httpd) and time.monotonic() < seen + 3:
+        time.sleep(0.05)
+    assert sandboxes_of(httpd), "no sandbox is running the code"
+    s.abort()
+    closed = time.monotonic()
+    # The sandbox goes away well before the code would have finished.
+    while sandboxes_of(httpd) and time.monotonic() < closed + 3.5:
+        time.sleep(0.1)
+    assert not sandboxes_of(httpd), "the sandbox outlived the client"
+    # And the upstream never hears of a second round.
+    while time.monotonic() < closed + 6.5:
+        assert len(model.requests()) == 1, model.requests()
+        time.sleep(0.25)
+    started, destroyed = httpd.wait_sandboxes_destroyed()
+    assert started == destroyed == 1
+    assert "CI0206" in httpd.log_since_mark()      # the client went away
+
+
+# ------------------------------------------------------------- passthrough
+
+def test_passthrough_stream_is_not_buffered(httpd, model):
+    body = {"model": "m", "stream": True, "input": script_input([[{"stream_pause": 1}]])}
+    s = stream(httpd, "/v1/responses", body)
+    assert s.status == 200
+    assert s.headers.get("content-type", "").startswith("text/event-stream")
+    events = s.events()
+    assert types(events) == ["response.created", "response.in_progress",
+                             "response.completed"]
+    assert events[-1]["t"] - events[0]["t"] >= 1.0, [e["t"] - s.t_sent for e in events]
+    seen = model.requests()
+    assert len(seen) == 1 and seen[0]["json"]["stream"] is True
+    assert "CI0101" not in httpd.log_since_mark()
