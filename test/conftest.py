@@ -53,6 +53,31 @@ def script_input(rounds, prefix=""):
     return prefix + "SCRIPT: " + json.dumps(rounds)
 
 
+# CI_SANITIZE=1: the module under test was built with ASan/UBSan; httpd is
+# started with the sanitizer runtime preloaded and its reports written under
+# the server root, and every test fails if one appears.
+SANITIZE = os.environ.get("CI_SANITIZE") == "1"
+
+
+def sanitizer_env(root):
+    libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                             text=True).stdout.strip()
+    logs = os.path.join(root, "logs", "sanitizer")
+    return {"LD_PRELOAD": libasan,
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:log_path=" + logs,
+            "UBSAN_OPTIONS": "print_stacktrace=1:log_path=" + logs}
+
+
+def sanitizer_reports(root):
+    logdir = os.path.join(root, "logs")
+    out = []
+    for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
+        if name.startswith("sanitizer"):
+            with open(os.path.join(logdir, name), errors="replace") as f:
+                out.append(f.read())
+    return out
+
+
 class Httpd:
     """One httpd server root. conf_body is inserted into the template."""
 
@@ -63,6 +88,8 @@ class Httpd:
         self.conf_body = conf_body
         self.mpm = mpm
         self.env = dict(os.environ, **(env or {}))
+        if SANITIZE:
+            self.env.update(sanitizer_env(self.root))
         self.error_log = os.path.join(self.root, "logs", "error_log")
         self.access_log = os.path.join(self.root, "logs", "access_log")
         self.log_mark = 0
@@ -279,3 +306,5 @@ def checked_server(request):
     text = server.log_since_mark()
     assert "exit signal" not in text, text
     assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+    reports = sanitizer_reports(server.root)
+    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
