@@ -7,10 +7,12 @@
  * used by one thread at a time (the worker while a job runs, the request
  * thread after it), never in the request pool.
  */
+#include <string.h>
 #include <apr_atomic.h>
 #include <apr_strings.h>
 #include <apr_thread_mutex.h>
 #include <http_request.h>
+#include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
@@ -25,6 +27,7 @@ struct ci_session {
     ci_sandbox *sb;
     apr_thread_mutex_t *lock;  /* guards sb against interrupt() */
     int sb_failed;           /* the last execution killed it */
+    int slot;                /* in the server-wide registry, -1: none */
     ci_job *job;             /* in flight, or NULL */
     /* the job's input and output */
     const char *code;
@@ -132,6 +135,7 @@ static apr_status_t session_cleanup(void *data)
         s->job = NULL;
     }
     destroy_sandbox(s, "request ended");
+    ci_registry_release(s->slot);
     apr_pool_destroy(s->root);
     return APR_SUCCESS;
 }
@@ -145,6 +149,7 @@ ci_session *ci_session_create(request_rec *r, const ci_sandbox_def *def,
     s->def = def;
     s->tag = tag;
     s->prov = ci_provider_for(def->provider);
+    s->slot = -1;
     apr_allocator_create(&alloc);
     apr_pool_create_ex(&s->root, NULL, NULL, alloc);
     apr_allocator_owner_set(alloc, s->root);
@@ -163,6 +168,14 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                      "The sandbox provider of tool '%s' is not available in "
                      "this build.", s->def->name);
         return APR_ENOTIMPL;
+    }
+    if (s->slot < 0 && (s->slot = ci_registry_claim(s->def->name, s->tag)) < 0) {
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, s->r, "CI0304: sandbox refused: "
+                      "CodeInterpreterMaxSandboxes reached");
+        ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", s->r->pool,
+                     "This server is running as many code sandboxes as it allows; "
+                     "retry shortly.");
+        return APR_EAGAIN;
     }
     s->code = apr_pstrdup(s->root, code);
     s->err = NULL;
@@ -192,5 +205,8 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         return APR_EGENERAL;
     }
     *res = s->res;
+    ci_registry_execution(s->def->name, res->status == CI_EXEC_FAILED,
+                          res->failure && strstr(res->failure, "timed out") != NULL,
+                          res->duration);
     return APR_SUCCESS;
 }

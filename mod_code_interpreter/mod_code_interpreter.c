@@ -10,6 +10,7 @@
 #include <http_request.h>
 #include <ap_mpm.h>
 #include <unixd.h>
+#include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
@@ -376,6 +377,8 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                      "be initialised");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
+    if (ci_registry_post_config(pconf, s) != OK)
+        return HTTP_INTERNAL_SERVER_ERROR;
     local = used_local(s);
     if (local && ci_local_probe(ptemp, ap_unixd_config.user_id,
                                 ap_unixd_config.group_id, local->python,
@@ -405,6 +408,7 @@ static void ci_register_hooks(apr_pool_t *p)
     ap_hook_check_config(ci_check_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_child_init(ci_child_init, NULL, NULL, APR_HOOK_MIDDLE);
+    ci_registry_register_hooks(p);
     ci_input_register_hooks(p);
     ci_output_register_hooks(p);
 }

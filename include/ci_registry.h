@@ -1,0 +1,29 @@
+/*
+ * ci_registry.h - the server-wide view of live sandboxes, in APR shared
+ * memory created by the parent and kept across graceful restarts: the cap
+ * (CodeInterpreterMaxSandboxes), per-tool counters for server-status, and
+ * the slots a dead child left. Slots and counters change only through
+ * atomic operations; nothing in it is a secret, and nothing read from it is
+ * trusted enough to kill a process.
+ */
+#ifndef CI_REGISTRY_H
+#define CI_REGISTRY_H
+
+#include <httpd.h>
+
+/* Parent, real post_config: create or reuse the segment, publish the tools. */
+int ci_registry_post_config(apr_pool_t *pconf, server_rec *s);
+
+/* Claim a slot for a sandbox of tool TOOL. -1 when the server-wide cap is
+ * reached (answer 503 with Retry-After). */
+int ci_registry_claim(const char *tool, const char *container_id);
+void ci_registry_release(int slot);
+
+/* Counters. */
+void ci_registry_execution(const char *tool, int failed, int timed_out,
+                           apr_interval_time_t duration);
+
+/* Hooks: child_status (orphaned slots) and mod_status. */
+void ci_registry_register_hooks(apr_pool_t *p);
+
+#endif
