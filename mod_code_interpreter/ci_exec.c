@@ -258,7 +258,8 @@ const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res)
         text = apr_pstrcat(p, text, "[a PNG figure was created and is shown "
                                     "to the user]\n", NULL);
     if (res->status == CI_EXEC_FAILED)
-        return apr_pstrcat(p, text, *text ? "\n" : "", res->failure,
+        return apr_pstrcat(p, text, *text && text[strlen(text) - 1] != '\n' ? "\n" : "",
+                           res->failure,
                            " The interpreter was restarted: variables, imports "
                            "and files from earlier calls are gone.", NULL);
     return *text ? text : "(no output)";

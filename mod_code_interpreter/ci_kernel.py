@@ -16,6 +16,7 @@ import traceback
 CONFIG = json.loads(sys.argv[1])
 MAX_OUTPUT = int(CONFIG.get("max_output", 65536))
 FD_CAPTURE = "/tmp/.fd-output"
+CAPTURE_FD = None   # descriptors 1 and 2 of the kernel and its children
 
 
 def limit_processes():
@@ -84,6 +85,9 @@ class Stream(io.TextIOBase):
     def write(self, s):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        # What subprocesses wrote to descriptors 1 and 2 came first.
+        if CAPTURE_FD is not None and os.fstat(CAPTURE_FD).st_size:
+            send_fd_output(self.channel, CAPTURE_FD)
         self.channel.text(self.kind, s)
         return len(s)
 
@@ -147,7 +151,9 @@ def main():
     channel = Channel(os.dup(1))
     null = os.open("/dev/null", os.O_RDWR)
     os.dup2(null, 0)
+    global CAPTURE_FD
     capture = os.open(FD_CAPTURE, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    CAPTURE_FD = capture
     os.dup2(capture, 1)
     os.dup2(capture, 2)
     sys.stdin = open(os.devnull)
