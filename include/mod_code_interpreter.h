@@ -103,6 +103,9 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                             int (*wait_tick)(void *), void *baton,
                             ci_error *err);
 
+/* Start the warm pools of this child (tools with warm=N). */
+void ci_warm_start(apr_pool_t *pchild, server_rec *s);
+
 /* Sandbox lifecycle counters of this child, for logs and tests. */
 void ci_session_counts(apr_uint32_t *started, apr_uint32_t *destroyed);
 

@@ -97,6 +97,175 @@ static apr_status_t start_sandbox(ci_session *s)
     return APR_SUCCESS;
 }
 
+/* ---- the warm pool ------------------------------------------------------
+ * Per child and per local sandbox tool with warm=N: N sandboxes already
+ * started (namespaces set up, interpreter running, preload= imported),
+ * refilled in the background. Each holds its own registry slot, so warm
+ * sandboxes count toward CodeInterpreterMaxSandboxes; a request that takes
+ * one takes over its slot. A warm sandbox is handed to one request only. */
+
+typedef struct warm_sb {
+    apr_pool_t *pool;          /* own allocator: made on a worker thread */
+    ci_sandbox *sb;
+    int slot;
+    struct warm_sb *next;
+} warm_sb;
+
+typedef struct warm_list {
+    const ci_sandbox_def *def;
+    server_rec *s;
+    apr_thread_mutex_t *lock;
+    warm_sb *ready;
+    int closing;
+    struct warm_list *next;
+} warm_list;
+
+static warm_list *warm_lists;
+
+static apr_pool_t *own_pool(void)
+{
+    apr_allocator_t *alloc;
+    apr_pool_t *p;
+    apr_allocator_create(&alloc);
+    apr_pool_create_ex(&p, NULL, NULL, alloc);
+    apr_allocator_owner_set(alloc, p);
+    return p;
+}
+
+/* Worker thread: start one warm sandbox and add it to the list. */
+static void warm_fill(void *baton)
+{
+    warm_list *wl = baton;
+    apr_pool_t *p = own_pool();
+    warm_sb *w = apr_pcalloc(p, sizeof(*w));
+    const char *err = NULL;
+    const ci_provider *prov = ci_provider_for(wl->def->provider);
+
+    w->pool = p;
+    if ((w->slot = ci_registry_claim(wl->def->name, "warm")) < 0) {
+        apr_pool_destroy(p);
+        return;
+    }
+    if (prov->start(p, wl->def, "warm", &w->sb, &err) != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, wl->s, "CI0305: a warm sandbox "
+                     "of tool %s could not start: %s", wl->def->name, err);
+        ci_registry_release(w->slot);
+        apr_pool_destroy(p);
+        return;
+    }
+    apr_thread_mutex_lock(wl->lock);
+    if (!wl->closing) {
+        w->next = wl->ready;
+        wl->ready = w;
+        w = NULL;
+    }
+    apr_thread_mutex_unlock(wl->lock);
+    if (w) {                       /* the child is exiting */
+        prov->destroy(w->sb);
+        ci_registry_release(w->slot);
+        apr_pool_destroy(p);
+    }
+}
+
+static warm_list *warm_list_for(const ci_sandbox_def *def)
+{
+    warm_list *wl;
+    for (wl = warm_lists; wl; wl = wl->next)
+        if (wl->def == def)
+            return wl;
+    return NULL;
+}
+
+/* Take a ready sandbox for DEF, or NULL. A refill is queued. */
+static warm_sb *warm_take(const ci_sandbox_def *def)
+{
+    warm_list *wl = warm_list_for(def);
+    warm_sb *w = NULL;
+    if (!wl)
+        return NULL;
+    apr_thread_mutex_lock(wl->lock);
+    if ((w = wl->ready))
+        wl->ready = w->next;
+    apr_thread_mutex_unlock(wl->lock);
+    if (ci_job_fire(warm_fill, wl) != APR_SUCCESS)
+        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, wl->s,
+                     "CI0306: warm pool of tool %s not refilled: queue full",
+                     def->name);
+    return w;
+}
+
+static apr_status_t warm_cleanup(void *data)
+{
+    warm_list *wl;
+    for (wl = warm_lists; wl; wl = wl->next) {
+        warm_sb *w, *next;
+        const ci_provider *prov = ci_provider_for(wl->def->provider);
+        apr_thread_mutex_lock(wl->lock);
+        wl->closing = 1;
+        w = wl->ready;
+        wl->ready = NULL;
+        apr_thread_mutex_unlock(wl->lock);
+        for (; w; w = next) {
+            next = w->next;
+            prov->destroy(w->sb);
+            ci_registry_release(w->slot);
+            apr_pool_destroy(w->pool);
+        }
+    }
+    warm_lists = NULL;
+    return APR_SUCCESS;
+}
+
+void ci_warm_start(apr_pool_t *pchild, server_rec *s)
+{
+    ci_server_conf *c = ci_server_config(s);
+    apr_hash_index_t *hi;
+    const ci_sandbox_def *local = ci_sandbox_lookup(s, "local");
+    apr_array_header_t *defs = apr_array_make(pchild, 4, sizeof(const ci_sandbox_def *));
+    int i, k;
+
+    if (!apr_hash_get(c->sandboxes, "local", APR_HASH_KEY_STRING))
+        *(const ci_sandbox_def **)apr_array_push(defs) = local;
+    for (hi = apr_hash_first(pchild, c->sandboxes); hi; hi = apr_hash_next(hi))
+        *(const ci_sandbox_def **)apr_array_push(defs) = apr_hash_this_val(hi);
+    for (i = 0; i < defs->nelts; i++) {
+        const ci_sandbox_def *def = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
+        warm_list *wl;
+        if (def->provider != CI_PROVIDER_LOCAL || def->warm <= 0)
+            continue;
+        wl = apr_pcalloc(pchild, sizeof(*wl));
+        wl->def = def;
+        wl->s = s;
+        apr_thread_mutex_create(&wl->lock, APR_THREAD_MUTEX_DEFAULT, pchild);
+        wl->next = warm_lists;
+        warm_lists = wl;
+        for (k = 0; k < def->warm; k++)
+            ci_job_fire(warm_fill, wl);
+    }
+    if (warm_lists)
+        apr_pool_pre_cleanup_register(pchild, NULL, warm_cleanup);
+}
+
+/* Adopt a warm sandbox into S. */
+static int adopt_warm(ci_session *s)
+{
+    apr_time_t t0 = apr_time_now();
+    warm_sb *w = warm_take(s->def);
+    if (!w)
+        return 0;
+    apr_thread_mutex_lock(s->lock);
+    s->sb = w->sb;
+    s->sbpool = w->pool;
+    apr_thread_mutex_unlock(s->lock);
+    s->slot = w->slot;
+    apr_atomic_inc32(&started_count);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
+                  "CI0302: sandbox started tool=%s provider=%s container=%s "
+                  "(warm, acquired in %" APR_TIME_T_FMT " us)", s->def->name,
+                  s->prov->name, s->tag, apr_time_now() - t0);
+    return 1;
+}
+
 /* Worker thread: (re)start the sandbox if needed, then run the code. */
 static void run_job(void *baton)
 {
@@ -169,7 +338,8 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                      "this build.", s->def->name);
         return APR_ENOTIMPL;
     }
-    if (s->slot < 0 && (s->slot = ci_registry_claim(s->def->name, s->tag)) < 0) {
+    if (s->slot < 0 && !s->sb && !adopt_warm(s) &&
+        (s->slot = ci_registry_claim(s->def->name, s->tag)) < 0) {
         ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, s->r, "CI0304: sandbox refused: "
                       "CodeInterpreterMaxSandboxes reached");
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", s->r->pool,

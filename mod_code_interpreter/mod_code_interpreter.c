@@ -397,9 +397,12 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
     int workers = c->workers != CI_UNSET ? c->workers : CI_DEFAULT_WORKERS;
     int queue = c->queue_limit != CI_UNSET ? c->queue_limit : CI_DEFAULT_QUEUE_LIMIT;
     apr_status_t rv = ci_workers_start(pchild, workers, queue);
-    if (rv != APR_SUCCESS)
+    if (rv != APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
                      "CI0004: the code execution threads could not be started");
+        return;
+    }
+    ci_warm_start(pchild, s);
 }
 
 static void ci_register_hooks(apr_pool_t *p)
