@@ -18,6 +18,8 @@ int ci_registry_post_config(apr_pool_t *pconf, server_rec *s);
  * reached (answer 503 with Retry-After). */
 int ci_registry_claim(const char *tool, const char *container_id);
 void ci_registry_release(int slot);
+/* Mark SLOT's sandbox ready-and-waiting (1) or handed to a request (0). */
+void ci_registry_set_warm(int slot, int warm);
 
 /* Counters. */
 void ci_registry_execution(const char *tool, int failed, int timed_out,

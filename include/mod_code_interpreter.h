@@ -25,6 +25,7 @@ APLOG_USE_MODULE(code_interpreter);
 /* Server-wide settings (main server; virtual hosts inherit them). */
 typedef struct ci_server_conf {
     apr_hash_t *sandboxes;   /* name -> ci_sandbox_def* */
+    apr_hash_t *declared_at; /* name -> "file:line" */
     int workers;
     int queue_limit;
     int max_sandboxes;

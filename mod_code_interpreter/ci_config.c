@@ -278,8 +278,15 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
             e = kind == CI_PROVIDER_LOCAL ? parse_local_key(p, d, key, v, &known)
                                           : parse_e2b_key(p, d, key, v, &known);
         if (!known)
-            return apr_psprintf(p, "unknown key '%s' for provider %s", key,
-                                kind == CI_PROVIDER_LOCAL ? "local" : "e2b");
+            return apr_psprintf(p, "unknown key '%s' for provider %s: expected one "
+                                   "of %s", key,
+                                kind == CI_PROVIDER_LOCAL ? "local" : "e2b",
+                                kind == CI_PROVIDER_LOCAL
+                                    ? "provider, timeout, max_output, python, memory, "
+                                      "processes, disk, warm, preload"
+                                    : "provider, timeout, max_output, api_key, "
+                                      "api_base, template, lifetime, internet, "
+                                      "sandbox_url");
         if (e)
             return apr_psprintf(p, "%s: %s", key, e);
     }

@@ -173,8 +173,17 @@ static int is_json(request_rec *r)
 static int intercept(request_rec *r, ci_dir_conf *d, ci_request *req)
 {
     ci_req_state *st = apr_pcalloc(r->pool, sizeof(*st));
+    ci_error err;
     st->req = req;
     st->sandbox = ci_sandbox_lookup(r->server, d->sandbox);
+    if (!st->sandbox) {
+        /* configtest refuses this; a guard, never a crash */
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0103: CodeInterpreter names "
+                      "sandbox '%s', which this server does not declare", d->sandbox);
+        ci_error_set(&err, 500, CI_SERVER, NULL, "server_error", r->pool,
+                     "The code interpreter is misconfigured on this server.");
+        return ci_send_error(r, &err);
+    }
     st->tag = ci_mint_id(r->pool, "cntr_", 24);
     st->container_id = st->tag;
     st->started = apr_time_now();

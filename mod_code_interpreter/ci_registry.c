@@ -25,7 +25,7 @@ enum { SLOT_FREE = 0, SLOT_CLAIMING = 1, SLOT_IN_USE = 2 };
 
 typedef struct reg_tool {
     char name[64];
-    volatile apr_uint32_t live, started, executions, failures, timeouts;
+    volatile apr_uint32_t live, warm, started, executions, failures, timeouts;
     volatile apr_uint64_t exec_us;
 } reg_tool;
 
@@ -42,6 +42,7 @@ typedef struct registry {
     apr_uint32_t magic, layout;
     volatile apr_uint32_t generation;
     volatile apr_uint32_t live;
+    volatile apr_uint32_t warm;     /* of the live ones: ready, not handed out */
     apr_uint32_t max_live;
     reg_tool tools[REG_TOOLS];
     reg_slot slots[REG_SLOTS];
@@ -163,6 +164,24 @@ static void free_slot(reg_slot *sl)
     apr_atomic_dec32(&reg->live);
 }
 
+void ci_registry_set_warm(int slot, int warm)
+{
+    reg_slot *sl;
+    reg_tool *t;
+    if (!reg || slot < 0 || slot >= REG_SLOTS)
+        return;
+    sl = &reg->slots[slot];
+    t = &reg->tools[sl->tool < REG_TOOLS ? sl->tool : 0];
+    if (warm) {
+        apr_atomic_inc32(&t->warm);
+        apr_atomic_inc32(&reg->warm);
+    }
+    else {
+        apr_atomic_dec32(&t->warm);
+        apr_atomic_dec32(&reg->warm);
+    }
+}
+
 void ci_registry_release(int slot)
 {
     if (reg && slot >= 0 && slot < REG_SLOTS)
@@ -211,13 +230,14 @@ static int ci_status(request_rec *r, int flags)
         return OK;
     if (flags & AP_STATUS_SHORT) {
         ap_rprintf(r, "CodeInterpreterLiveSandboxes: %u\n", apr_atomic_read32(&reg->live));
+        ap_rprintf(r, "CodeInterpreterWarmSandboxes: %u\n", apr_atomic_read32(&reg->warm));
         ap_rprintf(r, "CodeInterpreterMaxSandboxes: %u\n", reg->max_live);
     }
     else {
         ap_rputs("<hr /><h2>Code interpreter</h2>\n", r);
-        ap_rprintf(r, "<p>Live sandboxes: %u of %u; executions queued or running in "
-                      "this child: %d</p>\n", apr_atomic_read32(&reg->live),
-                   reg->max_live, ci_workers_queued());
+        ap_rprintf(r, "<p>Live sandboxes: %u of %u (%u warm); executions queued or "
+                      "running in this child: %d</p>\n", apr_atomic_read32(&reg->live),
+                   reg->max_live, apr_atomic_read32(&reg->warm), ci_workers_queued());
         ap_rputs("<table border=\"1\"><tr><th>tool</th><th>live</th><th>started</th>"
                  "<th>executions</th><th>failures</th><th>timeouts</th>"
                  "<th>mean execution ms</th></tr>\n", r);
@@ -227,13 +247,15 @@ static int ci_status(request_rec *r, int flags)
         apr_uint32_t n = apr_atomic_read32(&t->executions);
         double mean = n ? (double)t->exec_us / n / 1000.0 : 0.0;
         if (flags & AP_STATUS_SHORT)
-            ap_rprintf(r, "CodeInterpreterTool-%s: live=%u started=%u executions=%u "
-                          "failures=%u timeouts=%u mean_ms=%.1f\n", t->name,
-                       t->live, t->started, n, t->failures, t->timeouts, mean);
+            ap_rprintf(r, "CodeInterpreterTool-%s: live=%u warm=%u started=%u "
+                          "executions=%u failures=%u timeouts=%u mean_ms=%.1f\n",
+                       t->name, t->live, t->warm, t->started, n, t->failures,
+                       t->timeouts, mean);
         else
             ap_rprintf(r, "<tr><td>%s</td><td>%u</td><td>%u</td><td>%u</td><td>%u</td>"
-                          "<td>%u</td><td>%.1f</td></tr>\n", ap_escape_html(r->pool, t->name),
-                       t->live, t->started, n, t->failures, t->timeouts, mean);
+                          "<td>%u</td><td>%u</td><td>%.1f</td></tr>\n",
+                       ap_escape_html(r->pool, t->name), t->live, t->warm, t->started,
+                       n, t->failures, t->timeouts, mean);
     }
     if (!(flags & AP_STATUS_SHORT))
         ap_rputs("</table>\n", r);

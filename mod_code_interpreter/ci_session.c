@@ -157,6 +157,7 @@ static void warm_fill(void *baton)
     if (!wl->closing) {
         w->next = wl->ready;
         wl->ready = w;
+        ci_registry_set_warm(w->slot, 1);
         w = NULL;
     }
     apr_thread_mutex_unlock(wl->lock);
@@ -184,8 +185,10 @@ static warm_sb *warm_take(const ci_sandbox_def *def)
     if (!wl)
         return NULL;
     apr_thread_mutex_lock(wl->lock);
-    if ((w = wl->ready))
+    if ((w = wl->ready)) {
         wl->ready = w->next;
+        ci_registry_set_warm(w->slot, 0);
+    }
     apr_thread_mutex_unlock(wl->lock);
     if (ci_job_fire(warm_fill, wl) != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, wl->s,
@@ -207,6 +210,7 @@ static apr_status_t warm_cleanup(void *data)
         apr_thread_mutex_unlock(wl->lock);
         for (; w; w = next) {
             next = w->next;
+            ci_registry_set_warm(w->slot, 0);
             prov->destroy(w->sb);
             ci_registry_release(w->slot);
             apr_pool_destroy(w->pool);

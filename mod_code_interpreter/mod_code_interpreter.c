@@ -21,6 +21,7 @@
 typedef struct ci_use {
     const char *name, *file;
     int line;
+    server_rec *server;      /* where it is used: only its sandboxes count */
 } ci_use;
 static apr_array_header_t *sandbox_uses;
 
@@ -35,6 +36,7 @@ static void *create_server_conf(apr_pool_t *p, server_rec *s)
 {
     ci_server_conf *c = apr_pcalloc(p, sizeof(*c));
     c->sandboxes = apr_hash_make(p);
+    c->declared_at = apr_hash_make(p);
     c->workers = c->queue_limit = c->max_sandboxes = CI_UNSET;
     return c;
 }
@@ -43,6 +45,7 @@ static void *merge_server_conf(apr_pool_t *p, void *basev, void *addv)
 {
     ci_server_conf *base = basev, *add = addv, *c = apr_pcalloc(p, sizeof(*c));
     c->sandboxes = apr_hash_overlay(p, add->sandboxes, base->sandboxes);
+    c->declared_at = apr_hash_overlay(p, add->declared_at, base->declared_at);
     c->workers = add->workers != CI_UNSET ? add->workers : base->workers;
     c->queue_limit = add->queue_limit != CI_UNSET ? add->queue_limit : base->queue_limit;
     c->max_sandboxes = add->max_sandboxes != CI_UNSET ? add->max_sandboxes
@@ -153,9 +156,14 @@ static const char *set_sandbox(cmd_parms *cmd, void *dummy, int argc,
     if (err)
         return apr_psprintf(cmd->pool, "%s %s: %s", cmd->cmd->name, argv[0], err);
     if (apr_hash_get(c->sandboxes, def->name, APR_HASH_KEY_STRING))
-        return apr_psprintf(cmd->pool, "%s %s: declared twice", cmd->cmd->name,
-                            argv[0]);
+        return apr_psprintf(cmd->pool, "%s %s: declared twice (first at %s): expected "
+                                       "each sandbox name once", cmd->cmd->name, argv[0],
+                            (const char *)apr_hash_get(c->declared_at, def->name,
+                                                       APR_HASH_KEY_STRING));
     apr_hash_set(c->sandboxes, def->name, APR_HASH_KEY_STRING, def);
+    apr_hash_set(c->declared_at, def->name, APR_HASH_KEY_STRING,
+                 apr_psprintf(cmd->pool, "%s:%d", cmd->directive->filename,
+                              cmd->directive->line_num));
     return NULL;
 }
 
@@ -190,6 +198,7 @@ static const char *set_enabled(cmd_parms *cmd, void *conf, const char *v)
     use->name = d->sandbox;
     use->file = cmd->directive->filename;
     use->line = cmd->directive->line_num;
+    use->server = cmd->server;
     return NULL;
 }
 
@@ -337,11 +346,9 @@ static int ci_check_config(apr_pool_t *pconf, apr_pool_t *plog,
     int i;
     for (i = 0; i < sandbox_uses->nelts; i++) {
         ci_use *u = &APR_ARRAY_IDX(sandbox_uses, i, ci_use);
-        server_rec *v;
-        int found = 0;
-        for (v = s; v && !found; v = v->next)
-            found = ci_sandbox_lookup(v, u->name) != NULL;
-        if (!found) {
+        /* The server's configuration is merged with the main server's by
+         * now: a virtual host sees its own sandboxes and the main ones. */
+        if (!ci_sandbox_lookup(u->server, u->name)) {
             ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
                          "CI0001: CodeInterpreter %s (%s:%d): no sandbox of that "
                          "name is declared; expected On, Off or a name declared "
