@@ -2599,8 +2599,9 @@ static void test_sandbox_local_keys(void **state)
                      "to 64", "warm=65");
     DEF_BAD(p, "py", "preload: 'os;rm' is not a valid module list: expected "
                      "comma-separated Python module names", "preload=os;rm");
-    DEF_BAD(p, "py", "unknown key 'foo' for provider local", "timeout=5", "foo=1");
-    DEF_BAD(p, "py", "unknown key 'api_key' for provider local", "api_key=sk-x");
+    DEF_BAD(p, "py", "unknown key 'foo' for provider local"
+                     ": expected one of provider, timeout, max_output, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
+    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, python, memory, processes, disk, warm, preload", "api_key=sk-x");
     DEF_BAD(p, "py", "unknown provider 'docker': expected local or e2b", "provider=docker");
     DEF_BAD(p, "py", "'timeout' is not valid: expected key=value", "timeout");
     DEF_BAD(p, "py", "'=5' is not valid: expected key=value", "=5");
@@ -2643,7 +2644,8 @@ static void test_sandbox_e2b_keys(void **state)
             "sandbox_url=sb");
     DEF_BAD(p, "cloud", "lifetime: '0' is not a valid duration: expected whole seconds "
                         "from 1 to 86400", "provider=e2b", "lifetime=0");
-    DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b", "provider=e2b",
+    DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b"
+                     ": expected one of provider, timeout, max_output, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
             "memory=1G");
 }
 
@@ -2658,7 +2660,8 @@ static void test_sandbox_errors_hide_key(void **state)
                   "from 1 to 86400");
     e = ci_sandbox_def_parse(p, "cloud", 3, (const char *const[]){
         "provider=e2b", "api_key=sk-SECRET-0001", "bogus=1"}, &d);
-    assert_str(e, "unknown key 'bogus' for provider e2b");
+    assert_str(e, "unknown key 'bogus' for provider e2b"
+                     ": expected one of provider, timeout, max_output, api_key, api_base, template, lifetime, internet, sandbox_url");
     assert_null(strstr(e, "SECRET"));
 }
 
