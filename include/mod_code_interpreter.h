@@ -29,6 +29,7 @@ typedef struct ci_server_conf {
     int workers;
     int queue_limit;
     int max_sandboxes;
+    const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
 } ci_server_conf;
 
 /* Per directory / location. */
@@ -103,6 +104,13 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                             apr_interval_time_t tick,
                             int (*wait_tick)(void *), void *baton,
                             ci_error *err);
+
+/* ci_audit.c: the audit log of executions. */
+const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target);
+int ci_audit_open(apr_pool_t *pconf, server_rec *s);
+void ci_audit_child_init(apr_pool_t *pchild);
+void ci_audit_execution(request_rec *r, const char *tool, const char *container,
+                        const ci_call *call, const ci_exec_result *res);
 
 /* Start the warm pools of this child (tools with warm=N). */
 void ci_warm_start(apr_pool_t *pchild, server_rec *s);

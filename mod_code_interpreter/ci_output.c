@@ -187,6 +187,8 @@ static int execute_call(driver *dv, ci_call *call)
     if (client_gone(dv->r))
         return -1;
     ci_loop_record(dv->loop, call, &res);
+    ci_audit_execution(dv->r, dv->st->sandbox->name, dv->st->container_id, call,
+                       call->result);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, dv->r,
                   "CI0201: round %d call %s: %s in %" APR_TIME_T_FMT " us, "
                   "%" APR_SIZE_T_FMT " bytes of output", call->round,

@@ -303,6 +303,8 @@ static const command_rec ci_directives[] = {
                   RSRC_CONF, "executions waiting per child before new ones are refused"),
     AP_INIT_TAKE1("CodeInterpreterMaxSandboxes", set_server_count, SOFF(max_sandboxes),
                   RSRC_CONF, "live sandboxes across the whole server"),
+    AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
+                  "file or |command receiving one JSON line per execution"),
     AP_INIT_TAKE1("CodeInterpreter", set_enabled, NULL, DIR_CONF,
                   "On, Off or the name of a declared sandbox tool"),
     AP_INIT_TAKE1("CodeInterpreterMaxLoops", set_dir_count, NULL, DIR_CONF,
@@ -384,7 +386,7 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                      "be initialised");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    if (ci_registry_post_config(pconf, s) != OK)
+    if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
     local = used_local(s);
     if (local && ci_local_probe(ptemp, ap_unixd_config.user_id,
@@ -409,6 +411,7 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
                      "CI0004: the code execution threads could not be started");
         return;
     }
+    ci_audit_child_init(pchild);
     ci_warm_start(pchild, s);
 }
 
