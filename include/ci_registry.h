@@ -21,6 +21,15 @@ void ci_registry_release(int slot);
 /* Mark SLOT's sandbox ready-and-waiting (1) or handed to a request (0). */
 void ci_registry_set_warm(int slot, int warm);
 
+/* Record the remote sandbox behind SLOT (provider id, where and with which
+ * credentials it was made: only a digest of them goes into shared memory),
+ * so that if this child dies a live child can delete it. */
+void ci_registry_set_remote(int slot, const char *remote_id, const char *api_base,
+                            const char *api_key);
+
+/* Child: start the thread that deletes remote sandboxes dead children left. */
+void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
+
 /* Counters. */
 void ci_registry_execution(const char *tool, int failed, int timed_out,
                            apr_interval_time_t duration);

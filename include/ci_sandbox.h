@@ -33,6 +33,9 @@ typedef struct ci_provider {
     void (*interrupt)(ci_sandbox *sb);
     /* Release the sandbox. Must not fail the request; logs what it could not do. */
     void (*destroy)(ci_sandbox *sb);
+    /* The provider's own id of a remote sandbox (kept in the server's
+     * registry so a dead child's sandbox can be found), NULL for local. */
+    const char *(*remote_id)(ci_sandbox *sb);
 } ci_provider;
 
 const ci_provider *ci_provider_for(ci_provider_kind kind);
@@ -44,6 +47,10 @@ extern const ci_provider ci_provider_e2b;
  * namespaces and start PYTHON. *ERR says what to fix. */
 apr_status_t ci_local_probe(apr_pool_t *p, uid_t uid, gid_t gid,
                             const char *python, const char **err);
+
+/* Delete remote E2B sandbox ID with KEY at API_BASE (what a dead child
+ * left); 204/404 are success, one retry otherwise. Blocking. */
+void ci_e2b_delete_by_id(const char *api_base, const char *key, const char *id);
 
 /* Output read from a provider is refused past this many bytes per execution,
  * whatever max_output says (images travel in it too). */

@@ -7,12 +7,18 @@
  * holds across processes without a lock.
  */
 #include <apr_atomic.h>
+#include <apr_sha1.h>
 #include <apr_shm.h>
+#include <apr_thread_cond.h>
+#include <apr_thread_mutex.h>
+#include <apr_thread_proc.h>
+#include <unistd.h>
 #include <apr_strings.h>
 #include <ap_mpm.h>
 #include <http_protocol.h>
 #include <mod_status.h>
 #include "ci_registry.h"
+#include "ci_sandbox.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
 
@@ -21,7 +27,8 @@
 #define REG_SLOTS 4096
 #define REG_TOOLS 64
 
-enum { SLOT_FREE = 0, SLOT_CLAIMING = 1, SLOT_IN_USE = 2 };
+enum { SLOT_FREE = 0, SLOT_CLAIMING = 1, SLOT_IN_USE = 2, SLOT_ORPHANED = 3,
+       SLOT_REAPING = 4 };
 
 typedef struct reg_tool {
     char name[64];
@@ -36,6 +43,8 @@ typedef struct reg_slot {
     pid_t pid;
     apr_time_t created;
     char container[64];
+    char remote_id[64];       /* the provider's id of a remote sandbox, or "" */
+    char cred[APR_SHA1_DIGESTSIZE * 2 + 1];   /* digest of api_base + key */
 } reg_slot;
 
 typedef struct registry {
@@ -43,6 +52,7 @@ typedef struct registry {
     volatile apr_uint32_t generation;
     volatile apr_uint32_t live;
     volatile apr_uint32_t warm;     /* of the live ones: ready, not handed out */
+    volatile apr_uint32_t orphans;  /* remote sandboxes of dead children */
     apr_uint32_t max_live;
     reg_tool tools[REG_TOOLS];
     reg_slot slots[REG_SLOTS];
@@ -54,6 +64,9 @@ typedef struct retained {
 } retained;
 
 static registry *reg;   /* in every process, after post_config */
+
+static void keep_credentials(apr_pool_t *pconf, ci_server_conf *conf,
+                             apr_uint32_t gen);
 
 static reg_tool *tool_named(const char *name)
 {
@@ -105,12 +118,19 @@ int ci_registry_post_config(apr_pool_t *pconf, server_rec *s)
     apr_hash_index_t *hi;
     if (!(reg = attach(pconf, s)))
         return HTTP_INTERNAL_SERVER_ERROR;
+    server_rec *v;
+    int gen = 0;
+    ap_mpm_query(AP_MPMQ_GENERATION, &gen);
     apr_atomic_inc32(&reg->generation);
     reg->max_live = c->max_sandboxes != CI_UNSET ? c->max_sandboxes
                                                  : CI_DEFAULT_MAX_SANDBOXES;
     publish_tool("local");
-    for (hi = apr_hash_first(pconf, c->sandboxes); hi; hi = apr_hash_next(hi))
-        publish_tool(apr_hash_this_key(hi));
+    for (v = s; v; v = v->next) {
+        ci_server_conf *vc = ci_server_config(v);
+        keep_credentials(pconf, vc, (apr_uint32_t)gen);
+        for (hi = apr_hash_first(pconf, vc->sandboxes); hi; hi = apr_hash_next(hi))
+            publish_tool(apr_hash_this_key(hi));
+    }
     return OK;
 }
 
@@ -144,6 +164,8 @@ int ci_registry_claim(const char *tool, const char *container_id)
         sl->pid = getpid();
         sl->created = apr_time_now();
         apr_cpystrn(sl->container, container_id, sizeof(sl->container));
+        sl->remote_id[0] = '\0';
+        sl->cred[0] = '\0';
         apr_atomic_set32(&sl->state, SLOT_IN_USE);
         if (t) {
             apr_atomic_inc32(&t->live);
@@ -210,15 +232,205 @@ static void ci_child_status(server_rec *s, pid_t pid, ap_generation_t gen,
     int i, freed = 0;
     if (!reg || state != MPM_CHILD_EXITED)
         return;
-    for (i = 0; i < REG_SLOTS; i++)
-        if (reg->slots[i].state == SLOT_IN_USE && reg->slots[i].pid == pid) {
-            free_slot(&reg->slots[i]);
-            freed++;
-        }
+    for (i = 0; i < REG_SLOTS; i++) {
+        reg_slot *sl = &reg->slots[i];
+        if (sl->state != SLOT_IN_USE || sl->pid != pid)
+            continue;
+        if (sl->remote_id[0] &&
+            apr_atomic_cas32(&sl->state, SLOT_ORPHANED, SLOT_IN_USE) == SLOT_IN_USE)
+            apr_atomic_inc32(&reg->orphans);      /* a live child deletes it */
+        else
+            free_slot(sl);
+        freed++;
+    }
     if (freed)
         ap_log_error(APLOG_MARK, APLOG_NOTICE, 0, s,
                      "CI0402: child %ld exited holding %d sandbox slot(s); released",
                      (long)pid, freed);
+}
+
+/* ---- remote sandboxes a dead child left -------------------------------- *
+ * The parent keeps every E2B credential it has loaded (api_base and key) in
+ * its private retained memory, keyed by a digest; children inherit a copy
+ * when forked. A slot records only the digest. When a child dies holding a
+ * remote sandbox, the parent marks the slot orphaned (no network I/O in the
+ * parent); a live child's reaper thread deletes the sandbox with the
+ * credentials it was created with - after a key rotation too. */
+
+typedef struct cred {
+    char digest[APR_SHA1_DIGESTSIZE * 2 + 1];
+    char *api_base, *key;          /* malloc'd: outlive every pconf */
+    apr_uint32_t generation;       /* last generation that configured it */
+    struct cred *next;
+} cred;
+
+typedef struct cred_store {
+    cred *list;
+} cred_store;
+
+static cred_store *creds;
+
+static void digest_of(const char *api_base, const char *key, char *out)
+{
+    apr_sha1_ctx_t ctx;
+    unsigned char d[APR_SHA1_DIGESTSIZE];
+    int i;
+    apr_sha1_init(&ctx);
+    apr_sha1_update(&ctx, api_base, (unsigned int)strlen(api_base));
+    apr_sha1_update(&ctx, "\n", 1);
+    apr_sha1_update(&ctx, key, (unsigned int)strlen(key));
+    apr_sha1_final(d, &ctx);
+    for (i = 0; i < APR_SHA1_DIGESTSIZE; i++)
+        apr_snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static cred *cred_find(const char *digest)
+{
+    cred *c;
+    for (c = creds ? creds->list : NULL; c; c = c->next)
+        if (!strcmp(c->digest, digest))
+            return c;
+    return NULL;
+}
+
+/* Parent, post_config: remember this generation's E2B credentials. */
+static void keep_credentials(apr_pool_t *pconf, ci_server_conf *conf, apr_uint32_t gen)
+{
+    apr_hash_index_t *hi;
+    if (!creds && !(creds = ap_retained_data_get("mod_code_interpreter_creds")))
+        creds = ap_retained_data_create("mod_code_interpreter_creds", sizeof(*creds));
+    for (hi = apr_hash_first(pconf, conf->sandboxes); hi; hi = apr_hash_next(hi)) {
+        const ci_sandbox_def *def = apr_hash_this_val(hi);
+        char digest[sizeof(((cred *)0)->digest)];
+        cred *c;
+        if (def->provider != CI_PROVIDER_E2B || !def->api_key)
+            continue;
+        digest_of(def->api_base, def->api_key, digest);
+        if (!(c = cred_find(digest)) && (c = calloc(1, sizeof(*c)))) {
+            memcpy(c->digest, digest, sizeof(digest));
+            c->api_base = strdup(def->api_base);
+            c->key = strdup(def->api_key);
+            c->next = creds->list;
+            creds->list = c;
+        }
+        if (c)
+            c->generation = gen;
+    }
+}
+
+/* Parent: a generation has no children left; forget credentials that only
+ * it (or older ones) used. */
+static void ci_end_generation(server_rec *s, ap_generation_t gen)
+{
+    cred **at = creds ? &creds->list : NULL;
+    int current = 0;
+    ap_mpm_query(AP_MPMQ_GENERATION, &current);
+    while (at && *at) {
+        cred *c = *at;
+        if (c->generation <= (apr_uint32_t)gen && c->generation != (apr_uint32_t)current) {
+            *at = c->next;
+            memset(c->key, 0, strlen(c->key));
+            free(c->key);
+            free(c->api_base);
+            free(c);
+        }
+        else
+            at = &c->next;
+    }
+}
+
+void ci_registry_set_remote(int slot, const char *remote_id, const char *api_base,
+                            const char *api_key)
+{
+    reg_slot *sl;
+    if (!reg || slot < 0 || slot >= REG_SLOTS)
+        return;
+    sl = &reg->slots[slot];
+    apr_cpystrn(sl->remote_id, remote_id ? remote_id : "", sizeof(sl->remote_id));
+    if (api_base && api_key)
+        digest_of(api_base, api_key, sl->cred);
+}
+
+static struct {
+    apr_thread_t *thread;
+    apr_thread_mutex_t *lock;
+    apr_thread_cond_t *wake;
+    int stop;
+    server_rec *s;
+} reaper;
+
+static void reap_slot(reg_slot *sl)
+{
+    cred *c = cred_find(sl->cred);
+    if (!c) {
+        /* Made with credentials this child never saw: a newer one will. */
+        apr_atomic_set32(&sl->state, SLOT_ORPHANED);
+        return;
+    }
+    ci_e2b_delete_by_id(c->api_base, c->key, sl->remote_id);
+    ap_log_error(APLOG_MARK, APLOG_NOTICE, 0, reaper.s,
+                 "CI0403: deleted remote sandbox of container %s left by dead "
+                 "child %ld", sl->container, (long)sl->pid);
+    sl->remote_id[0] = '\0';
+    apr_atomic_dec32(&reg->orphans);
+    apr_atomic_dec32(&reg->tools[sl->tool < REG_TOOLS ? sl->tool : 0].live);
+    apr_atomic_set32(&sl->state, SLOT_FREE);
+    apr_atomic_dec32(&reg->live);
+}
+
+static void reap_orphans(void)
+{
+    int i;
+    if (!apr_atomic_read32(&reg->orphans))
+        return;
+    for (i = 0; i < REG_SLOTS; i++)
+        if (apr_atomic_cas32(&reg->slots[i].state, SLOT_REAPING, SLOT_ORPHANED) ==
+            SLOT_ORPHANED)
+            reap_slot(&reg->slots[i]);
+}
+
+static void *APR_THREAD_FUNC reaper_main(apr_thread_t *thd, void *data)
+{
+    apr_thread_mutex_lock(reaper.lock);
+    while (!reaper.stop) {
+        apr_thread_mutex_unlock(reaper.lock);
+        reap_orphans();
+        apr_thread_mutex_lock(reaper.lock);
+        if (!reaper.stop)
+            apr_thread_cond_timedwait(reaper.wake, reaper.lock, apr_time_from_sec(2));
+    }
+    apr_thread_mutex_unlock(reaper.lock);
+    return NULL;
+}
+
+static apr_status_t reaper_stop(void *data)
+{
+    apr_status_t ignored;
+    if (!reaper.thread)
+        return APR_SUCCESS;
+    apr_thread_mutex_lock(reaper.lock);
+    reaper.stop = 1;
+    apr_thread_cond_broadcast(reaper.wake);
+    apr_thread_mutex_unlock(reaper.lock);
+    apr_thread_join(&ignored, reaper.thread);
+    reaper.thread = NULL;
+    return APR_SUCCESS;
+}
+
+void ci_registry_child_init(apr_pool_t *pchild, server_rec *s)
+{
+    if (!reg || !creds || !creds->list)
+        return;             /* no remote sandboxes configured, ever */
+    reaper.s = s;
+    reaper.stop = 0;
+    if (apr_thread_mutex_create(&reaper.lock, APR_THREAD_MUTEX_DEFAULT, pchild) ||
+        apr_thread_cond_create(&reaper.wake, pchild) ||
+        apr_thread_create(&reaper.thread, NULL, reaper_main, NULL, pchild)) {
+        ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "CI0404: the orphaned-sandbox "
+                     "reaper could not start in this child");
+        return;
+    }
+    apr_pool_pre_cleanup_register(pchild, NULL, reaper_stop);
 }
 
 /* ---- server-status ------------------------------------------------------ */
@@ -231,6 +443,8 @@ static int ci_status(request_rec *r, int flags)
     if (flags & AP_STATUS_SHORT) {
         ap_rprintf(r, "CodeInterpreterLiveSandboxes: %u\n", apr_atomic_read32(&reg->live));
         ap_rprintf(r, "CodeInterpreterWarmSandboxes: %u\n", apr_atomic_read32(&reg->warm));
+        ap_rprintf(r, "CodeInterpreterOrphanedSandboxes: %u\n",
+                   apr_atomic_read32(&reg->orphans));
         ap_rprintf(r, "CodeInterpreterMaxSandboxes: %u\n", reg->max_live);
     }
     else {
@@ -265,5 +479,6 @@ static int ci_status(request_rec *r, int flags)
 void ci_registry_register_hooks(apr_pool_t *p)
 {
     ap_hook_child_status(ci_child_status, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_end_generation(ci_end_generation, NULL, NULL, APR_HOOK_MIDDLE);
     APR_OPTIONAL_HOOK(ap, status_hook, ci_status, NULL, NULL, APR_HOOK_MIDDLE);
 }

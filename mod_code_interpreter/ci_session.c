@@ -89,6 +89,9 @@ static apr_status_t start_sandbox(ci_session *s)
     apr_thread_mutex_lock(s->lock);
     s->sb = sb;
     apr_thread_mutex_unlock(s->lock);
+    if (s->prov->remote_id)
+        ci_registry_set_remote(s->slot, s->prov->remote_id(sb), s->def->api_base,
+                               s->def->api_key);
     apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
                   "CI0302: sandbox started tool=%s provider=%s container=%s in "

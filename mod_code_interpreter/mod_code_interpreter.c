@@ -412,6 +412,7 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
         return;
     }
     ci_audit_child_init(pchild);
+    ci_registry_child_init(pchild, s);
     ci_warm_start(pchild, s);
 }
 

@@ -636,6 +636,33 @@ static void e2b_destroy(ci_sandbox *sb)
     sandbox_cleanup(sb);
 }
 
+static const char *e2b_remote_id(ci_sandbox *sb)
+{
+    return sb->id;
+}
+
+void ci_e2b_delete_by_id(const char *api_base, const char *key, const char *id)
+{
+    e2b_delete *d = calloc(1, sizeof(*d));
+    apr_size_t n = strlen(api_base) + strlen(id) + sizeof("/sandboxes/");
+    if (!d)
+        return;
+    d->url = malloc(n);
+    d->key = strdup(key);
+    if (!d->url || !d->key || !valid_id(id)) {
+        delete_free(d);
+        return;
+    }
+    apr_snprintf(d->url, n, "%s/sandboxes/%s", api_base, id);
+    {
+        /* api_base may end with '/': "x//sandboxes" -> "x/sandboxes" */
+        char *dbl = strstr(d->url, "//sandboxes/");
+        if (dbl)
+            memmove(dbl, dbl + 1, strlen(dbl));
+    }
+    delete_run(d);
+}
+
 const ci_provider ci_provider_e2b = {
-    "e2b", e2b_start, e2b_run, e2b_interrupt, e2b_destroy
+    "e2b", e2b_start, e2b_run, e2b_interrupt, e2b_destroy, e2b_remote_id
 };

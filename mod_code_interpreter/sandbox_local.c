@@ -297,7 +297,7 @@ static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
 }
 
 const ci_provider ci_provider_local = {
-    "local", local_start, local_run, local_interrupt, local_destroy
+    "local", local_start, local_run, local_interrupt, local_destroy, NULL
 };
 
 /* ---- start-up probe ---------------------------------------------------- */

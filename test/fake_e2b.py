@@ -644,7 +644,7 @@ class Handler(BaseHTTPRequestHandler):
     def _create(self, api_key, authorized):
         srv = self.server
         body = self._json_body()
-        record = {"id": None, "api_key": api_key, "path": self.route,
+        record = {"id": None, "api_key": api_key, "path": self.route, "time": time.time(),
                   "body": body if body is not None else self.body.decode("utf-8", "replace"),
                   "headers": self._lower_headers(),
                   "chunked": "chunked" in self.headers.get("Transfer-Encoding", "").lower(),
