@@ -200,6 +200,18 @@ static int execute_call(driver *dv, ci_call *call)
 /* Walk the round's items in output order: stream each (when streaming) and
  * run our calls as they come, so a client sees a call's code before it runs
  * and its result before the next round starts. */
+static void log_round(driver *dv, apr_size_t bytes)
+{
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, dv->r,
+                  "CI0209: round %d: %d items, %d code calls%s",
+                  ci_loop_rounds(dv->loop), ci_loop_round_items(dv->loop)->nelts,
+                  ci_loop_round_calls(dv->loop)->nelts,
+                  ci_loop_round_has_client_calls(dv->loop) ? ", client calls" : "");
+    ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, dv->r,
+                  "CI0210: round %d answer: %" APR_SIZE_T_FMT " bytes",
+                  ci_loop_rounds(dv->loop), bytes);
+}
+
 static int play_round(driver *dv)
 {
     const apr_array_header_t *items = ci_loop_round_items(dv->loop);
@@ -348,6 +360,8 @@ static int follow_up(driver *dv, ci_next next)
     if (!dv->headers)
         dv->headers = followup_headers(dv->r);
     body = ci_loop_followup_body(dv->loop, dv->r->pool, next, &len);
+    ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, dv->r,
+                  "CI0211: follow-up to %s: %" APR_SIZE_T_FMT " bytes", dv->url, len);
     upstream_opts(dv, &opts);
     module_pause(dv);
     t0 = apr_time_now();
@@ -366,7 +380,10 @@ static int follow_up(driver *dv, ci_next next)
         dv->relay = ans;
         return -1;
     }
-    return ci_loop_take_round(dv->loop, ans.body, ans.len, &dv->err);
+    if (ci_loop_take_round(dv->loop, ans.body, ans.len, &dv->err))
+        return -1;
+    log_round(dv, ans.len);
+    return 0;
 }
 
 /* ---- the loop ----------------------------------------------------------- */
@@ -378,6 +395,7 @@ static int run_loop(driver *dv, const char *first, apr_size_t first_len)
                               dv->st->container_id);
     if (ci_loop_take_round(dv->loop, first, first_len, &dv->err))
         return -1;
+    log_round(dv, first_len);
     if (dv->sse) {
         ci_sse_start(dv->sse, ci_loop_snapshot(dv->loop));
         if (flush_events(dv, 0))
@@ -495,10 +513,20 @@ static apr_status_t send_error(driver *dv)
     return send_body(dv, dv->err.status, "application/json", body, len);
 }
 
+static void log_done(driver *dv)
+{
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, dv->r,
+                  "CI0212: done: %d rounds, %d executions; sandbox %" APR_TIME_T_FMT
+                  " us, upstream %" APR_TIME_T_FMT " us, module %" APR_TIME_T_FMT " us",
+                  ci_loop_rounds(dv->loop), ci_loop_executions(dv->loop),
+                  dv->sandbox_time, dv->upstream_time, dv->st->module_time);
+}
+
 static apr_status_t send_response(driver *dv)
 {
     apr_size_t len;
     const char *body;
+    log_done(dv);
     if (dv->sse) {
         ci_sse_completed(dv->sse, ci_loop_response(dv->loop));
         module_pause(dv);

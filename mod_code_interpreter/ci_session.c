@@ -267,7 +267,7 @@ static int adopt_warm(ci_session *s)
     s->slot = w->slot;
     apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
-                  "CI0302: sandbox started tool=%s provider=%s container=%s "
+                  "CI0307: sandbox started tool=%s provider=%s container=%s "
                   "(warm, acquired in %" APR_TIME_T_FMT " us)", s->def->name,
                   s->prov->name, s->tag, apr_time_now() - t0);
     return 1;

@@ -92,11 +92,14 @@ typedef struct fired {
     void *baton;
 } fired;
 
+static volatile apr_uint32_t fired_pending;
+
 static void *APR_THREAD_FUNC run_fired(apr_thread_t *thd, void *data)
 {
     fired job = *(fired *)data;
     free(data);
     job.fn(job.baton);
+    apr_atomic_dec32(&fired_pending);
     return NULL;
 }
 
@@ -109,7 +112,9 @@ apr_status_t ci_job_fire(void (*fn)(void *), void *baton)
         return APR_ENOMEM;
     job->fn = fn;
     job->baton = baton;
+    apr_atomic_inc32(&fired_pending);
     if (apr_thread_pool_push(workers, run_fired, job, 0, NULL) != APR_SUCCESS) {
+        apr_atomic_dec32(&fired_pending);
         free(job);
         return APR_EAGAIN;
     }
@@ -279,6 +284,11 @@ apr_status_t ci_spawn(const char *const *argv, const ci_spawn_limits *limits,
 static apr_status_t stop_all(void *data)
 {
     apr_status_t ignored;
+    /* Teardown work (remote sandbox deletes) must not be dropped with the
+     * queue: let it drain first, for a bounded time. */
+    apr_time_t until = apr_time_now() + apr_time_from_sec(30);
+    while (workers && apr_atomic_read32(&fired_pending) && apr_time_now() < until)
+        apr_sleep(apr_time_from_msec(20));
     /* Jobs first: a job may be waiting for the spawner. */
     if (workers) {
         apr_thread_pool_destroy(workers);

@@ -175,7 +175,9 @@ TypesConfig /etc/mime.types
 
     def sandbox_counts(self):
         text = self.log_since_mark()
-        return text.count("CI0302:"), text.count("CI0301:")
+        # CI0302: a sandbox started for a request, CI0307: a warm one handed
+        # to a request; CI0301: destroyed with its request.
+        return text.count("CI0302:") + text.count("CI0307:"), text.count("CI0301:")
 
     def wait_sandboxes_destroyed(self, timeout=15):
         deadline = time.time() + timeout

@@ -1,5 +1,7 @@
 """The official OpenAI Node SDK as the client: it sends the hosted tool, parses
-what comes back, and the answer matches the published OpenAPI document.
+what comes back, and the answer matches the published OpenAPI document; the
+live event stream reads through the SDK's streaming interfaces, in OpenAI's
+order, and ends in the same response as the JSON path.
 
 The SDK lives in test/node (package.json + package-lock.json); node_modules is
 installed with `npm ci` once per session when it is missing.
@@ -11,12 +13,15 @@ import subprocess
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, TOOL, script_input
 
 NODE_DIR = os.path.join(HERE, "node")
 NODE = shutil.which("node")
 NPM = shutil.which("npm")
 SCRIPT = [[{"call": "print(sum(range(10)))"}], [{"text": "done"}]]
+STREAM_SCRIPT = [[{"call": "total = sum(range(10))\nprint(total)"}],
+                 [{"text": "the sum is {{last_output}}"}]]
+OUTPUTS = "code_interpreter_call.outputs"
 
 pytestmark = pytest.mark.skipif(
     NODE is None or NPM is None,
@@ -55,11 +60,15 @@ class SdkRun:
         return "exit %d\nstdout:\n%s\nstderr:\n%s" % (self.returncode, self.stdout, self.stderr)
 
 
-def run_sdk(httpd, script, rounds, path="/v1"):
+def run_node(httpd, script, *args, path="/v1"):
+    """Run SCRIPT in test/node against HTTPD; returns the CompletedProcess."""
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path))
-    proc = subprocess.run([NODE, os.path.join(NODE_DIR, script), json.dumps(rounds)],
+    return subprocess.run([NODE, os.path.join(NODE_DIR, script), *args],
                           cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=120)
-    return SdkRun(proc)
+
+
+def run_sdk(httpd, script, rounds, path="/v1"):
+    return SdkRun(run_node(httpd, script, json.dumps(rounds), path=path))
 
 
 def test_sdk_parses_code_interpreter_response(httpd, model, node_modules):
@@ -98,3 +107,114 @@ def test_sdk_response_matches_openapi_schema(httpd, model, node_modules):
     ok = run.marked("SCHEMA-OK:")
     assert "output[0] CodeInterpreterToolCall" in ok, str(run)
     assert any(name.startswith("Response") for name in ok), str(run)
+
+
+# ------------------------------------------------------------- streaming
+
+# The events of one code_interpreter_call and of one assistant message, in
+# OpenAI's order; a run of one delta type is written "<type>+".
+STREAM_START = ["response.created", "response.in_progress"]
+STREAM_CALL = ["response.output_item.added", "response.code_interpreter_call.in_progress",
+               "response.code_interpreter_call_code.delta+",
+               "response.code_interpreter_call_code.done",
+               "response.code_interpreter_call.interpreting",
+               "response.code_interpreter_call.completed", "response.output_item.done"]
+STREAM_MESSAGE = ["response.output_item.added", "response.content_part.added",
+                  "response.output_text.delta+", "response.output_text.done",
+                  "response.content_part.done", "response.output_item.done"]
+STREAM_END = ["response.completed"]
+
+
+def stream_sdk(httpd, mode, rounds):
+    """Run sdk_stream.mjs in MODE; returns its parsed report."""
+    proc = run_node(httpd, "sdk_stream.mjs", mode, json.dumps(rounds))
+    assert proc.returncode == 0, "exit %d\nstdout:\n%s\nstderr:\n%s" % (
+        proc.returncode, proc.stdout, proc.stderr)
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert report["mode"] == mode
+    return report
+
+
+def collapsed(types):
+    out = []
+    for t in types:
+        if t.endswith(".delta") and out and out[-1] == t + "+":
+            continue
+        out.append(t + "+" if t.endswith(".delta") else t)
+    return out
+
+
+def check_sdk_events(events):
+    """The event order and numbering the SDK saw for STREAM_SCRIPT; returns
+    the code_interpreter_call and message items as their done events carry them."""
+    types = [e["type"] for e in events]
+    assert collapsed(types) == STREAM_START + STREAM_CALL + STREAM_MESSAGE + STREAM_END, types
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    by_type = {}
+    for e in events:
+        by_type.setdefault(e["type"], []).append(e)
+    code = "".join(e["delta"] for e in by_type["response.code_interpreter_call_code.delta"])
+    assert code == STREAM_SCRIPT[0][0]["call"]
+    assert by_type["response.code_interpreter_call_code.done"][0]["code"] == code
+    text = "".join(e["delta"] for e in by_type["response.output_text.delta"])
+    assert text == "the sum is 45\n"
+    assert by_type["response.output_text.done"][0]["text"] == text
+    call, msg = [e["item"] for e in by_type["response.output_item.done"]]
+    assert call["type"] == "code_interpreter_call" and msg["type"] == "message"
+    # The call's events all name the call, the message's the message.
+    for e in events:
+        if "item_id" in e:
+            assert e["item_id"] == (call if e["output_index"] == 0 else msg)["id"], e
+    assert call["status"] == "completed"
+    assert call["code"] == code
+    assert call["outputs"] == [{"type": "logs", "logs": "45\n"}]
+    assert call["container_id"].startswith("cntr_")
+    assert msg["content"][0]["text"] == text
+    return call, msg
+
+
+def without_ids(resp):
+    """RESP without ids, timestamps and container ids."""
+    def walk(o):
+        if isinstance(o, dict):
+            return {k: walk(v) for k, v in o.items()
+                    if k not in ("id", "created_at", "container_id")}
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+    return walk(resp)
+
+
+def test_sdk_create_stream_sees_every_event_in_order(httpd, model, node_modules):
+    report = stream_sdk(httpd, "create", STREAM_SCRIPT)
+    events = report["events"]
+    call, msg = check_sdk_events(events)
+    created = events[0]["response"]
+    assert created["status"] == "in_progress" and created["output"] == []
+    final = report["final"]
+    assert final["status"] == "completed"
+    assert final["output"] == [call, msg]
+    assert final["tools"] == [TOOL]
+    # The module followed up itself; the upstream answered two JSON requests.
+    assert [r["json"].get("stream") for r in model.requests()] == [False, False]
+
+
+def test_sdk_stream_final_response_equals_the_json_answer(httpd, model, node_modules):
+    report = stream_sdk(httpd, "stream", STREAM_SCRIPT)
+    call, msg = check_sdk_events(report["events"])
+    final = report["final"]
+    assert final["status"] == "completed"
+    # What the SDK's stream helper adds to the response it assembles.
+    assert final.pop("output_text") == "the sum is 45\n"
+    assert final.pop("output_parsed") is None
+    for part in final["output"][1]["content"]:
+        assert part.pop("parsed") is None
+    assert final["output"] == [call, msg]
+    assert final == report["events"][-1]["response"]
+
+    status, _, plain = httpd.post("/v1/responses", {
+        "model": "m", "tools": [TOOL], "include": [OUTPUTS],
+        "input": script_input(STREAM_SCRIPT)})
+    assert status == 200, plain
+    assert without_ids(final) == without_ids(plain)
+    assert final["output"][0]["container_id"].startswith("cntr_")
