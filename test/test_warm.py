@@ -56,8 +56,10 @@ def test_warm_sandbox_has_preloaded_modules(warm, model):
     call = run(warm, "print(json.dumps({'a': statistics.mean([1, 2, 3])}))")
     assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": '{"a": 2}\n'}]
+    # Destroyed with its request (the pool cleanup runs after the answer).
+    assert warm.wait_sandboxes_destroyed() == (1, 1)
     log = warm.log_since_mark()
-    assert "(warm, acquired in" in log
+    assert "CI0307: sandbox started" in log and "(warm, acquired in" in log
     assert "CI0301: sandbox destroyed (request ended)" in log
 
 
