@@ -10,9 +10,15 @@
 #define CI_REGISTRY_H
 
 #include <httpd.h>
+#include "ci_config.h"
 
 /* Parent, real post_config: create or reuse the segment, publish the tools. */
 int ci_registry_post_config(apr_pool_t *pconf, server_rec *s);
+
+/* Whether a request ACCEPTED at that time may use DEF (this child's
+ * configuration): yes when it came before the newest reload, or when that
+ * reload kept the tool with the same parameters and credentials. */
+int ci_registry_tool_current(const ci_sandbox_def *def, apr_time_t accepted);
 
 /* Claim a slot for a sandbox of tool TOOL. -1 when the server-wide cap is
  * reached (answer 503 with Retry-After). */

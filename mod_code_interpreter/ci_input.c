@@ -9,6 +9,7 @@
 #include <http_protocol.h>
 #include <http_request.h>
 #include <util_filter.h>
+#include "ci_registry.h"
 #include "mod_code_interpreter.h"
 
 static const char replay_filter_name[] = "CODE_INTERPRETER_REPLAY";
@@ -182,6 +183,19 @@ static int intercept(request_rec *r, ci_dir_conf *d, ci_request *req)
                       "sandbox '%s', which this server does not declare", d->sandbox);
         ci_error_set(&err, 500, CI_SERVER, NULL, "server_error", r->pool,
                      "The code interpreter is misconfigured on this server.");
+        return ci_send_error(r, &err);
+    }
+    if (!ci_registry_tool_current(st->sandbox, r->request_time)) {
+        /* This child predates a reload that removed or changed the tool: a
+         * request accepted now must not create anything with the old one.
+         * The retry lands on a new child. */
+        r->connection->keepalive = AP_CONN_CLOSE;
+        apr_table_setn(r->err_headers_out, "Retry-After", "1");
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0104: sandbox tool %s was "
+                      "reconfigured by a reload; refused in this older child",
+                      st->sandbox->name);
+        ci_error_set(&err, 503, CI_SERVER, NULL, "sandbox_reconfigured", r->pool,
+                     "The server is reloading its configuration; retry the request.");
         return ci_send_error(r, &err);
     }
     st->tag = ci_mint_id(r->pool, "cntr_", 24);

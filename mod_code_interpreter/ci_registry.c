@@ -23,7 +23,7 @@
 #include "mod_code_interpreter.h"
 
 #define REG_MAGIC 0x43495247u
-#define REG_LAYOUT 1u
+#define REG_LAYOUT 2u
 #define REG_SLOTS 4096
 #define REG_TOOLS 64
 
@@ -47,6 +47,23 @@ typedef struct reg_slot {
     char cred[APR_SHA1_DIGESTSIZE * 2 + 1];   /* digest of api_base + key */
 } reg_slot;
 
+/* The sandbox tools of the newest configuration: written by the parent only,
+ * two copies and a sequence counter (even: stable), so a reader sees the old
+ * table or the new one, never a mix. Digests only, never a credential. */
+typedef struct reg_tool_entry {
+    char name[64];
+    apr_uint32_t provider;
+    char params[APR_SHA1_DIGESTSIZE * 2 + 1];   /* non-secret parameters */
+    char cred[APR_SHA1_DIGESTSIZE * 2 + 1];     /* api_base + key, or "" */
+} reg_tool_entry;
+
+typedef struct reg_tool_table {
+    apr_uint32_t generation;
+    apr_time_t published_at;
+    apr_uint32_t n;
+    reg_tool_entry e[REG_TOOLS];
+} reg_tool_table;
+
 typedef struct registry {
     apr_uint32_t magic, layout;
     volatile apr_uint32_t generation;
@@ -54,6 +71,8 @@ typedef struct registry {
     volatile apr_uint32_t warm;     /* of the live ones: ready, not handed out */
     volatile apr_uint32_t orphans;  /* remote sandboxes of dead children */
     apr_uint32_t max_live;
+    volatile apr_uint32_t table_seq;
+    reg_tool_table tables[2];
     reg_tool tools[REG_TOOLS];
     reg_slot slots[REG_SLOTS];
 } registry;
@@ -67,6 +86,7 @@ static registry *reg;   /* in every process, after post_config */
 
 static void keep_credentials(apr_pool_t *pconf, ci_server_conf *conf,
                              apr_uint32_t gen);
+static void digest_of(const char *api_base, const char *key, char *out);
 
 static reg_tool *tool_named(const char *name)
 {
@@ -112,6 +132,87 @@ static registry *attach(apr_pool_t *pconf, server_rec *s)
     return keep->reg;
 }
 
+static void params_digest(const ci_sandbox_def *d, char *out)
+{
+    char text[1024];
+    apr_snprintf(text, sizeof(text),
+                 "%d|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%s|%" APR_UINT64_T_FMT
+                 "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s", (int)d->provider,
+                 d->timeout, d->max_output, d->python, d->memory, d->processes,
+                 d->disk, d->warm, d->preload ? d->preload : "", d->api_base,
+                 d->template_id, d->lifetime, d->internet,
+                 d->sandbox_url ? d->sandbox_url : "");
+    digest_of(text, "", out);
+}
+
+static void table_entry(reg_tool_entry *e, const ci_sandbox_def *d)
+{
+    memset(e, 0, sizeof(*e));
+    apr_cpystrn(e->name, d->name, sizeof(e->name));
+    e->provider = (apr_uint32_t)d->provider;
+    params_digest(d, e->params);
+    if (d->provider == CI_PROVIDER_E2B && d->api_key)
+        digest_of(d->api_base, d->api_key, e->cred);
+}
+
+/* Parent: write the new tool table into the copy readers are not using,
+ * then flip the sequence. */
+static void publish_table(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen)
+{
+    apr_uint32_t seq = apr_atomic_read32(&reg->table_seq);
+    reg_tool_table *t = &reg->tables[((seq >> 1) + 1) & 1];
+    server_rec *v;
+    memset(t, 0, sizeof(*t));
+    t->generation = gen;
+    t->published_at = apr_time_now();
+    for (v = s; v; v = v->next) {
+        ci_server_conf *vc = ci_server_config(v);
+        apr_hash_index_t *hi;
+        const ci_sandbox_def *local = apr_hash_get(vc->sandboxes, "local",
+                                                   APR_HASH_KEY_STRING);
+        if (!local && v == s && t->n < REG_TOOLS)
+            table_entry(&t->e[t->n++], ci_sandbox_lookup(s, "local"));
+        for (hi = apr_hash_first(pconf, vc->sandboxes); hi; hi = apr_hash_next(hi)) {
+            const ci_sandbox_def *d = apr_hash_this_val(hi);
+            apr_uint32_t i;
+            for (i = 0; i < t->n && strcmp(t->e[i].name, d->name); i++)
+                ;
+            if (i == t->n && t->n < REG_TOOLS)
+                table_entry(&t->e[t->n++], d);
+        }
+    }
+    apr_atomic_set32(&reg->table_seq, seq + 2);
+}
+
+/* A consistent copy of the current tool table. */
+static void read_table(reg_tool_table *out)
+{
+    for (;;) {
+        apr_uint32_t seq = apr_atomic_read32(&reg->table_seq);
+        memcpy(out, &reg->tables[(seq >> 1) & 1], sizeof(*out));
+        if (apr_atomic_read32(&reg->table_seq) == seq)
+            return;
+    }
+}
+
+int ci_registry_tool_current(const ci_sandbox_def *def, apr_time_t accepted)
+{
+    reg_tool_table t;
+    reg_tool_entry mine;
+    apr_uint32_t i;
+    if (!reg || !apr_atomic_read32(&reg->table_seq))
+        return 1;
+    read_table(&t);
+    if (accepted < t.published_at)
+        return 1;      /* accepted before the reload: its own configuration */
+    table_entry(&mine, def);
+    for (i = 0; i < t.n; i++)
+        if (!strcmp(t.e[i].name, def->name))
+            return !strcmp(t.e[i].params, mine.params) &&
+                   !strcmp(t.e[i].cred, mine.cred);
+    return 0;
+}
+
 int ci_registry_post_config(apr_pool_t *pconf, server_rec *s)
 {
     ci_server_conf *c = ci_server_config(s);
@@ -131,6 +232,7 @@ int ci_registry_post_config(apr_pool_t *pconf, server_rec *s)
         for (hi = apr_hash_first(pconf, vc->sandboxes); hi; hi = apr_hash_next(hi))
             publish_tool(apr_hash_this_key(hi));
     }
+    publish_table(pconf, s, (apr_uint32_t)gen);
     return OK;
 }
 

@@ -164,3 +164,46 @@ def _swallow(fn):
         return fn()
     except Exception as exc:          # the connection dies with the child
         return exc
+
+
+def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
+    # prefork keeps an idle keep-alive connection in its old child across a
+    # graceful reload: a request that arrives there after the reload must not
+    # create a sandbox with the key the reload retired.
+    server = Httpd("reload-keepalive", "", mpm="prefork")
+    key_file = os.path.join(server.root, "e2b.key")
+    os.makedirs(server.root, exist_ok=True)
+    with open(key_file, "w") as f:
+        f.write(KEY_A + "\n")
+    server.write_conf(conf(model.port, e2b.port, key_file).replace(
+        "StartServers 2", "StartServers 2\nKeepAliveTimeout 30"))
+    e2b.call("POST", "/_reset")
+    server.start()
+    try:
+        body = json.dumps({"model": "m", "tools": [TOOL], "input": script_input(
+            [[{"call": "print(1)"}], [{"text": "ok"}]])})
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("POST", "/e2b/v1/responses", body, {"Content-Type": "application/json"})
+        first = conn.getresponse()
+        assert first.status == 200
+        first.read()
+        with open(key_file, "w") as f:
+            f.write(KEY_B + "\n")
+        server.graceful()
+        try:
+            conn.request("POST", "/e2b/v1/responses", body,
+                         {"Content-Type": "application/json"})
+            again = conn.getresponse()
+            assert again.status == 503
+            assert json.loads(again.read())["error"]["code"] == "sandbox_reconfigured"
+        except (http.client.RemoteDisconnected, ConnectionError):
+            pass                        # the old child closed instead of answering
+        conn.close()
+        wait_for(lambda: "CI0104: sandbox tool cloud was reconfigured by a reload" in
+                 server.log(), 10, "the old child did not refuse")
+        status, _, answer = one_request(server)      # a new connection: a new child
+        assert status == 200 and answer["output"][0]["status"] == "completed"
+        wait_for(lambda: e2b.state()["live"] == [], 15, "sandboxes left behind")
+        assert [c["api_key"] for c in e2b.state()["creates"]] == [KEY_A, KEY_B]
+    finally:
+        server.stop()
