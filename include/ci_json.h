@@ -39,4 +39,16 @@ json_object *ci_json_get(json_object *obj, const char *key, json_type type);
 /* A deep copy of OBJ (NULL stays NULL); the caller owns the copy. */
 json_object *ci_json_copy(json_object *obj);
 
+/* The members of array A serialised, without the brackets ("" when empty),
+ * in P's memory. */
+const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len);
+
+/* ROOT serialised with the value of KEY replaced by the array whose members
+ * are the serialised texts A then B (either may be empty). Only ROOT minus
+ * that value is encoded: large arrays are serialised once by the caller and
+ * copied here. ROOT is left as it was. Memory from P. */
+const char *ci_json_with_array(apr_pool_t *p, json_object *root, const char *key,
+                               const char *a, apr_size_t alen,
+                               const char *b, apr_size_t blen, apr_size_t *len);
+
 #endif

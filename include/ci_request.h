@@ -36,6 +36,8 @@ typedef struct ci_request {
     int tool_index;             /* where the code_interpreter tool was */
     json_object *client_tool_choice; /* as sent; NULL when absent */
     const char *function_name;
+    const char *input_text;     /* input's members serialised (once) */
+    apr_size_t input_len;
     const char *body;           /* root serialised for round 1 */
     apr_size_t body_len;
     int wants_stream;           /* client sent stream:true */

@@ -1,5 +1,6 @@
 /* ci_json.c - json-c helpers tied to APR pools. */
 #include <string.h>
+#include <apr_general.h>
 #include <apr_strings.h>
 #include "ci_json.h"
 
@@ -182,4 +183,59 @@ json_object *ci_json_copy(json_object *obj)
     if (obj && json_object_deep_copy(obj, &copy, NULL) != 0)
         return NULL;
     return copy;
+}
+
+const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len)
+{
+    apr_size_t n;
+    const char *text = ci_json_text(a, &n);
+    if (n < 2 || json_object_array_length(a) == 0) {
+        *len = 0;
+        return "";
+    }
+    *len = n - 2;
+    return apr_pstrmemdup(p, text + 1, n - 2);
+}
+
+const char *ci_json_with_array(apr_pool_t *p, json_object *root, const char *key,
+                               const char *a, apr_size_t alen,
+                               const char *b, apr_size_t blen, apr_size_t *len)
+{
+    unsigned char raw[16];
+    char marker[2 + 2 * sizeof(raw) + 8], *body, *w;
+    json_object *saved = NULL;
+    const char *shell, *at;
+    apr_size_t shell_len, head, mlen, i;
+
+    /* A random marker stands for the value: no client string can equal it. */
+    apr_generate_random_bytes(raw, sizeof(raw));
+    memcpy(marker, "\"ci", 3);
+    for (i = 0; i < sizeof(raw); i++)
+        apr_snprintf(marker + 3 + 2 * i, 3, "%02x", raw[i]);
+    mlen = 3 + 2 * sizeof(raw);
+    marker[mlen++] = '"';
+    marker[mlen] = '\0';
+
+    json_object_object_get_ex(root, key, &saved);
+    json_object_get(saved);
+    json_object_object_add(root, key, json_object_new_string_len(marker + 1, (int)mlen - 2));
+    shell = ci_json_text(root, &shell_len);
+    at = strstr(shell, marker);
+    head = (apr_size_t)(at - shell);
+    *len = head + 1 + alen + (alen && blen ? 1 : 0) + blen + 1 + (shell_len - head - mlen);
+    w = body = apr_palloc(p, *len + 1);
+    memcpy(w, shell, head), w += head;
+    *w++ = '[';
+    memcpy(w, a, alen), w += alen;
+    if (alen && blen)
+        *w++ = ',';
+    memcpy(w, b, blen), w += blen;
+    *w++ = ']';
+    memcpy(w, at + mlen, shell_len - head - mlen);
+    body[*len] = '\0';
+    if (saved)
+        json_object_object_add(root, key, saved);
+    else
+        json_object_object_del(root, key);
+    return body;
 }

@@ -19,9 +19,6 @@ struct ci_loop {
     json_object *replay;     /* every round's items + our outputs, for follow-ups */
     json_object *new_items;  /* our outputs of the latest round (conversation) */
     json_object *last;       /* the latest upstream response */
-    const char *marker;      /* stands for "input" while the body is spliced */
-    const char *input_text;  /* the original input's members, serialised once */
-    apr_size_t input_len;
     json_object *usage;      /* summed over rounds, NULL while none reported */
     apr_array_header_t *round_items;
     apr_array_header_t *round_calls;
@@ -350,72 +347,30 @@ static json_object *followup_choice(ci_loop *l, ci_next next, json_object *choic
     return json_object_new_string("auto");
 }
 
-/* The members of array A serialised, without the brackets ("" if empty). */
-static const char *array_members(apr_pool_t *p, json_object *a, apr_size_t *len)
-{
-    apr_size_t n;
-    const char *text = ci_json_text(a, &n);
-    if (n < 2 || json_object_array_length(a) == 0) {
-        *len = 0;
-        return "";
-    }
-    *len = n - 2;
-    return apr_pstrmemdup(p, text + 1, n - 2);
-}
-
-/* The follow-up body is spliced rather than re-serialised: the request with
- * a marker in place of "input" (small), the original input serialised once
- * per request (the large part of a long conversation), and the new items.
+/* The follow-up body is spliced rather than re-serialised: the original
+ * input was encoded once (ci_request), only the new items are encoded here.
  * Every round then costs a copy of the conversation, not a re-encoding. */
 const char *ci_loop_followup_body(ci_loop *l, apr_pool_t *p, ci_next next,
                                   apr_size_t *len)
 {
     json_object *root = l->req->root;
-    json_object *choice = NULL, *saved_choice, *saved_input = NULL, *added;
-    const char *marker, *shell, *at, *orig = "", *fresh;
-    apr_size_t shell_len, orig_len = 0, fresh_len, head;
-    char *body, *w;
+    json_object *choice = NULL, *saved_choice;
+    const char *orig = "", *fresh, *body;
+    apr_size_t orig_len = 0, fresh_len;
 
     json_object_object_get_ex(root, "tool_choice", &choice);
     saved_choice = choice ? json_object_get(choice) : NULL;
-    json_object_object_get_ex(root, "input", &saved_input);
-    json_object_get(saved_input);
-
-    /* A random marker: no client string can collide with it. */
-    if (!l->marker)
-        l->marker = ci_mint_id(l->p, "__ci_input_", 16);
-    marker = apr_pstrcat(p, "\"", l->marker, "\"", NULL);
-    json_object_object_add(root, "input", json_object_new_string(l->marker));
     if ((choice = followup_choice(l, next, saved_choice)))
         json_object_object_add(root, "tool_choice", choice);
-    shell = ci_json_text(root, &shell_len);
-    at = strstr(shell, marker);    /* string values never hold a bare quote */
-
     if (!l->req->uses_conversation) {
-        if (!l->input_text)
-            l->input_text = array_members(l->p, l->req->input, &l->input_len);
-        orig = l->input_text;
-        orig_len = l->input_len;
+        orig = l->req->input_text;
+        orig_len = l->req->input_len;
     }
-    added = l->req->uses_conversation ? l->new_items : l->replay;
-    fresh = array_members(p, added, &fresh_len);
+    fresh = ci_json_array_members(p, l->req->uses_conversation ? l->new_items
+                                                               : l->replay, &fresh_len);
+    body = ci_json_with_array(p, root, "input", orig, orig_len, fresh, fresh_len, len);
 
-    head = (apr_size_t)(at - shell);
-    *len = head + 1 + orig_len + (orig_len && fresh_len ? 1 : 0) + fresh_len + 1 +
-           (shell_len - head - strlen(marker));
-    w = body = apr_palloc(p, *len + 1);
-    memcpy(w, shell, head), w += head;
-    *w++ = '[';
-    memcpy(w, orig, orig_len), w += orig_len;
-    if (orig_len && fresh_len)
-        *w++ = ',';
-    memcpy(w, fresh, fresh_len), w += fresh_len;
-    *w++ = ']';
-    memcpy(w, at + strlen(marker), shell_len - head - strlen(marker));
-    body[*len] = '\0';
-
-    /* Put the request back as it was. */
-    json_object_object_add(root, "input", saved_input);
+    /* Put tool_choice back as it was. */
     if (saved_choice)
         json_object_object_add(root, "tool_choice", saved_choice);
     else

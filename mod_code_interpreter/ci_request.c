@@ -427,7 +427,11 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
     strip_include(root, req);
     json_object_object_add(root, "stream", json_object_new_boolean(0));
     json_object_object_del(root, "stream_options");
-    req->body = ci_json_pstr(p, root, &req->body_len);
+    /* The input (most of a long conversation) is encoded once; round 1 and
+     * every follow-up splice that text in. */
+    req->input_text = ci_json_array_members(p, req->input, &req->input_len);
+    req->body = ci_json_with_array(p, root, "input", req->input_text, req->input_len,
+                                   "", 0, &req->body_len);
     return 0;
 }
 
