@@ -39,6 +39,15 @@ json_object *ci_json_get(json_object *obj, const char *key, json_type type);
 /* A deep copy of OBJ (NULL stays NULL); the caller owns the copy. */
 json_object *ci_json_copy(json_object *obj);
 
+/* Length of the longest prefix of S (N bytes) that is valid UTF-8 (RFC 3629:
+ * no overlong forms, no surrogates, nothing above U+10FFFF). */
+apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n);
+
+/* S with every invalid UTF-8 sequence replaced by U+FFFD; S itself when it
+ * is valid. Memory from P. */
+const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,
+                             apr_size_t *outlen);
+
 /* The members of array A serialised, without the brackets ("" when empty),
  * in P's memory. */
 const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len);

@@ -71,6 +71,9 @@ void ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
 static void add_text(ci_ndjson *nd, const char *s, apr_size_t n)
 {
     apr_size_t before = nd->dropped;
+    /* Sandbox output is untrusted: invalid UTF-8 becomes U+FFFD, so what
+     * reaches the model and the client is always valid JSON text. */
+    s = ci_utf8_sanitize(nd->p, s, n, &n);
     if (nd->cut) {          /* keep the order: nothing after a cut */
         nd->dropped += n;
         return;

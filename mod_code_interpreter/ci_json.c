@@ -90,6 +90,72 @@ static json_object *finish_parse(apr_pool_t *p, json_object *root, const char **
     return ci_json_own(p, root);
 }
 
+/* Bytes of the UTF-8 sequence at S (at most N available), 0 if invalid. */
+static apr_size_t utf8_sequence(const unsigned char *s, apr_size_t n)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xC2 && c <= 0xDF)
+        return n >= 2 && (s[1] & 0xC0) == 0x80 ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+        unsigned char lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+        return n >= 3 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 ? 3 : 0;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        unsigned char lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+        return n >= 4 && s[1] >= lo && s[1] <= hi && (s[2] & 0xC0) == 0x80 &&
+                       (s[3] & 0xC0) == 0x80 ? 4 : 0;
+    }
+    return 0;
+}
+
+apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    apr_size_t i = 0, k;
+    while (i < n) {
+        if (u[i] < 0x80) {        /* the common case, byte by byte */
+            i++;
+            continue;
+        }
+        if (!(k = utf8_sequence(u + i, n - i)))
+            break;
+        i += k;
+    }
+    return i;
+}
+
+const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,
+                             apr_size_t *outlen)
+{
+    apr_size_t i = ci_utf8_valid_prefix(s, n), o;
+    char *out;
+    if (i == n) {
+        *outlen = n;
+        return s;
+    }
+    out = apr_palloc(p, n * 3 + 1);      /* each bad byte may become 3 */
+    memcpy(out, s, i);
+    o = i;
+    while (i < n) {
+        apr_size_t k = utf8_sequence((const unsigned char *)s + i, n - i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        }
+        else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);   /* U+FFFD */
+            o += 3;
+            i++;
+        }
+    }
+    out[o] = '\0';
+    *outlen = o;
+    return out;
+}
+
 json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
                            const char **err)
 {
@@ -100,6 +166,15 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
     if (!tok) {
         *err = "out of memory";
         return NULL;
+    }
+    {
+        /* json-c's own check lets overlong forms and surrogates through. */
+        apr_size_t valid = ci_utf8_valid_prefix(buf, len);
+        if (valid < len) {
+            json_tokener_free(tok);
+            *err = apr_psprintf(p, "invalid UTF-8 at byte %" APR_SIZE_T_FMT, valid);
+            return NULL;
+        }
     }
     json_tokener_set_flags(tok, JSON_TOKENER_STRICT | JSON_TOKENER_VALIDATE_UTF8);
     root = json_tokener_parse_ex(tok, buf, (int)len);

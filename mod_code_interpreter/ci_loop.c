@@ -2,6 +2,7 @@
  * ci_loop.c - bookkeeping of the agentic loop: what each round said, which
  * calls are ours, what to send next, and the response the client gets.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <apr_random.h>
@@ -71,8 +72,11 @@ static void usage_add(json_object *acc, json_object *from)
         json_object_object_get_ex(acc, key, &have);
         if (json_object_is_type(val, json_type_int)) {
             int64_t sum = json_object_get_int64(val);
-            if (have && json_object_is_type(have, json_type_int))
-                sum += json_object_get_int64(have);
+            if (have && json_object_is_type(have, json_type_int)) {
+                int64_t add = json_object_get_int64(have);
+                if (__builtin_add_overflow(sum, add, &sum))   /* saturate */
+                    sum = add > 0 ? INT64_MAX : INT64_MIN;
+            }
             json_object_object_add(acc, key, json_object_new_int64(sum));
         }
         else if (json_object_is_type(val, json_type_object)) {

@@ -23,9 +23,32 @@ const char *ci_default_description(void)
     return default_description;
 }
 
+/* An escaped lowercase letter or '_' (\u0061-\u007a, \u005f): encoders
+ * escape only control and non-ASCII characters, so this appears only in a
+ * body written to slip past the byte scan ("code\u005finterpreter"). */
+static int has_escaped_name_char(const char *body, apr_size_t len)
+{
+    const char *at = body, *end = body + len;
+    while ((at = memmem(at, (apr_size_t)(end - at), "\\u00", 4)) && at + 6 <= end) {
+        unsigned v = 0;
+        int i;
+        for (i = 4; i < 6; i++) {
+            char c = at[i];
+            v = v * 16 + (unsigned)(c >= '0' && c <= '9' ? c - '0'
+                                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99);
+        }
+        if ((v >= 'a' && v <= 'z') || v == '_')
+            return 1;
+        at += 4;
+    }
+    return 0;
+}
+
 int ci_body_mentions_tool(const char *body, apr_size_t len)
 {
-    return body && memmem(body, len, TOOL_TYPE, sizeof(TOOL_TYPE) - 1) != NULL;
+    return body && (memmem(body, len, TOOL_TYPE, sizeof(TOOL_TYPE) - 1) != NULL ||
+                    has_escaped_name_char(body, len));
 }
 
 /* ---- small checks ------------------------------------------------------ */

@@ -459,7 +459,7 @@ static void test_json_parse_strict(void **state)
     assert_str(err, "unexpected character at byte 8");
     err = NULL;
     assert_null(ci_json_parse(p, "{\"a\":\"\xff\"}", 9, &err));
-    assert_str(err, "invalid utf-8 string at byte 6");
+    assert_str(err, "invalid UTF-8 at byte 6");
     err = NULL;
     assert_null(ci_json_parse(p, "{a:1}", 5, &err));
     assert_str(err, "quoted object property name expected at byte 1");
@@ -616,6 +616,28 @@ static void test_body_mentions_tool(void **state)
     assert_false(ci_body_mentions_tool(NULL, 0));
     /* bytes, not a C string: a NUL before the word does not hide it */
     assert_true(ci_body_mentions_tool("x\0code_interpreter", 18));
+    /* an escaped letter or '_' cannot slip past the scan */
+    assert_true(ci_body_mentions_tool("\"code\\u005finterpreter\"", 25));
+    assert_true(ci_body_mentions_tool("\"\\u0063ode_interpreter\"", 25));
+    /* what encoders really escape (non-ASCII, controls) does not count */
+    assert_false(ci_body_mentions_tool("\"caf\\u00e9 \\u000a\"", 18));
+}
+
+static void test_utf8_sanitize(void **state)
+{
+    apr_pool_t *p = *state;
+    apr_size_t n;
+    const char *out;
+    assert_int_equal(ci_utf8_valid_prefix("ok \xc3\xa9", 5), 5);
+    assert_int_equal(ci_utf8_valid_prefix("a\xc0\x80", 3), 1);         /* overlong */
+    assert_int_equal(ci_utf8_valid_prefix("a\xed\xa0\x80", 4), 1);     /* surrogate */
+    assert_int_equal(ci_utf8_valid_prefix("a\xf4\x90\x80\x80", 5), 1); /* > U+10FFFF */
+    out = ci_utf8_sanitize(p, "a\xff" "b\xc3", 4, &n);
+    assert_int_equal(n, 8);
+    assert_memory_equal(out, "a\xef\xbf\xbd" "b\xef\xbf\xbd", 8);
+    out = ci_utf8_sanitize(p, "fine", 4, &n);
+    assert_int_equal(n, 4);
+    assert_string_equal(out, "fine");
 }
 
 static void test_rewrite_pass(void **state)
@@ -982,9 +1004,9 @@ static void test_reject_json(void **state)
 
     /* invalid UTF-8, at the offending byte */
     assert_rejected_raw(p, bad_utf8, sizeof(bad_utf8) - 1, NULL, "invalid_json",
-                        PARSE_ERR "invalid utf-8 string at byte 10.");
+                        PARSE_ERR "invalid UTF-8 at byte 10.");
     assert_rejected_raw(p, bad_utf8_2, sizeof(bad_utf8_2) - 1, NULL, "invalid_json",
-                        PARSE_ERR "invalid utf-8 string at byte 43.");
+                        PARSE_ERR "invalid UTF-8 at byte 42.");
     /* valid UTF-8 is fine */
     INTERCEPT(p, "{'input':'h\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80',"
                  "'tools':[" CI_TOOL "]}");
@@ -2748,6 +2770,7 @@ int main(void)
     };
     const struct CMUnitTest request_tests[] = {
         TEST(test_body_mentions_tool),
+        TEST(test_utf8_sanitize),
         TEST(test_rewrite_pass),
         TEST(test_rewrite_replaces_tool),
         TEST(test_rewrite_opts),

@@ -1,0 +1,141 @@
+/*
+ * fuzz_request.c - ci_request_rewrite on arbitrary client bodies.
+ *
+ * The input is a Responses API request body. Whatever it holds, the rewrite
+ * must not crash or leak, must classify it, and:
+ *   PASS       only when there is no code_interpreter tool in a "tools" array;
+ *   ERROR      a 400 with a message, whose error body is valid JSON;
+ *   INTERCEPT  a body that is valid JSON, streams nothing, carries exactly
+ *              our function tool in place of the code_interpreter tool, and
+ *              has an input array without code_interpreter_call items.
+ */
+#include "fuzz_common.h"
+#include "ci_error.h"
+#include "ci_request.h"
+
+#define FNAME "python"
+
+static int is_type(json_object *o, const char *type)
+{
+    const char *t = ci_json_str(o, "type");
+    return t && !strcmp(t, type);
+}
+
+static void check_intercept(apr_pool_t *p, const ci_request *req,
+                            const char *body, size_t size)
+{
+    const char *err = NULL;
+    json_object *root, *tools, *input, *v;
+    int i, n, ours = 0;
+
+    FUZZ_CHECK(req != NULL, "INTERCEPT without a request");
+    FUZZ_CHECK(req->body && strlen(req->body) == req->body_len,
+               "body length %zu, strlen %zu", (size_t)req->body_len,
+               req->body ? strlen(req->body) : 0);
+    FUZZ_CHECK(req->function_name && !strcmp(req->function_name, FNAME),
+               "function name changed");
+    /* The glue parses only bodies that pass this pre-filter: a request the
+     * rewrite intercepts must pass it, or it goes upstream untouched. */
+    FUZZ_CHECK(ci_body_mentions_tool(body, size),
+               "intercepted a body the pre-filter lets through unparsed");
+    fuzz_check_json(p, "rewritten body", req->body, req->body_len,
+                    json_type_object);
+    root = ci_json_parse(p, req->body, req->body_len, &err);
+
+    /* Never streamed upstream. */
+    v = ci_json_get(root, "stream", json_type_boolean);
+    FUZZ_CHECK(v && !json_object_get_boolean(v), "upstream body streams");
+    FUZZ_CHECK(!json_object_object_get_ex(root, "stream_options", NULL),
+               "stream_options kept");
+
+    /* Our tool replaced theirs; nothing of type code_interpreter is left. */
+    tools = ci_json_get(root, "tools", json_type_array);
+    FUZZ_CHECK(tools != NULL, "tools gone");
+    n = (int)json_object_array_length(tools);
+    for (i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        const char *name = ci_json_str(t, "name");
+        FUZZ_CHECK(!is_type(t, "code_interpreter"), "tools[%d] still ours", i);
+        if (is_type(t, "function") && name && !strcmp(name, FNAME))
+            ours++;
+    }
+    FUZZ_CHECK(ours == 1, "%d function tools named " FNAME, ours);
+
+    /* History translated. */
+    input = ci_json_get(root, "input", json_type_array);
+    FUZZ_CHECK(input != NULL, "input is not an array");
+    n = (int)json_object_array_length(input);
+    for (i = 0; i < n; i++)
+        FUZZ_CHECK(!is_type(json_object_array_get_idx(input, i),
+                            "code_interpreter_call"),
+                   "input[%d] untranslated", i);
+    FUZZ_CHECK(req->input && json_object_is_type(req->input, json_type_array) &&
+                   (int)json_object_array_length(req->input) == n,
+               "req->input differs from the body's input");
+
+    /* The include value we answer ourselves is not forwarded. */
+    if ((v = ci_json_get(root, "include", json_type_array))) {
+        n = (int)json_object_array_length(v);
+        FUZZ_CHECK(n > 0, "empty include forwarded");
+        for (i = 0; i < n; i++) {
+            json_object *s = json_object_array_get_idx(v, i);
+            FUZZ_CHECK(!json_object_is_type(s, json_type_string) ||
+                           strcmp(json_object_get_string(s), CI_INCLUDE_OUTPUTS),
+                       "include still asks for call outputs");
+        }
+    }
+
+    FUZZ_CHECK(req->max_tool_calls == -1 ||
+                   (req->max_tool_calls >= 1 && req->max_tool_calls <= 1000000),
+               "max_tool_calls %d", req->max_tool_calls);
+    fuzz_check_object(p, "client tools", req->client_tools);
+    if (req->client_tool_choice)
+        fuzz_check_object(p, "client tool_choice", req->client_tool_choice);
+    /* The kept root serialises to the same body. */
+    {
+        apr_size_t len;
+        const char *again = ci_json_text(req->root, &len);
+        FUZZ_CHECK(len == req->body_len && !memcmp(again, req->body, len),
+                   "root changed after serialisation");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    apr_pool_t *p = fuzz_pool_create();
+    ci_rewrite_opts opts = { FNAME, NULL };
+    ci_request *req = NULL;
+    ci_error err;
+    ci_req_verdict v;
+    char *body;
+
+    /* Exactly SIZE bytes, so reads past the end are caught. */
+    body = malloc(size ? size : 1);
+    if (size)
+        memcpy(body, data, size);
+    memset(&err, 0, sizeof(err));
+
+    (void)ci_body_mentions_tool(body, size);
+    v = ci_request_rewrite(p, body, size, &opts, &req, &err);
+    switch (v) {
+    case CI_REQ_PASS:
+        break;
+    case CI_REQ_INTERCEPT:
+        check_intercept(p, req, body, size);
+        break;
+    case CI_REQ_ERROR: {
+        apr_size_t len;
+        const char *eb;
+        FUZZ_CHECK(err.status == 400 && err.message && err.type,
+                   "error %d %s", err.status, err.message ? err.message : "(null)");
+        eb = ci_error_body(p, &err, &len);
+        fuzz_check_json(p, "error body", eb, len, json_type_object);
+        break;
+    }
+    default:
+        FUZZ_CHECK(0, "verdict %d", (int)v);
+    }
+    free(body);
+    fuzz_pool_destroy(p);
+    return 0;
+}
