@@ -329,7 +329,7 @@ static const command_rec ci_directives[] = {
                   "CA certificates (PEM) to verify an HTTPS upstream"),
     AP_INIT_TAKE12("CodeInterpreterClientCert", set_client_cert, NULL, DIR_CONF,
                    "client certificate (PEM) and optional key for the upstream"),
-    AP_INIT_TAKE1("CodeInterpreterProxy", set_proxy, NULL, DIR_CONF,
+    AP_INIT_TAKE1("CodeInterpreterProxy", set_proxy, OFF(proxy), DIR_CONF,
                   "outbound proxy URL for follow-ups, or none (the default)"),
     { NULL }
 };
