@@ -68,12 +68,32 @@ void ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
     *dropped += len - take;
 }
 
+/* S with every NUL replaced by U+FFFD (the text travels as C strings). */
+static const char *replace_nul(apr_pool_t *p, const char *s, apr_size_t *n)
+{
+    char *out = apr_palloc(p, *n * 3 + 1), *w = out;
+    apr_size_t i;
+    for (i = 0; i < *n; i++) {
+        if (s[i])
+            *w++ = s[i];
+        else {
+            memcpy(w, "\xEF\xBF\xBD", 3);
+            w += 3;
+        }
+    }
+    *w = '\0';
+    *n = (apr_size_t)(w - out);
+    return out;
+}
+
 static void add_text(ci_ndjson *nd, const char *s, apr_size_t n)
 {
     apr_size_t before = nd->dropped;
     /* Sandbox output is untrusted: invalid UTF-8 becomes U+FFFD, so what
      * reaches the model and the client is always valid JSON text. */
     s = ci_utf8_sanitize(nd->p, s, n, &n);
+    if (memchr(s, '\0', n))
+        s = replace_nul(nd->p, s, &n);
     if (nd->cut) {          /* keep the order: nothing after a cut */
         nd->dropped += n;
         return;
@@ -153,9 +173,9 @@ static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
     if (!type)
         ;                             /* not JSON or not ours: skipped */
     else if (!strcmp(type, "stdout") || !strcmp(type, "stderr")) {
-        const char *t = ci_json_str(line, "text");
+        json_object *t = ci_json_get(line, "text", json_type_string);
         if (t)
-            add_text(nd, t, strlen(t));
+            add_text(nd, json_object_get_string(t), (apr_size_t)json_object_get_string_len(t));
     }
     else if (!strcmp(type, "result"))
         take_result(nd, line);

@@ -110,6 +110,62 @@ static apr_size_t utf8_sequence(const unsigned char *s, apr_size_t n)
     return 0;
 }
 
+/* json-c clamps integers it cannot hold (above UINT64_MAX, below
+ * INT64_MIN) and would write the clamped value back out: find such a literal
+ * (outside strings) so it is refused rather than silently changed. Returns
+ * its offset, or -1. */
+static long long out_of_range_integer(const char *buf, apr_size_t len, apr_size_t *nlen)
+{
+    apr_size_t i = 0;
+    int in_string = 0;
+    while (i < len) {
+        char c = buf[i];
+        if (in_string) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_string = 0;
+            i++;
+            continue;
+        }
+        if (c == '"') {
+            in_string = 1;
+            i++;
+            continue;
+        }
+        if (c == '-' || (c >= '0' && c <= '9')) {
+            apr_size_t start = i, digits;
+            int neg = c == '-', fraction = 0;
+            const char *limit = neg ? "9223372036854775808" : "18446744073709551615";
+            if (neg)
+                i++;
+            digits = i;
+            while (i < len && buf[i] >= '0' && buf[i] <= '9')
+                i++;
+            while (i < len && (buf[i] == '.' || buf[i] == 'e' || buf[i] == 'E' ||
+                               buf[i] == '+' || buf[i] == '-' ||
+                               (buf[i] >= '0' && buf[i] <= '9'))) {
+                fraction = 1;
+                i++;
+            }
+            digits = (apr_size_t)(i - digits);
+            if (!fraction) {
+                const char *d = buf + start + (neg ? 1 : 0);
+                apr_size_t ll = strlen(limit);
+                while (digits > 1 && *d == '0')   /* (leading zeros are refused anyway) */
+                    d++, digits--;
+                if (digits > ll || (digits == ll && memcmp(d, limit, ll) > 0)) {
+                    *nlen = i - start;
+                    return (long long)start;
+                }
+            }
+            continue;
+        }
+        i++;
+    }
+    return -1;
+}
+
 apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
@@ -170,9 +226,19 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
     {
         /* json-c's own check lets overlong forms and surrogates through. */
         apr_size_t valid = ci_utf8_valid_prefix(buf, len);
+        apr_size_t nlen = 0;
+        long long big;
         if (valid < len) {
             json_tokener_free(tok);
             *err = apr_psprintf(p, "invalid UTF-8 at byte %" APR_SIZE_T_FMT, valid);
+            return NULL;
+        }
+        if ((big = out_of_range_integer(buf, len, &nlen)) >= 0) {
+            json_tokener_free(tok);
+            *err = apr_psprintf(p, "the integer '%.*s' at byte %" APR_INT64_T_FMT
+                                   " is out of the range this server keeps exactly "
+                                   "(64 bits)", (int)(nlen > 40 ? 40 : nlen), buf + big,
+                                (apr_int64_t)big);
             return NULL;
         }
     }

@@ -43,7 +43,8 @@ class Channel:
 
     def budget(self, text):
         """TEXT cut to what is left of the output budget (None: nothing)."""
-        data = text.encode("utf-8", "replace")
+        # NUL has no place in the text the model reads: U+FFFD stands for it.
+        data = text.replace("\0", "\ufffd").encode("utf-8", "replace")
         room = max(MAX_OUTPUT - self.sent, 0)
         if len(data) > room:
             # Cut at a character boundary; count every byte not sent.
@@ -86,8 +87,7 @@ class Stream(io.TextIOBase):
         if not isinstance(s, str):
             raise TypeError("write() argument must be str, not %s" % type(s).__name__)
         # What subprocesses wrote to descriptors 1 and 2 came first.
-        if CAPTURE_FD is not None and os.fstat(CAPTURE_FD).st_size:
-            send_fd_output(self.channel, CAPTURE_FD)
+        flush_descriptors(self.channel)
         self.channel.text(self.kind, s)
         return len(s)
 
@@ -139,10 +139,18 @@ def run_cell(code, namespace, channel):
         if last is not None:
             value = eval(compile(last, "<cell>", "eval"), namespace)
             if value is not None:
+                flush_descriptors(channel)
                 channel.result(repr(value))
     except BaseException as exc:  # SystemExit and KeyboardInterrupt too
+        flush_descriptors(channel)
         channel.line({"type": "error", "name": type(exc).__name__,
                       "value": str(exc), "traceback": user_traceback(exc)})
+
+
+def flush_descriptors(channel):
+    """Send what was written to descriptors 1 and 2 so far, in its place."""
+    if CAPTURE_FD is not None and os.fstat(CAPTURE_FD).st_size:
+        send_fd_output(channel, CAPTURE_FD)
 
 
 def main():

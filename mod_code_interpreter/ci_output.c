@@ -40,6 +40,7 @@ typedef struct driver {
     ci_sse *sse;                  /* the client asked for a stream */
     int stream_started;           /* status and headers are gone */
     apr_time_t last_write;
+    int timeout_is_deadline;      /* the follow-up's limit is the deadline */
 } driver;
 
 /* ---- time accounting ---------------------------------------------------- */
@@ -307,8 +308,9 @@ static void upstream_opts(driver *dv, ci_upstream_opts *o)
     o->connect_timeout = d->connect_timeout != CI_UNSET
                              ? d->connect_timeout
                              : apr_time_from_sec(CI_DEFAULT_CONNECT_TIMEOUT_S);
-    o->timeout = d->upstream_timeout != CI_UNSET && d->upstream_timeout < left
-                     ? d->upstream_timeout : left;
+    dv->timeout_is_deadline = !(d->upstream_timeout != CI_UNSET &&
+                                d->upstream_timeout < left);
+    o->timeout = dv->timeout_is_deadline ? left : d->upstream_timeout;
     o->max_body = (apr_size_t)ci_dir_max_body(d);
     o->ca_file = d->ca_file;
     o->client_cert = d->client_cert;
@@ -324,7 +326,9 @@ static int followup_failed(driver *dv, apr_status_t rv, const char *why)
                   "CI0202: follow-up to %s failed: %s", dv->url, why);
     if (rv == APR_ECONNABORTED)
         return -1;
-    if (rv == APR_TIMEUP && past_deadline(dv))
+    /* The call's limit was what was left of the deadline (rounded to
+     * milliseconds): its timing out is the deadline passing. */
+    if (rv == APR_TIMEUP && (past_deadline(dv) || dv->timeout_is_deadline))
         return deadline_error(dv);
     if (rv == APR_TIMEUP)
         ci_error_set(&dv->err, 504, CI_SERVER, NULL, "upstream_timeout", dv->r->pool,

@@ -94,6 +94,11 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
     push3(a, "--ro-bind-try", "/etc/localtime", "/etc/localtime");
     push3(a, "--proc", "/proc", NULL);
     push3(a, "--dev", "/dev", NULL);
+    /* --dev is a writable tmpfs without a size: make it read-only, and give
+     * /dev/shm the same bounded size as the other writable places. */
+    push3(a, "--remount-ro", "/dev", NULL);
+    push3(a, "--size", disk, NULL);
+    push3(a, "--tmpfs", "/dev/shm", NULL);
     push3(a, "--size", disk, NULL);
     push3(a, "--tmpfs", "/tmp", NULL);
     push3(a, "--size", disk, NULL);

@@ -1,0 +1,178 @@
+#!/bin/sh
+# Run httpd in one process (apache2 -X) under valgrind's memcheck with the
+# module loaded, drive a representative subset of requests against it (one
+# call, several rounds, a stream, a rejection, a timeout, an upstream error,
+# a client that leaves) and exit non-zero on any memory error valgrind
+# reports, or if a request does not get its expected answer.
+#
+# APR pools recycle memory, which can hide a use-after-free from ASan; the
+# pool debugging of valgrind's memcheck sees every access of the process.
+# Suppressions for known noise outside the module go in test/valgrind.supp.
+#
+# Environment: CI_MODULE (the module to load, default .libs/), VALGRIND_LOG
+# (where valgrind writes, default under the server root).
+set -e
+cd "$(dirname "$0")/.."
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "installing valgrind"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get install -y valgrind >/dev/null
+    else
+        sudo apt-get install -y valgrind >/dev/null
+    fi
+fi
+if [ -z "${CI_MODULE:-}" ] && [ ! -f .libs/mod_code_interpreter.so ]; then
+    ./scripts/build.sh
+fi
+
+exec /usr/bin/python3 - "$@" <<'EOF'
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.getcwd(), "test"))
+from conftest import HTTPD, MODULE, TOOL, Httpd, base_conf, script_input, start_helper
+
+SUPPRESSIONS = os.path.join(os.getcwd(), "test", "valgrind.supp")
+OUTPUTS = "code_interpreter_call.outputs"
+failures = []
+
+
+def check(name, ok, detail=""):
+    print("%-40s %s" % (name, "ok" if ok else "FAILED " + detail), flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def ci_body(rounds, **extra):
+    body = {"model": "m", "tools": [TOOL], "include": [OUTPUTS],
+            "input": script_input(rounds)}
+    body.update(extra)
+    return body
+
+
+def main():
+    if not os.path.exists(MODULE):
+        print("the module is not built: " + MODULE)
+        return 2
+    model, model_port = start_helper("fake_model.py")
+    server = Httpd("valgrind", base_conf(model_port))
+    server.write_conf()
+    log = os.environ.get("VALGRIND_LOG") or os.path.join(server.root, "valgrind.log")
+    cmd = ["valgrind", "--tool=memcheck", "--error-exitcode=99", "--leak-check=no",
+           "--track-origins=yes", "--vgdb=no", "--num-callers=30", "--log-file=" + log]
+    if os.path.exists(SUPPRESSIONS):
+        cmd.append("--suppressions=" + SUPPRESSIONS)
+    cmd += [HTTPD, "-X", "-d", server.root, "-f", os.path.join(server.root, "httpd.conf")]
+    print("module: " + MODULE, flush=True)
+    print(" ".join(cmd), flush=True)
+    vg = subprocess.Popen(cmd, env=server.env)
+    try:
+        deadline = time.time() + 180
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", server.port), timeout=1).close()
+                break
+            except OSError:
+                if vg.poll() is not None or time.time() > deadline:
+                    print("httpd under valgrind did not start (exit %s)" % vg.poll())
+                    print(server.log())
+                    return 2
+                time.sleep(0.25)
+        drive(server)
+    finally:
+        if vg.poll() is None:
+            vg.send_signal(signal.SIGTERM)
+        try:
+            rc = vg.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            vg.kill()
+            rc = vg.wait()
+        model.kill()
+        model.wait()
+    with open(log, errors="replace") as f:
+        report = f.read()
+    summary = [l for l in report.splitlines() if "ERROR SUMMARY" in l]
+    print(summary[-1].split("== ", 1)[-1] if summary else "no valgrind summary", flush=True)
+    if rc != 0 or not summary or " 0 errors " not in summary[-1]:
+        print(report)
+        print("valgrind exit status %d; valgrind log: %s" % (rc, log))
+        return 1
+    started, destroyed = server.sandbox_counts()
+    check("sandboxes started == destroyed", started == destroyed,
+          "%d started, %d destroyed" % (started, destroyed))
+    check("no child crashed", "exit signal" not in server.log())
+    if failures:
+        print("failed: " + ", ".join(failures))
+        return 1
+    return 0
+
+
+def drive(server):
+    timeout = 120
+    status, _, body = server.post("/v1/responses", ci_body(
+        [[{"call": "print(6 * 7)"}], [{"text": "{{last_output}}"}]]), timeout=timeout)
+    check("one call", status == 200 and body["output"][-1]["content"][0]["text"] == "42\n",
+          str(body)[:300])
+
+    status, _, body = server.post("/v1/responses", ci_body(
+        [[{"call": "x = 20"}], [{"call": "x += 1\nprint(x)"}],
+         [{"call": "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nprint(x * 2)"}],
+         [{"text": "{{outputs}}"}]]), timeout=timeout)
+    check("several rounds", status == 200 and json.loads(
+        body["output"][-1]["content"][0]["text"]) == [
+            "(no output)", "21\n", "42\n[a PNG figure was created and is shown to the user]\n"],
+        str(body)[:300])
+
+    status, hdrs, data = server.request("POST", "/v1/responses", ci_body(
+        [[{"call": "print('streamed')"}], [{"text": "done"}]], stream=True), timeout=timeout)
+    check("a stream", status == 200 and b"event: response.completed" in data
+          and b"streamed" in data, data[:300])
+
+    status, _, body = server.post("/v1/responses", ci_body([[{"text": "x"}]],
+                                                           tool_choice="sometimes"))
+    check("a rejection", status == 400 and body["error"]["code"] == "invalid_value", str(body))
+
+    status, _, body = server.post("/v1/responses", b'{"tools": [{"type": "code_interpreter"}')
+    check("malformed JSON", status == 400 and body["error"]["code"] == "invalid_json", str(body))
+
+    status, _, body = server.post("/quick/v1/responses", ci_body(
+        [[{"call": "import time\ntime.sleep(10)"}], [{"call": "print('fresh')"}],
+         [{"text": "{{outputs}}"}]]), timeout=timeout)
+    check("a timeout", status == 200 and body["output"][0]["status"] == "failed"
+          and body["output"][1]["outputs"] == [{"type": "logs", "logs": "fresh\n"}],
+          str(body)[:300])
+
+    status, _, body = server.post("/v1/responses", ci_body(
+        [[{"call": "print(1)"}], [{"error": {"status": 503}}]]), timeout=timeout)
+    check("an upstream error on a follow-up", status == 503, str(body)[:300])
+
+    status, _, body = server.post("/small/v1/responses",
+                                  ci_body([[{"text": "x"}]], pad="y" * 70000))
+    check("a body over the limit", status == 413, str(body)[:300])
+
+    raw = json.dumps(ci_body([[{"call": "import time\ntime.sleep(3)"}],
+                              [{"text": "never"}]])).encode()
+    started = server.log().count("CI0302:")
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
+    deadline = time.time() + 60
+    while server.log().count("CI0302:") == started and time.time() < deadline:
+        time.sleep(0.1)
+    s.close()
+    while "CI0206" not in server.log() and time.time() < deadline:
+        time.sleep(0.1)
+    check("a client that leaves", "CI0206: client went away" in server.log())
+    status, _, body = server.post("/v1/responses", ci_body(
+        [[{"call": "print('still serving')"}], [{"text": "{{last_output}}"}]]), timeout=timeout)
+    check("serving after it", status == 200, str(body)[:300])
+
+
+sys.exit(main())
+EOF
