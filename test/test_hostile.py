@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import SANITIZE, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 OK_SCRIPT = script_input([[{"text": "ok"}]])
@@ -667,8 +667,10 @@ def test_a_thousand_calls_in_one_answer_all_run(server, model):
     assert answer["output"][-1]["content"][0]["text"] == "1000\n"
     assert server.log_since_mark().count("CI0201:") == 4 * 1001
     assert len(model.requests()) == 4 * 3
-    # generous: allocator caching, not growth per request
-    assert after - before < 64 * 1024, (before, after)
+    # generous: allocator caching, not growth per request (the sanitizer
+    # build keeps freed memory in quarantine, so it gets more room)
+    bound = 256 * 1024 if SANITIZE else 64 * 1024
+    assert after - before < bound, (before, after)
 
 
 def test_a_thousand_calls_bounded_by_max_tool_calls(server, model):
