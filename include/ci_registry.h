@@ -36,6 +36,9 @@ void ci_registry_set_remote(int slot, const char *remote_id, const char *api_bas
 /* Child: start the thread that deletes remote sandboxes dead children left. */
 void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
 
+/* The sandbox of SLOT was just used. */
+void ci_registry_touch(int slot);
+
 /* Counters. */
 void ci_registry_execution(const char *tool, int failed, int timed_out,
                            apr_interval_time_t duration);

@@ -23,7 +23,7 @@
 #include "mod_code_interpreter.h"
 
 #define REG_MAGIC 0x43495247u
-#define REG_LAYOUT 2u
+#define REG_LAYOUT 3u
 #define REG_SLOTS 4096
 #define REG_TOOLS 64
 
@@ -42,6 +42,7 @@ typedef struct reg_slot {
     apr_uint32_t generation;
     pid_t pid;
     apr_time_t created;
+    volatile apr_time_t last_used;
     char container[64];
     char remote_id[64];       /* the provider's id of a remote sandbox, or "" */
     char cred[APR_SHA1_DIGESTSIZE * 2 + 1];   /* digest of api_base + key */
@@ -264,7 +265,7 @@ int ci_registry_claim(const char *tool, const char *container_id)
         sl->tool = t ? (apr_uint32_t)(t - reg->tools) : 0;
         sl->generation = apr_atomic_read32(&reg->generation);
         sl->pid = getpid();
-        sl->created = apr_time_now();
+        sl->created = sl->last_used = apr_time_now();
         apr_cpystrn(sl->container, container_id, sizeof(sl->container));
         sl->remote_id[0] = '\0';
         sl->cred[0] = '\0';
@@ -310,6 +311,12 @@ void ci_registry_release(int slot)
 {
     if (reg && slot >= 0 && slot < REG_SLOTS)
         free_slot(&reg->slots[slot]);
+}
+
+void ci_registry_touch(int slot)
+{
+    if (reg && slot >= 0 && slot < REG_SLOTS)
+        reg->slots[slot].last_used = apr_time_now();
 }
 
 void ci_registry_execution(const char *tool, int failed, int timed_out,

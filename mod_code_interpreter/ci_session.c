@@ -382,6 +382,7 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         return APR_EGENERAL;
     }
     *res = s->res;
+    ci_registry_touch(s->slot);
     ci_registry_execution(s->def->name, res->status == CI_EXEC_FAILED,
                           res->failure && strstr(res->failure, "timed out") != NULL,
                           res->duration);
