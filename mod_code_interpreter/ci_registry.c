@@ -555,6 +555,7 @@ static int ci_status(request_rec *r, int flags)
         ap_rprintf(r, "CodeInterpreterOrphanedSandboxes: %u\n",
                    apr_atomic_read32(&reg->orphans));
         ap_rprintf(r, "CodeInterpreterMaxSandboxes: %u\n", reg->max_live);
+        ap_rprintf(r, "CodeInterpreterQueuedInThisChild: %d\n", ci_workers_queued());
     }
     else {
         ap_rputs("<hr /><h2>Code interpreter</h2>\n", r);
