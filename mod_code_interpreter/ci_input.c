@@ -246,7 +246,8 @@ static int ci_fixups(request_rec *r)
         return ci_send_error(r, &err);
     default:
         rc = intercept(r, d, req);
-        ci_state_get(r)->module_time += apr_time_now() - t0;
+        if (rc == OK)           /* (an error answer sets no state) */
+            ci_state_get(r)->module_time += apr_time_now() - t0;
         return rc;
     }
 }

@@ -320,7 +320,9 @@ apr_status_t ci_workers_start(apr_pool_t *pchild, int threads, int limit_queue)
         return rv;
     if ((rv = apr_thread_pool_create(&workers, 0, threads, pchild)))
         return rv;
-    /* Idle threads retire after a while; the spawner does not. */
+    /* Threads stay idle for the next execution (creating one per execution
+     * showed in profiles) and retire after a minute; the spawner does not. */
+    apr_thread_pool_idle_max_set(workers, (apr_size_t)threads);
     apr_thread_pool_idle_wait_set(workers, apr_time_from_sec(60));
     apr_pool_pre_cleanup_register(pchild, NULL, stop_all);
     return APR_SUCCESS;

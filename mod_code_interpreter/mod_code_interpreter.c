@@ -32,9 +32,15 @@ static ci_sandbox_def *builtin_local(apr_pool_t *p)
     return ci_sandbox_def_defaults(p, "local", CI_PROVIDER_LOCAL);
 }
 
+/* The built-in "local" sandbox: made once per configuration, here, never
+ * at request time (pools are not thread-safe). */
+static const ci_sandbox_def *default_local;
+
 static void *create_server_conf(apr_pool_t *p, server_rec *s)
 {
     ci_server_conf *c = apr_pcalloc(p, sizeof(*c));
+    if (!s->is_virtual)
+        default_local = builtin_local(p);
     c->sandboxes = apr_hash_make(p);
     c->declared_at = apr_hash_make(p);
     c->workers = c->queue_limit = c->max_sandboxes = CI_UNSET;
@@ -127,7 +133,7 @@ const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
     ci_server_conf *c = ci_server_config(s);
     const ci_sandbox_def *def = apr_hash_get(c->sandboxes, name, APR_HASH_KEY_STRING);
     if (!def && !strcmp(name, "local"))
-        def = builtin_local(s->process->pconf);
+        def = default_local;
     return def;
 }
 

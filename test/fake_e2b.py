@@ -443,6 +443,7 @@ class FakeE2BServer(ThreadingHTTPServer):
 
 
 class Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True    # answers leave at once, no delayed-ACK stall
     protocol_version = "HTTP/1.1"
     server_version = "fake-e2b"
     timeout = 120

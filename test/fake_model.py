@@ -579,6 +579,7 @@ def stream_events(resp, fail=None):
 # ------------------------------------------------------------- HTTP layer
 
 class Handler(BaseHTTPRequestHandler):
+    disable_nagle_algorithm = True    # answers leave at once, no delayed-ACK stall
     protocol_version = "HTTP/1.1"
     server_version = "fake-model/1.0"
     sys_version = ""

@@ -1,0 +1,1490 @@
+#!/usr/bin/python3
+"""
+The benchmark of mod_code_interpreter (run it with bench/run.sh, which
+installs what is missing and builds the module first).
+
+Everything runs on 127.0.0.1 in one go, against one httpd server root
+generated under bench/.run/httpd (Debian's apache2, mpm_event, the modules
+the tests load):
+
+1. passthrough  requests WITHOUT the tool, through a `CodeInterpreter On`
+                location and through a plain mod_proxy location of the same
+                server, to nginx answering a fixed JSON body (it reads and
+                discards the request body); wrk, 10 KB and 1 MB bodies.
+2. module time  intercepted requests (one code call, then a text answer)
+                against test/fake_model.py (run by bench/model.py), 10 KB and
+                1 MB conversations: %{ci-module-us}n / %{ci-rounds}n from the
+                access log; a cross-check from outside (client latency minus
+                the upstream's and the sandbox's time); and the CPU of each
+                step of the same work outside httpd (bench/micro.c).
+3. sandbox      cold start (and what it is made of: the interpreter, the
+                kernel's imports, bubblewrap), print(1) round trip in a
+                started sandbox, and executions per second at 1, 8 and 32
+                concurrent requests.
+4. soak         SOAK requests (default 10,000) at concurrency 32: success
+                rate and the RSS of httpd's children.
+
+Compared variants are interleaved (A, B, B, A, ...), never all A then all B.
+Every request loop is bounded in count and in time.
+
+Environment knobs: SOAK, PHASES (e.g. "1,2"), PASS_ROUNDS, PASS_SECONDS,
+MODULE_N_10K, MODULE_N_1M, SANDBOX_PAIRS, RATE_SECONDS, PROFILE=1.
+"""
+import base64
+import http.client
+import json
+import os
+import platform
+import pwd
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOP = os.path.dirname(HERE)
+RUN = os.path.join(HERE, ".run")
+MODULE = os.environ.get("CI_MODULE", os.path.join(TOP, ".libs", "mod_code_interpreter.so"))
+HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+WRK = shutil.which("wrk") or "/usr/bin/wrk"
+PYTHON = "/usr/bin/python3"
+MODDIR = "/usr/lib/apache2/modules"
+TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+
+KB10 = 10 * 1024
+MB1 = 1024 * 1024
+
+
+def env_int(name, default):
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        sys.exit("%s must be an integer" % name)
+
+
+SOAK = env_int("SOAK", 10000)
+PASS_ROUNDS = env_int("PASS_ROUNDS", 15)
+PASS_SECONDS = env_int("PASS_SECONDS", 2)
+MODULE_N_10K = env_int("MODULE_N_10K", 300)
+MODULE_N_1M = env_int("MODULE_N_1M", 100)
+SANDBOX_PAIRS = env_int("SANDBOX_PAIRS", 100)
+RATE_SECONDS = env_int("RATE_SECONDS", 10)
+PROFILE = os.environ.get("PROFILE", "0") == "1"
+PHASES = {p.strip() for p in os.environ.get("PHASES", "1,2,3,4").split(",") if p.strip()}
+
+# Hard bounds on every loop, whatever the knobs say.
+MAX_SECONDS_PER_LOOP = 1800
+
+
+# ---------------------------------------------------------------- helpers
+
+def log(msg=""):
+    print(msg, flush=True)
+
+
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port, timeout=15):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def pct(values, p):
+    """Percentile by linear interpolation (p in 0..100); None when empty."""
+    v = sorted(values)
+    if not v:
+        return None
+    if len(v) == 1:
+        return v[0]
+    k = (len(v) - 1) * p / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def med(values):
+    return pct(values, 50)
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_us(v):
+    if v is None:
+        return "-"
+    if v >= 10000:
+        return "%.1f ms" % (v / 1000.0)
+    if v >= 1000:
+        return "%.2f ms" % (v / 1000.0)
+    return "%.0f µs" % v
+
+
+def fmt_ratio(v):
+    return "-" if v is None else "%.3f" % v
+
+
+def machine():
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+            mem = "%.1f GiB" % (kb / 1048576.0)
+    except (OSError, ValueError, IndexError):
+        pass
+
+    def first_line(cmd):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            text = (out.stdout + out.stderr).strip().splitlines()
+            return text[0] if text else "?"
+        except (OSError, subprocess.TimeoutExpired):
+            return "?"
+
+    httpd = first_line([HTTPD, "-v"]).replace("Server version: ", "")
+    rev = first_line(["git", "-C", TOP, "rev-parse", "--short", "HEAD"])
+    try:
+        dirty = subprocess.run(["git", "-C", TOP, "status", "--porcelain", "--",
+                                "mod_code_interpreter", "include"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        dirty = ""
+    return {
+        "revision": rev + (" + uncommitted changes" if dirty else ""),
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": platform.release(),
+        "httpd": httpd,
+        "nginx": first_line([NGINX, "-v"]).replace("nginx version: ", ""),
+        "wrk": first_line([WRK, "-v"]).split(" [")[0],
+        "python": first_line([PYTHON, "-V"]),
+        "module": MODULE,
+    }
+
+
+# ------------------------------------------------------------- bodies
+
+WORDS = ("the model reads the table and sums each column before it plots the "
+         "totals per region, then compares quarter over quarter growth with "
+         "last year and notes outliers in a short list").split()
+
+
+def padding(n):
+    """About n bytes of plain text with line breaks."""
+    out, size, i = [], 0, 0
+    while size < n:
+        w = WORDS[i % len(WORDS)]
+        i += 1
+        sep = "\n" if i % 17 == 0 else " "
+        out.append(w + sep)
+        size += len(w) + 1
+    text = "".join(out)
+    return text[:n]
+
+
+def sized(build, size):
+    """build(pad_text) -> dict; returns the JSON bytes of exactly SIZE bytes."""
+    base = len(json.dumps(build("")).encode())
+    body = json.dumps(build(padding(size - base))).encode()
+    # A line break encodes as two bytes: trim until it fits, then pad with spaces.
+    pad = padding(size - base)
+    while len(body) > size:
+        pad = pad[:-(len(body) - size)]
+        body = json.dumps(build(pad)).encode()
+    if len(body) < size:
+        pad = pad + " " * (size - len(body))
+        body = json.dumps(build(pad)).encode()
+    return body
+
+
+def passthrough_body(size):
+    """A request with a client function tool and no code_interpreter."""
+    def build(pad):
+        return {
+            "model": "bench-model",
+            "store": False,
+            "tools": [{"type": "function", "name": "get_weather",
+                       "description": "Weather for a city.",
+                       "parameters": {"type": "object",
+                                      "properties": {"city": {"type": "string"}},
+                                      "required": ["city"]}}],
+            "input": [{"role": "user", "content": pad},
+                      {"role": "user", "content": "What is the weather in Paris?"}],
+        }
+    return sized(build, size)
+
+
+def script_message(rounds):
+    return {"role": "user", "content": "SCRIPT: " + json.dumps(rounds)}
+
+
+ONE_CALL = [[{"call": "print(1)"}], [{"text": "the answer is {{last_output}}"}]]
+# One round of 1 + WARM_CALLS calls: the first starts the sandbox, the others
+# run in the started one.
+WARM_CALLS = 10
+MANY_CALLS = [[{"calls": 1 + WARM_CALLS, "code": "print(1)"}],
+              [{"text": "the answer is {{last_output}}"}]]
+
+
+def intercepted_body(size, rounds=ONE_CALL):
+    """A conversation with the code_interpreter tool, padded by a long earlier
+    message, scripted for the fake model."""
+    def build(pad):
+        return {
+            "model": "bench-model",
+            "store": False,
+            "tools": [TOOL],
+            "include": ["code_interpreter_call.outputs"],
+            "input": [{"role": "user", "content": pad}, script_message(rounds)],
+        }
+    if size is None:
+        return json.dumps(build("Earlier: a short message.")).encode()
+    return sized(build, size)
+
+
+def check_answer(calls):
+    """A checker of an intercepted answer: CALLS completed code_interpreter_call
+    items that printed 1, then the model's text."""
+    def check(data):
+        try:
+            body = json.loads(data)
+            out = body["output"]
+            ci = [o for o in out if o.get("type") == "code_interpreter_call"]
+            msgs = [o for o in out if o.get("type") == "message"]
+            if len(ci) != calls or not msgs:
+                return False
+            for c in ci:
+                if c.get("status") != "completed":
+                    return False
+                if c.get("outputs") != [{"type": "logs", "logs": "1\n"}]:
+                    return False
+            return msgs[-1]["content"][0]["text"] == "the answer is 1\n"
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            return False
+    return check
+
+
+# ------------------------------------------------------------- servers
+
+class FakeModel:
+    """test/fake_model.py on a free port (through bench/model.py: the same
+    server with TCP_NODELAY, see there)."""
+
+    def __init__(self):
+        self.proc = subprocess.Popen(
+            [PYTHON, os.path.join(HERE, "model.py"), "--port", "0"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY"):
+            self.proc.kill()
+            raise RuntimeError("fake_model.py did not start: %r" % line)
+        self.port = int(line.split()[1])
+
+    def reset(self):
+        """Drop the requests it keeps for inspection."""
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+            c.request("POST", "/_reset")
+            c.getresponse().read()
+            c.close()
+        except OSError:
+            pass
+
+    def requests(self):
+        c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        c.request("GET", "/_requests")
+        data = c.getresponse().read()
+        c.close()
+        return json.loads(data)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class Nginx:
+    """The fast upstream: nginx answering a fixed JSON body to any request,
+    after reading (and discarding) the request body."""
+
+    ANSWER = json.dumps({
+        "id": "resp_bench", "object": "response", "status": "completed",
+        "model": "bench-model", "output": [{
+            "type": "message", "id": "msg_bench", "status": "completed",
+            "role": "assistant", "content": [{
+                "type": "output_text", "text": "It is sunny in Paris.",
+                "annotations": []}]}],
+        "usage": {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15},
+    })
+
+    def __init__(self):
+        self.root = os.path.join(RUN, "nginx")
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        self.port = free_port()
+        conf = os.path.join(self.root, "nginx.conf")
+        answer = self.ANSWER.replace("\\", "\\\\").replace("'", "\\'")
+        with open(conf, "w") as f:
+            f.write(f"""
+worker_processes 1;
+pid {self.root}/nginx.pid;
+error_log {self.root}/logs/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    client_body_temp_path {self.root}/body;
+    proxy_temp_path {self.root}/proxy;
+    fastcgi_temp_path {self.root}/fastcgi;
+    uwsgi_temp_path {self.root}/uwsgi;
+    scgi_temp_path {self.root}/scgi;
+    keepalive_requests 10000000;
+    keepalive_timeout 120s;
+    client_max_body_size 64m;
+    client_body_buffer_size 2m;
+    server {{
+        listen 127.0.0.1:{self.port};
+        location / {{
+            default_type application/json;
+            return 200 '{answer}';
+        }}
+    }}
+}}
+""")
+        self.proc = subprocess.Popen(
+            [NGINX, "-p", self.root, "-c", conf, "-e", os.path.join(self.root, "logs", "error.log"),
+             "-g", "daemon off;"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if not wait_port(self.port):
+            self.stop()
+            raise RuntimeError("nginx did not start")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGQUIT)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Httpd:
+    """One httpd server root under bench/.run/httpd."""
+
+    def __init__(self, nginx_port, model_port):
+        self.root = os.path.join(RUN, "httpd")
+        self.port = free_port()
+        self.nginx_port = nginx_port
+        self.model_port = model_port
+        self.error_log = os.path.join(self.root, "logs", "error_log")
+        self.access_log = os.path.join(self.root, "logs", "access_log")
+        self.conf = os.path.join(self.root, "httpd.conf")
+
+    def write_conf(self):
+        os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
+        os.chmod(self.root, 0o755)
+        user = "User www-data\nGroup www-data\n" if os.geteuid() == 0 else ""
+        mods = ["authz_core", "proxy", "proxy_http", "headers", "status", "mime",
+                "deflate", "filter", "env", "setenvif"]
+        loads = "\n".join("LoadModule %s_module %s/mod_%s.so" % (m, MODDIR, m) for m in mods)
+        fast = "http://127.0.0.1:%d/v1/responses" % self.nginx_port
+        model = "http://127.0.0.1:%d/v1/responses" % self.model_port
+        conf = f"""
+ServerRoot "{self.root}"
+ServerName 127.0.0.1
+Listen 127.0.0.1:{self.port}
+PidFile "{self.root}/httpd.pid"
+DefaultRuntimeDir "{self.root}"
+Mutex file:{self.root}
+LoadModule mpm_event_module {MODDIR}/mod_mpm_event.so
+{loads}
+LoadModule code_interpreter_module {MODULE}
+{user}
+# A fixed set of children for the whole run: no child is started or retired
+# while it runs, so the RSS of the children is comparable over time.
+StartServers 2
+ServerLimit 2
+ThreadLimit 64
+ThreadsPerChild 64
+MaxRequestWorkers 128
+MinSpareThreads 1
+MaxSpareThreads 128
+MaxConnectionsPerChild 0
+KeepAlive On
+MaxKeepAliveRequests 0
+KeepAliveTimeout 30
+Timeout 120
+TypesConfig /etc/mime.types
+
+ErrorLog "{self.error_log}"
+LogLevel warn
+ErrorLogFormat "[%{{cu}}t] [%l] [%{{X-Bench-Id}}i] %M"
+LogFormat "%{{X-Bench-Id}}i\\t%U\\t%>s\\t%D\\t%{{ci-rounds}}n\\t%{{ci-executions}}n\\t%{{ci-module-us}}n\\t%{{ci-sandbox-us}}n\\t%{{ci-upstream-us}}n" bench
+CustomLog "{self.access_log}" bench
+
+# 1. the fast upstream, with and without the module
+<Location /fast/ci/v1/responses>
+  ProxyPass {fast}
+  CodeInterpreter On
+</Location>
+<Location /fast/plain/v1/responses>
+  ProxyPass {fast}
+</Location>
+# 2.-4. the scripted model upstream
+<Location /model/ci/v1/responses>
+  ProxyPass {model}
+  CodeInterpreter On
+</Location>
+<Location /model/plain/v1/responses>
+  ProxyPass {model}
+</Location>
+# the same, with each sandbox start and execution in the error log
+<Location /model/trace/v1/responses>
+  ProxyPass {model}
+  CodeInterpreter On
+  LogLevel warn code_interpreter:debug
+</Location>
+"""
+        with open(self.conf, "w") as f:
+            f.write(conf)
+
+    def ctl(self, action):
+        return subprocess.run([HTTPD, "-d", self.root, "-f", self.conf, "-k", action],
+                              capture_output=True, text=True)
+
+    def start(self):
+        self.write_conf()
+        # Keep the logs of an earlier start of this root: error_log.1, ...
+        for p in (self.error_log, self.access_log):
+            if os.path.exists(p):
+                k = 1
+                while os.path.exists("%s.%d" % (p, k)):
+                    k += 1
+                os.rename(p, "%s.%d" % (p, k))
+        out = self.ctl("start")
+        if out.returncode != 0 or not wait_port(self.port):
+            raise RuntimeError("httpd did not start: %s%s\n%s" % (out.stdout, out.stderr,
+                                                                 self.read(self.error_log)))
+        # Both children up before anything is measured.
+        deadline = time.time() + 10
+        while len(self.children()) < 2 and time.time() < deadline:
+            time.sleep(0.05)
+        return self
+
+    def stop(self):
+        parent = self.parent_pid()
+        self.ctl("stop")
+        pidfile = os.path.join(self.root, "httpd.pid")
+        deadline = time.time() + 20
+        while os.path.exists(pidfile) and time.time() < deadline:
+            time.sleep(0.05)
+        # ... and until the parent is gone.
+        while parent and time.time() < deadline:
+            try:
+                os.kill(parent, 0)
+            except OSError:
+                break
+            time.sleep(0.05)
+
+    @staticmethod
+    def read(path):
+        try:
+            with open(path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def parent_pid(self):
+        try:
+            with open(os.path.join(self.root, "httpd.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def children(self):
+        """pids of the parent's apache2 children (not the sandboxes: those are
+        the children's children)."""
+        parent = self.parent_pid()
+        kids = []
+        if parent is None:
+            return kids
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            comm = stat[stat.index("(") + 1:stat.rindex(")")]
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if ppid == parent and comm == "apache2":
+                kids.append(int(d))
+        return sorted(kids)
+
+    def cpu_us(self):
+        """CPU time (user + system) used so far by the children, in µs."""
+        hz = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for pid in self.children():
+            try:
+                with open("/proc/%d/stat" % pid) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+        return total * 1e6 / hz
+
+    def rss_kb(self):
+        """Sum of VmRSS of the children, in kB, and their pids."""
+        total = 0
+        kids = self.children()
+        for pid in kids:
+            try:
+                with open("/proc/%d/status" % pid) as f:
+                    for line in f:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+            except OSError:
+                pass
+        return total, kids
+
+    def sandbox_processes(self):
+        """Processes below the children (live sandboxes)."""
+        kids = set(self.children())
+        n = 0
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+            if ppid in kids:
+                n += 1
+        return n
+
+
+class AccessLog:
+    """The bench access log, keyed by X-Bench-Id."""
+
+    FIELDS = ("id", "path", "status", "total_us", "rounds", "executions",
+              "module_us", "sandbox_us", "upstream_us")
+
+    def __init__(self, path):
+        self.path = path
+
+    def entries(self, ids, timeout=20):
+        """The lines of the given request ids (waits for them to be written)."""
+        want = set(ids)
+        deadline = time.time() + timeout
+        found = {}
+        while True:
+            found = {}
+            try:
+                with open(self.path, errors="replace") as f:
+                    for line in f:
+                        parts = line.rstrip("\n").split("\t")
+                        if len(parts) != len(self.FIELDS) or parts[0] not in want:
+                            continue
+                        e = dict(zip(self.FIELDS, parts))
+                        for k in self.FIELDS[2:]:
+                            try:
+                                e[k] = int(e[k])
+                            except ValueError:
+                                e[k] = None
+                        found[e["id"]] = e
+            except FileNotFoundError:
+                pass
+            if len(found) >= len(want) or time.time() > deadline:
+                return found
+            time.sleep(0.1)
+
+
+# ------------------------------------------------------------- clients
+
+class Client:
+    """One keep-alive connection to httpd."""
+
+    def __init__(self, port):
+        self.port = port
+        self.conn = None
+
+    def post(self, path, body, rid, timeout=120):
+        """Returns (status, data, seconds). A kept-alive connection that the
+        server closed meanwhile is replaced once, before anything was read."""
+        for attempt in (0, 1):
+            reused = self.conn is not None
+            t0 = time.perf_counter()
+            try:
+                if self.conn is None:
+                    self.conn = http.client.HTTPConnection("127.0.0.1", self.port,
+                                                           timeout=timeout)
+                self.conn.request("POST", path, body=body,
+                                  headers={"Content-Type": "application/json",
+                                           "X-Bench-Id": rid})
+                resp = self.conn.getresponse()
+            except (BrokenPipeError, ConnectionResetError,
+                    http.client.RemoteDisconnected) as exc:
+                self.close()
+                if reused and attempt == 0:
+                    continue
+                return 0, str(exc).encode(), time.perf_counter() - t0
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                return 0, str(exc).encode(), time.perf_counter() - t0
+            try:
+                data = resp.read()
+                status = resp.status
+                if resp.will_close:
+                    self.close()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                status, data = 0, str(exc).encode()
+            return status, data, time.perf_counter() - t0
+
+    def close(self):
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def load(port, path, body, tag, count, concurrency, seconds, check=None):
+    """COUNT requests (at most; fewer when SECONDS run out) on CONCURRENCY
+    connections. Returns (records, elapsed seconds)."""
+    seconds = min(seconds, MAX_SECONDS_PER_LOOP)
+    lock = threading.Lock()
+    state = {"next": 0}
+    records = []
+    t_start = time.perf_counter()
+    deadline = t_start + seconds
+
+    def worker():
+        client = Client(port)
+        while True:
+            with lock:
+                if state["next"] >= count or time.perf_counter() >= deadline:
+                    break
+                state["next"] += 1
+                i = state["next"]
+            rid = "%s-%d" % (tag, i)
+            status, data, secs = client.post(path, body, rid)
+            ok = status == 200 and (check(data) if check else True)
+            with lock:
+                records.append({"id": rid, "status": status, "lat_us": secs * 1e6, "ok": ok,
+                                "error": None if ok else data[:300]})
+        client.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return records, time.perf_counter() - t_start
+
+
+def run_wrk(url, body_file, connections, seconds, threads=2):
+    env = dict(os.environ, BODY_FILE=body_file)
+    cmd = [WRK, "-t%d" % threads, "-c%d" % connections, "-d%ds" % seconds, "--timeout", "30s",
+           "-s", os.path.join(HERE, "post.lua"), url]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60)
+    for line in out.stdout.splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[7:])
+            r["rps"] = r["requests"] / (r["duration_us"] / 1e6)
+            r["errors"] = (r["connect_errors"] + r["read_errors"] + r["write_errors"]
+                           + r["status_errors"] + r["timeouts"])
+            return r
+    raise RuntimeError("wrk printed no result:\n%s\n%s" % (out.stdout, out.stderr))
+
+
+def as_server_user():
+    """preexec_fn: run as the user httpd's children run as (www-data) when
+    root, as the module's sandboxes do."""
+    if os.geteuid() != 0:
+        return
+    pw = pwd.getpwnam("www-data")
+    os.setgroups([])
+    os.setgid(pw.pw_gid)
+    os.setuid(pw.pw_uid)
+
+
+KERNEL_SRC = os.path.join(TOP, "mod_code_interpreter", "ci_kernel.py")
+
+
+def kernel_ready_us():
+    """Start the module's kernel (ci_kernel.py) the way the sandbox does, but
+    outside bubblewrap, and time it until it reports ready."""
+    try:
+        with open(KERNEL_SRC) as f:
+            src = f.read()
+    except OSError:
+        return None
+    cfg = json.dumps({"max_output": 65536, "processes": 64, "preload": ""})
+    t0 = time.perf_counter()
+    p = subprocess.Popen([PYTHON, "-I", "-c", src, cfg], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         preexec_fn=as_server_user, env={"HOME": "/tmp", "LANG": "C.UTF-8"})
+    line = p.stdout.readline()
+    el = (time.perf_counter() - t0) * 1e6
+    p.kill()
+    p.wait()
+    return el if b"ready" in line else None
+
+
+def build_micro():
+    """Compile bench/micro.c against the module's core library; the path of
+    the program, or None (with the reason printed)."""
+    out = os.path.join(RUN, "micro")
+    lib = os.path.join(TOP, ".libs", "libcicore.a")
+
+    def flags(cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            return r.stdout.split() if r.returncode == 0 else None
+        except OSError:
+            return None
+    parts = [flags(["apr-1-config", "--includes", "--cppflags"]),
+             flags(["pkg-config", "--cflags", "json-c"]),
+             flags(["pkg-config", "--libs", "json-c"]),
+             flags(["apr-1-config", "--link-ld"]),
+             flags(["apu-1-config", "--link-ld"])]
+    if not os.path.exists(lib) or any(x is None for x in parts):
+        log("   (no CPU breakdown: the core library or the build flags are missing)")
+        return None
+    cmd = (["gcc", "-O2", "-g", "-std=gnu11", "-I", os.path.join(TOP, "include")] + parts[0]
+           + parts[1] + [os.path.join(HERE, "micro.c"), lib] + parts[2] + parts[3] + parts[4]
+           + ["-lcurl", "-o", out])
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        log("   (no CPU breakdown: bench/micro.c did not build)\n" + r.stderr[-2000:])
+        return None
+    return out
+
+
+def run_micro(prog, files, iterations, cold):
+    env = dict(os.environ, MICRO_COLD="1" if cold else "0")
+    r = subprocess.run([prog] + list(files) + [str(iterations)], capture_output=True,
+                       text=True, env=env, timeout=900)
+    if r.returncode != 0:
+        log("   (CPU breakdown failed: %s)" % r.stderr.strip()[-500:])
+        return None
+    return [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+
+
+def post_direct(port, body):
+    """POST to the model upstream itself (not through httpd)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/v1/responses", body=body, headers={"Content-Type": "application/json"})
+    data = c.getresponse().read()
+    c.close()
+    return data
+
+
+# ------------------------------------------------------------- the phases
+
+class Bench:
+    def __init__(self):
+        self.results = {}
+        self.rows = []          # the final table
+        self.notes = []
+
+    def row(self, figure, measured, baseline, rat, target="", verdict=""):
+        self.rows.append((figure, measured, baseline, rat, target, verdict))
+
+    # ---- 1. passthrough -------------------------------------------------
+
+    def passthrough(self, httpd):
+        log("== 1. passthrough: requests without the tool, CodeInterpreter On vs plain "
+            "mod_proxy, nginx upstream")
+        log("   (load average before: %s)" % loadavg())
+        sizes = [("10 KB", KB10, 32, 0.98), ("1 MB", MB1, 8, 0.95)]
+        files = {}
+        for label, size, _, _ in sizes:
+            p = os.path.join(RUN, "pass-%d.json" % size)
+            with open(p, "wb") as f:
+                f.write(passthrough_body(size))
+            files[label] = p
+        base = "http://127.0.0.1:%d" % httpd.port
+        urls = {"plain": base + "/fast/plain/v1/responses", "ci": base + "/fast/ci/v1/responses"}
+        # Warm both paths (connections to nginx, allocator pools).
+        for label, size, conns, _ in sizes:
+            for v in ("plain", "ci"):
+                run_wrk(urls[v], files[label], conns, 2)
+        runs = {(label, v): [] for label, _, _, _ in sizes for v in ("plain", "ci")}
+        for rnd in range(PASS_ROUNDS):
+            for label, size, conns, _ in sizes:
+                order = ("plain", "ci") if rnd % 2 == 0 else ("ci", "plain")
+                for v in order:
+                    cpu0 = httpd.cpu_us()
+                    r = run_wrk(urls[v], files[label], conns, PASS_SECONDS)
+                    r["httpd_cpu_us_per_req"] = ((httpd.cpu_us() - cpu0) / r["requests"]
+                                                 if r["requests"] else None)
+                    runs[(label, v)].append(r)
+                    log("   round %2d %-5s %-5s %8.0f req/s  p50 %s  p99 %s  httpd CPU %s/req  "
+                        "errors %d"
+                        % (rnd + 1, label, v, r["rps"], fmt_us(r["p50_us"]),
+                           fmt_us(r["p99_us"]), fmt_us(r["httpd_cpu_us_per_req"]),
+                           r["errors"]))
+        if PROFILE:
+            for label, size, conns, _ in sizes:
+                for v in ("ci", "plain"):
+                    prof = self.start_profile("pass-%d-%s" % (size, v), httpd)
+                    run_wrk(urls[v], files[label], conns, PASS_SECONDS)
+                    if prof:
+                        self.stop_profile(prof)
+        res = {}
+        for label, size, conns, target in sizes:
+            plain, ci = runs[(label, "plain")], runs[(label, "ci")]
+            # Each round's two runs are next to each other in time: their ratio
+            # is the least disturbed by whatever else the machine does.
+            paired = [c["rps"] / p["rps"] for p, c in zip(plain, ci)]
+            paired_p50 = [c["p50_us"] / p["p50_us"] for p, c in zip(plain, ci)]
+            paired_p99 = [c["p99_us"] / p["p99_us"] for p, c in zip(plain, ci)]
+            paired_cpu = [c["httpd_cpu_us_per_req"] / p["httpd_cpu_us_per_req"]
+                          for p, c in zip(plain, ci)
+                          if c["httpd_cpu_us_per_req"] and p["httpd_cpu_us_per_req"]]
+            fig = {
+                "connections": conns,
+                "plain_rps": med([r["rps"] for r in plain]),
+                "ci_rps": med([r["rps"] for r in ci]),
+                "plain_p50_us": med([r["p50_us"] for r in plain]),
+                "ci_p50_us": med([r["p50_us"] for r in ci]),
+                "plain_p99_us": med([r["p99_us"] for r in plain]),
+                "ci_p99_us": med([r["p99_us"] for r in ci]),
+                "paired_ratio_min": min(paired), "paired_ratio_max": max(paired),
+                "paired_ratios": paired,
+                "errors": sum(r["errors"] for r in plain + ci),
+                "plain_cpu_us_per_req": med([r["httpd_cpu_us_per_req"] for r in plain
+                                             if r["httpd_cpu_us_per_req"]]),
+                "ci_cpu_us_per_req": med([r["httpd_cpu_us_per_req"] for r in ci
+                                          if r["httpd_cpu_us_per_req"]]),
+            }
+            fig["throughput_ratio"] = med(paired)
+            fig["throughput_ratio_of_medians"] = ratio(fig["ci_rps"], fig["plain_rps"])
+            fig["p50_ratio"] = med(paired_p50)
+            fig["p99_ratio"] = med(paired_p99)
+            fig["cpu_ratio"] = med(paired_cpu)
+            res[label] = fig
+            log("   %s (%d connections; medians of %d rounds; ratios: median of the "
+                "rounds' CI/plain):" % (label, conns, PASS_ROUNDS))
+            log("     throughput  CI %.0f req/s  plain %.0f req/s  ratio %.3f "
+                "(rounds %.3f..%.3f; ratio of the medians %.3f)  target >= %.2f"
+                % (fig["ci_rps"], fig["plain_rps"], fig["throughput_ratio"],
+                   fig["paired_ratio_min"], fig["paired_ratio_max"],
+                   fig["throughput_ratio_of_medians"], target))
+            log("     latency p50 CI %s  plain %s  ratio %.3f"
+                % (fmt_us(fig["ci_p50_us"]), fmt_us(fig["plain_p50_us"]), fig["p50_ratio"]))
+            log("     latency p99 CI %s  plain %s  ratio %.3f"
+                % (fmt_us(fig["ci_p99_us"]), fmt_us(fig["plain_p99_us"]), fig["p99_ratio"]))
+            log("     httpd CPU per request CI %s  plain %s  ratio %.3f"
+                % (fmt_us(fig["ci_cpu_us_per_req"]), fmt_us(fig["plain_cpu_us_per_req"]),
+                   fig["cpu_ratio"] or 0))
+            if fig["errors"]:
+                log("     errors: %d" % fig["errors"])
+            self.row("passthrough %s throughput" % label,
+                     "%.0f req/s" % fig["ci_rps"], "plain mod_proxy %.0f req/s" % fig["plain_rps"],
+                     fmt_ratio(fig["throughput_ratio"]), ">= %.2f" % target,
+                     "PASS" if fig["throughput_ratio"] >= target else "FAIL")
+            self.row("passthrough %s latency p50 / p99" % label,
+                     "%s / %s" % (fmt_us(fig["ci_p50_us"]), fmt_us(fig["ci_p99_us"])),
+                     "%s / %s" % (fmt_us(fig["plain_p50_us"]), fmt_us(fig["plain_p99_us"])),
+                     "%s / %s" % (fmt_ratio(fig["p50_ratio"]), fmt_ratio(fig["p99_ratio"])))
+            self.row("passthrough %s httpd CPU per request" % label,
+                     fmt_us(fig["ci_cpu_us_per_req"]), fmt_us(fig["plain_cpu_us_per_req"]),
+                     fmt_ratio(fig["cpu_ratio"]))
+        self.results["passthrough"] = res
+
+    # ---- 2. module time -------------------------------------------------
+
+    def module_time(self, httpd, model, alog):
+        log("== 2. module time per round: one code call then a text answer, "
+            "fake model upstream, concurrency 1")
+        log("   (load average before: %s)" % loadavg())
+        res = {}
+        ci_path, plain_path = "/model/ci/v1/responses", "/model/plain/v1/responses"
+        sizes = [("10 KB", KB10, MODULE_N_10K, 200.0), ("1 MB", MB1, MODULE_N_1M, 10000.0)]
+        client = Client(httpd.port)
+        micro = build_micro()
+        for label, size, n, target in sizes:
+            body = intercepted_body(size)
+            check = check_answer(1)
+            # What the module sends upstream in the first round: the same
+            # exchange through the plain location costs the proxy and the
+            # upstream, not the module.
+            model.reset()
+            status, data, _ = client.post(ci_path, body, "m-probe-%d" % size)
+            if status != 200 or not check(data):
+                raise RuntimeError("intercepted request failed: %s %r" % (status, data[:500]))
+            seen = model.requests()
+            first = base64.b64decode(seen[0]["body_b64"])
+            # The three bodies of the CPU breakdown: the client's request and
+            # the upstream's two answers to what the module sent.
+            micro_files = []
+            for name, data in (("request", body), ("answer1", post_direct(model.port, first)),
+                               ("answer2", post_direct(model.port,
+                                                       base64.b64decode(seen[1]["body_b64"])))):
+                path = os.path.join(RUN, "micro-%s-%d.json" % (name, size))
+                with open(path, "wb") as f:
+                    f.write(data)
+                micro_files.append(path)
+            model.reset()
+            for i in range(3):          # warm-up
+                client.post(ci_path, body, "m-warm-%d-%d" % (size, i))
+                client.post(plain_path, first, "m-warmp-%d-%d" % (size, i))
+            profiler = self.start_profile("module-%d" % size, httpd) if PROFILE else None
+            pairs = []
+            t_end = time.time() + MAX_SECONDS_PER_LOOP
+            for i in range(n):
+                if time.time() > t_end:
+                    break
+                a_id, b_id = "m%d-ci-%d" % (size, i), "m%d-plain-%d" % (size, i)
+                order = ((ci_path, body, a_id), (plain_path, first, b_id))
+                if i % 2:
+                    order = order[::-1]
+                lat = {}
+                oks = {}
+                for path, b, rid in order:
+                    status, data, secs = client.post(path, b, rid)
+                    lat[rid] = secs * 1e6
+                    oks[rid] = status == 200 and (check(data) if path == ci_path else True)
+                pairs.append((a_id, b_id, lat[a_id], lat[b_id], oks[a_id] and oks[b_id]))
+                if i % 20 == 19:
+                    model.reset()
+            if profiler:
+                self.stop_profile(profiler)
+            entries = alog.entries([p[0] for p in pairs] + [p[1] for p in pairs])
+            per_round, module_us, outside, outside_srv, plain_lat, ci_lat = [], [], [], [], [], []
+            sandbox, upstream = [], []
+            failures = 0
+            for a_id, b_id, la, lb, ok in pairs:
+                ea, eb = entries.get(a_id), entries.get(b_id)
+                if not ok or not ea or not eb or not ea["rounds"] or ea["module_us"] is None:
+                    failures += 1
+                    continue
+                per_round.append(ea["module_us"] / ea["rounds"])
+                module_us.append(ea["module_us"])
+                sandbox.append(ea["sandbox_us"])
+                upstream.append(ea["upstream_us"])
+                plain_lat.append(lb)
+                ci_lat.append(la)
+                outside.append(la - lb - ea["upstream_us"] - ea["sandbox_us"])
+                outside_srv.append(ea["total_us"] - eb["total_us"] - ea["upstream_us"]
+                                   - ea["sandbox_us"])
+            rounds = entries[pairs[0][0]]["rounds"] if pairs and pairs[0][0] in entries else None
+            fig = {
+                "requests": len(pairs), "failures": failures, "rounds": rounds,
+                "per_round_p50_us": med(per_round), "per_round_p99_us": pct(per_round, 99),
+                "module_us_p50": med(module_us), "module_us_p99": pct(module_us, 99),
+                "outside_us_p50": med(outside), "outside_us_p99": pct(outside, 99),
+                "outside_server_us_p50": med(outside_srv),
+                "plain_round_p50_us": med(plain_lat), "plain_round_p99_us": pct(plain_lat, 99),
+                "ci_request_p50_us": med(ci_lat), "ci_request_p99_us": pct(ci_lat, 99),
+                "sandbox_us_p50": med(sandbox), "upstream_us_p50": med(upstream),
+            }
+            fig["per_round_vs_plain_round"] = ratio(fig["per_round_p50_us"],
+                                                    fig["plain_round_p50_us"])
+            fig["outside_vs_module"] = ratio(fig["outside_us_p50"], fig["module_us_p50"])
+            res[label] = fig
+            log("   %s conversation (%d requests, %d failed, %s rounds each):"
+                % (label, len(pairs), failures, rounds))
+            log("     module time per round  p50 %s  p99 %s  (target p50 <= %s)"
+                % (fmt_us(fig["per_round_p50_us"]), fmt_us(fig["per_round_p99_us"]),
+                   fmt_us(target)))
+            log("     module time per request p50 %s  p99 %s"
+                % (fmt_us(fig["module_us_p50"]), fmt_us(fig["module_us_p99"])))
+            log("     a plain proxied round of the same body p50 %s  p99 %s; "
+                "module per round / plain round %.3f"
+                % (fmt_us(fig["plain_round_p50_us"]), fmt_us(fig["plain_round_p99_us"]),
+                   fig["per_round_vs_plain_round"] or 0))
+            log("     intercepted request p50 %s  p99 %s  (sandbox p50 %s, follow-up p50 %s)"
+                % (fmt_us(fig["ci_request_p50_us"]), fmt_us(fig["ci_request_p99_us"]),
+                   fmt_us(fig["sandbox_us_p50"]), fmt_us(fig["upstream_us_p50"])))
+            log("     cross-check from outside: client latency - plain round - follow-up "
+                "- sandbox = p50 %s (server-side %%D: %s); outside / module %.2f"
+                % (fmt_us(fig["outside_us_p50"]), fmt_us(fig["outside_server_us_p50"]),
+                   fig["outside_vs_module"] or 0))
+            if micro:
+                hot = run_micro(micro, micro_files, 2000 if size < MB1 else 30, cold=False)
+                cold = run_micro(micro, micro_files, 300 if size < MB1 else 20, cold=True)
+                if hot and cold:
+                    fig["cpu_breakdown"] = {"hot": hot, "cold": cold}
+                    log("     CPU of the module's steps outside httpd, medians (warm caches / "
+                        "each phase starting with cold caches):")
+                    for h, c in zip(hot, cold):
+                        log("       %-78s %10s %10s" % (h["step"], fmt_us(h["cpu_us"]),
+                                                       fmt_us(c["cpu_us"])))
+                    total_hot, total_cold = hot[-1]["cpu_us"], cold[-1]["cpu_us"]
+                    fig["core_cpu_per_round_hot_us"] = total_hot / (rounds or 2)
+                    fig["core_cpu_per_round_cold_us"] = total_cold / (rounds or 2)
+            p50 = fig["per_round_p50_us"]
+            self.row("module time per round, %s" % label,
+                     "p50 %s / p99 %s" % (fmt_us(p50), fmt_us(fig["per_round_p99_us"])),
+                     "plain proxied round p50 %s" % fmt_us(fig["plain_round_p50_us"]),
+                     fmt_ratio(fig["per_round_vs_plain_round"]),
+                     "p50 <= %s" % fmt_us(target),
+                     "PASS" if p50 is not None and p50 <= target and not failures else "FAIL")
+            self.row("  cross-check from outside, %s (per request)" % label,
+                     "p50 %s" % fmt_us(fig["outside_us_p50"]),
+                     "ci-module-us p50 %s" % fmt_us(fig["module_us_p50"]),
+                     fmt_ratio(fig["outside_vs_module"]))
+            if "core_cpu_per_round_cold_us" in fig:
+                self.row("  same work outside httpd, CPU per round (cold / warm caches)",
+                         "%s / %s" % (fmt_us(fig["core_cpu_per_round_cold_us"]),
+                                      fmt_us(fig["core_cpu_per_round_hot_us"])),
+                         "ci-module-us per round p50 %s" % fmt_us(p50),
+                         fmt_ratio(ratio(fig["core_cpu_per_round_cold_us"], p50)))
+        client.close()
+        self.results["module_time"] = res
+
+    # ---- 3. sandbox -----------------------------------------------------
+
+    def error_log_times(self, httpd, ids):
+        """Per request id: interception time, sandbox start duration and the
+        executions (time logged, duration), from the debug error log."""
+        want = set(ids)
+        out = {}
+        line_re = re.compile(r"^\[(\S+ \S+)\] \[[^\]]*\] \[([^\]]*)\] (.*)$")
+        for line in httpd.read(httpd.error_log).splitlines():
+            m = line_re.match(line)
+            if not m or m.group(2) not in want:
+                continue
+            ts = time.mktime(time.strptime(m.group(1)[:19], "%Y-%m-%d %H:%M:%S"))
+            ts += float("0" + m.group(1)[19:]) if len(m.group(1)) > 19 else 0.0
+            msg = m.group(3)
+            e = out.setdefault(m.group(2), {"execs": []})
+            if "CI0101:" in msg:
+                e["intercepted"] = ts
+            elif "CI0302:" in msg:
+                mm = re.search(r" in (\d+) us", msg)
+                if mm:
+                    e["start_us"] = int(mm.group(1))
+            elif "CI0201:" in msg:
+                mm = re.search(r" in (\d+) us", msg)
+                if mm:
+                    e["execs"].append((ts, int(mm.group(1))))
+        return out
+
+    def sandbox(self, httpd, model, alog):
+        log("== 3. sandbox: cold start, print(1) in a started sandbox, executions per second")
+        log("   (load average before: %s)" % loadavg())
+        trace = "/model/trace/v1/responses"
+        one, two = intercepted_body(None, ONE_CALL), intercepted_body(None, MANY_CALLS)
+        check1, check2 = check_answer(1), check_answer(1 + WARM_CALLS)
+        client = Client(httpd.port)
+        for i in range(3):
+            client.post(trace, one, "s-warm-%d" % i)
+        model.reset()
+        ones, twos, bare, kernel = [], [], [], []
+        failures = 0
+        t_end = time.time() + MAX_SECONDS_PER_LOOP
+        for i in range(SANDBOX_PAIRS):
+            if time.time() > t_end:
+                break
+            steps = [("one", one, check1), ("two", two, check2), ("bare", None, None),
+                     ("kernel", None, None)]
+            if i % 2:
+                steps = [steps[1], steps[0], steps[3], steps[2]]
+            for kind, body, check in steps:
+                if kind == "bare":
+                    # The baseline: a bare interpreter started outside any sandbox.
+                    t0 = time.perf_counter()
+                    subprocess.run([PYTHON, "-I", "-c", "print(1)"], stdout=subprocess.DEVNULL,
+                                   preexec_fn=as_server_user)
+                    bare.append((time.perf_counter() - t0) * 1e6)
+                    continue
+                if kind == "kernel":
+                    k = kernel_ready_us()
+                    if k is not None:
+                        kernel.append(k)
+                    continue
+                rid = "s-%s-%d" % (kind, i)
+                status, data, _ = client.post(trace, body, rid)
+                if status != 200 or not check(data):
+                    failures += 1
+                    continue
+                (ones if kind == "one" else twos).append(rid)
+            if i % 20 == 19:
+                model.reset()
+        client.close()
+        entries = alog.entries(ones + twos)
+        times = self.error_log_times(httpd, ones + twos)
+        sb_one = [entries[r]["sandbox_us"] for r in ones if r in entries]
+        sb_two = [entries[r]["sandbox_us"] for r in twos if r in entries]
+        start_us = [times[r]["start_us"] for r in ones if r in times and "start_us" in times[r]]
+        first_exec = [times[r]["execs"][0][1] for r in ones if r in times and times[r]["execs"]]
+        to_first_end = [(times[r]["execs"][0][0] - times[r]["intercepted"]) * 1e6
+                        for r in ones if r in times and times[r]["execs"]
+                        and "intercepted" in times[r]]
+        # Every call after the first, as the provider times it (write the code,
+        # read until end_of_execution).
+        warm_exec = [d for r in twos if r in times for _, d in times[r]["execs"][1:]]
+        second_exec = [times[r]["execs"][1][1] for r in twos
+                       if r in times and len(times[r]["execs"]) >= 2]
+        # As the request thread sees them (pool dispatch included), per request:
+        # (ci-sandbox-us - sandbox start - first execution) / WARM_CALLS.
+        warm_seen = [(entries[r]["sandbox_us"] - times[r]["start_us"] - times[r]["execs"][0][1])
+                     / WARM_CALLS
+                     for r in twos if r in entries and r in times and "start_us" in times[r]
+                     and len(times[r]["execs"]) == 1 + WARM_CALLS]
+        dispatch = [entries[r]["sandbox_us"] - times[r]["start_us"] - times[r]["execs"][0][1]
+                    for r in ones if r in entries and r in times and "start_us" in times[r]
+                    and times[r]["execs"]]
+        # From the notes alone: the difference of the medians, per warm call.
+        warm_diff = ((med(sb_two) - med(sb_one)) / WARM_CALLS) if sb_one and sb_two else None
+        fig = {
+            "pairs": len(ones), "failures": failures,
+            "cold_sandbox_us_p50": med(sb_one), "cold_sandbox_us_p99": pct(sb_one, 99),
+            "cold_start_only_us_p50": med(start_us), "cold_start_only_us_p99": pct(start_us, 99),
+            "first_exec_us_p50": med(first_exec),
+            "intercept_to_first_exec_end_us_p50": med(to_first_end),
+            "intercept_to_first_exec_end_us_p99": pct(to_first_end, 99),
+            "warm_rt_us_p50_notes": warm_diff,
+            "warm_rt_us_p50": med(warm_seen), "warm_rt_us_p99": pct(warm_seen, 99),
+            "warm_exec_us_p50": med(warm_exec), "warm_exec_us_p99": pct(warm_exec, 99),
+            "second_exec_us_p50": med(second_exec), "second_exec_us_p99": pct(second_exec, 99),
+            "dispatch_us_p50": med(dispatch),
+            "bare_python_us_p50": med(bare), "bare_python_us_p99": pct(bare, 99),
+            "kernel_ready_us_p50": med(kernel), "kernel_ready_us_p99": pct(kernel, 99),
+        }
+        fig["cold_vs_bare"] = ratio(fig["cold_sandbox_us_p50"], fig["bare_python_us_p50"])
+        log("   cold start (one print(1) per request, %d requests, %d failed):"
+            % (len(ones), failures))
+        log("     ci-sandbox-us (spawn + ready + first execution) p50 %s  p99 %s"
+            % (fmt_us(fig["cold_sandbox_us_p50"]), fmt_us(fig["cold_sandbox_us_p99"])))
+        log("       of which sandbox start (CI0302) p50 %s  p99 %s; first execution p50 %s;"
+            " pool dispatch p50 %s"
+            % (fmt_us(fig["cold_start_only_us_p50"]), fmt_us(fig["cold_start_only_us_p99"]),
+               fmt_us(fig["first_exec_us_p50"]), fmt_us(fig["dispatch_us_p50"])))
+        log("     interception -> end of first execution (error log) p50 %s  p99 %s"
+            % (fmt_us(fig["intercept_to_first_exec_end_us_p50"]),
+               fmt_us(fig["intercept_to_first_exec_end_us_p99"])))
+        log("     bare python3 -I -c 'print(1)' outside any sandbox p50 %s; ratio %.2f"
+            % (fmt_us(fig["bare_python_us_p50"]), fig["cold_vs_bare"] or 0))
+        log("     the module's kernel (ci_kernel.py) until ready, outside any sandbox p50 %s"
+            % fmt_us(fig["kernel_ready_us_p50"]))
+        if fig["kernel_ready_us_p50"] and fig["cold_start_only_us_p50"]:
+            log("     so a start is about: interpreter %s + the kernel's imports %s + "
+                "bubblewrap and the spawn %s"
+                % (fmt_us(fig["bare_python_us_p50"]),
+                   fmt_us(fig["kernel_ready_us_p50"] - fig["bare_python_us_p50"]),
+                   fmt_us(fig["cold_start_only_us_p50"] - fig["kernel_ready_us_p50"])))
+        log("   print(1) in a started sandbox (calls 2..%d of a request, %d requests):"
+            % (1 + WARM_CALLS, len(twos)))
+        log("     as the request sees it (ci-sandbox-us - start - first call) / %d: p50 %s  p99 %s"
+            % (WARM_CALLS, fmt_us(fig["warm_rt_us_p50"]), fmt_us(fig["warm_rt_us_p99"])))
+        log("     execution alone (CI0201): every warm call p50 %s  p99 %s; the second call "
+            "p50 %s  p99 %s"
+            % (fmt_us(fig["warm_exec_us_p50"]), fmt_us(fig["warm_exec_us_p99"]),
+               fmt_us(fig["second_exec_us_p50"]), fmt_us(fig["second_exec_us_p99"])))
+        log("     from the notes alone (median %d calls - median 1 call) / %d: %s"
+            % (1 + WARM_CALLS, WARM_CALLS, fmt_us(warm_diff)))
+        self.row("sandbox cold start (spawn + ready + print(1))",
+                 "p50 %s / p99 %s" % (fmt_us(fig["cold_sandbox_us_p50"]),
+                                      fmt_us(fig["cold_sandbox_us_p99"])),
+                 "bare python3 start p50 %s" % fmt_us(fig["bare_python_us_p50"]),
+                 fmt_ratio(fig["cold_vs_bare"]))
+        self.row("  interception -> end of first execution",
+                 "p50 %s / p99 %s" % (fmt_us(fig["intercept_to_first_exec_end_us_p50"]),
+                                      fmt_us(fig["intercept_to_first_exec_end_us_p99"])),
+                 "", "")
+        warm = fig["warm_rt_us_p50"]
+        self.row("print(1) round trip, started sandbox",
+                 "p50 %s / p99 %s (notes: %s)" % (fmt_us(warm), fmt_us(fig["warm_rt_us_p99"]),
+                                                  fmt_us(warm_diff)),
+                 "target 5 ms", fmt_ratio(ratio(warm, 5000.0)), "p50 <= 5 ms",
+                 "PASS" if warm is not None and warm <= 5000 and not failures else "FAIL")
+
+        # executions per second
+        log("   executions per second (one print(1) per request, /model/ci):")
+        per = {1: [], 8: [], 32: []}
+        half = max(1, RATE_SECONDS // 2)
+        schedule = [1, 8, 32, 32, 8, 1]
+        check = check_answer(1)
+        for k, c in enumerate(schedule):
+            recs, secs = load(httpd.port, "/model/ci/v1/responses", one, "r%d-%d" % (c, k),
+                              count=200 * half * max(1, c), concurrency=c, seconds=half,
+                              check=check)
+            per[c].append((recs, secs))
+            model.reset()
+        rates = {}
+        for c in (1, 8, 32):
+            recs = [r for rs, _ in per[c] for r in rs]
+            secs = sum(s for _, s in per[c])
+            ok = [r for r in recs if r["ok"]]
+            lat = [r["lat_us"] for r in ok]
+            rates[c] = {"requests": len(recs), "ok": len(ok), "seconds": secs,
+                        "exec_per_s": len(ok) / secs if secs else 0,
+                        "lat_p50_us": med(lat), "lat_p99_us": pct(lat, 99)}
+            bad = [r for r in recs if not r["ok"]]
+            log("     concurrency %2d: %6.1f executions/s  (%d requests in %.1f s, %d failed)  "
+                "latency p50 %s p99 %s"
+                % (c, rates[c]["exec_per_s"], len(recs), secs, len(bad),
+                   fmt_us(rates[c]["lat_p50_us"]), fmt_us(rates[c]["lat_p99_us"])))
+            if bad:
+                log("       first failure: %s %r" % (bad[0]["status"], bad[0]["error"]))
+        fig["rates"] = rates
+        for c in (1, 8, 32):
+            r = rates[c]
+            self.row("executions/s at concurrency %d" % c,
+                     "%.1f/s (latency p50 %s / p99 %s)" % (r["exec_per_s"], fmt_us(r["lat_p50_us"]),
+                                                          fmt_us(r["lat_p99_us"])),
+                     "concurrency 1: %.1f/s" % rates[1]["exec_per_s"],
+                     fmt_ratio(ratio(r["exec_per_s"], rates[1]["exec_per_s"])),
+                     "", "" if r["ok"] == r["requests"] else "%d failed" % (r["requests"] - r["ok"]))
+        self.results["sandbox"] = fig
+
+    # ---- 4. soak --------------------------------------------------------
+
+    def soak_run(self, httpd, model, path, body, check, tag):
+        """SOAK requests at concurrency 32 in chunks of 1,000, the RSS of the
+        children sampled after each chunk (when the server is idle)."""
+        rss0, kids0 = httpd.rss_kb()
+        log("     RSS of the children at start: %d kB (%d children)" % (rss0, len(kids0)))
+        samples = [(0, rss0, kids0)]
+        done = ok = 0
+        failures = []
+        t0 = time.perf_counter()
+        chunk = 1000
+        while done < SOAK:
+            n = min(chunk, SOAK - done)
+            recs, _ = load(httpd.port, path, body, "%s-%d" % (tag, done), count=n,
+                           concurrency=32, seconds=MAX_SECONDS_PER_LOOP, check=check)
+            done += len(recs)
+            ok += sum(1 for r in recs if r["ok"])
+            failures += [r for r in recs if not r["ok"]][:5]
+            model.reset()
+            time.sleep(0.5)           # let the last requests' cleanups run
+            rss, kids = httpd.rss_kb()
+            samples.append((done, rss, kids))
+            log("     %6d requests  ok %6d  RSS %d kB  children %s  %.0f req/s"
+                % (done, ok, rss, kids, done / (time.perf_counter() - t0)))
+            if len(recs) < n or time.perf_counter() - t0 > MAX_SECONDS_PER_LOOP * 2:
+                log("     stopped: the time bound was reached")
+                break
+        elapsed = time.perf_counter() - t0
+        after_1000 = next((x for x in samples if x[0] >= 1000), samples[-1])
+        end = samples[-1]
+        return {
+            "requests": done, "ok": ok, "success_rate": ok / done if done else 0,
+            "rss_start_kb": rss0, "rss_after_1000_kb": after_1000[1], "rss_end_kb": end[1],
+            "rss_growth": ratio(end[1], after_1000[1]) - 1 if after_1000[1] else None,
+            "samples": [(x[0], x[1]) for x in samples],
+            "same_children": all(x[2] == samples[0][2] for x in samples),
+            "seconds": elapsed, "req_per_s": done / elapsed if elapsed else 0,
+            "failures": [(f["status"], str(f["error"])[:200]) for f in failures[:3]],
+        }
+
+    def soak(self, httpd, model):
+        log("== 4. soak: %d requests at concurrency 32 on a fresh server: first plain "
+            "mod_proxy (the baseline), then intercepted ones (one print(1) each)" % SOAK)
+        log("   (load average before: %s)" % loadavg())
+        log("   plain mod_proxy, /model/plain (no module work):")
+        base = self.soak_run(httpd, model, "/model/plain/v1/responses", passthrough_body(1000),
+                             None, "soak-plain")
+        httpd.stop()
+        httpd.port = free_port()
+        httpd.start()
+        log("   intercepted, /model/ci:")
+        fig = self.soak_run(httpd, model, "/model/ci/v1/responses",
+                            intercepted_body(None, ONE_CALL), check_answer(1), "soak")
+        fig["leftover_sandboxes"] = httpd.sandbox_processes()
+        fig["baseline"] = base
+        log("     success %d/%d (%.3f %%), %.1f req/s; RSS after 1,000 %d kB, at the end %d kB "
+            "(growth %+.1f %%; plain mod_proxy %+.1f %%); children unchanged: %s; "
+            "live sandboxes after: %d"
+            % (fig["ok"], fig["requests"], 100.0 * fig["success_rate"], fig["req_per_s"],
+               fig["rss_after_1000_kb"], fig["rss_end_kb"], 100.0 * (fig["rss_growth"] or 0),
+               100.0 * (base["rss_growth"] or 0), fig["same_children"],
+               fig["leftover_sandboxes"]))
+        for status, err in fig["failures"]:
+            log("       failure: %s %s" % (status, err))
+        done, ok = fig["requests"], fig["ok"]
+        self.row("soak %d requests, concurrency 32: success" % done,
+                 "%.2f %% (%d/%d)" % (100.0 * fig["success_rate"], ok, done),
+                 "plain mod_proxy %.2f %%" % (100.0 * base["success_rate"]), "",
+                 "100 %", "PASS" if ok == done and done else "FAIL")
+        self.row("soak: RSS of httpd's children, after 1,000 -> end",
+                 "%d -> %d kB (%+.1f %%)" % (fig["rss_after_1000_kb"], fig["rss_end_kb"],
+                                             100.0 * (fig["rss_growth"] or 0)),
+                 "plain mod_proxy %d -> %d kB (%+.1f %%)"
+                 % (base["rss_after_1000_kb"], base["rss_end_kb"],
+                    100.0 * (base["rss_growth"] or 0)),
+                 fmt_ratio(ratio(fig["rss_end_kb"], fig["rss_after_1000_kb"])), "growth <= 10 %",
+                 "-" if done <= 1000 else
+                 "PASS" if fig["rss_growth"] is not None and fig["rss_growth"] <= 0.10
+                 and fig["same_children"] else "FAIL")
+        self.results["soak"] = fig
+
+    # ---- profiling (PROFILE=1) -----------------------------------------
+
+    def start_profile(self, name, httpd):
+        perf = shutil.which("perf")
+        if not perf:
+            log("   (PROFILE=1 but perf is missing)")
+            return None
+        out = os.path.join(RUN, "perf-%s.data" % name)
+        pids = ",".join(str(p) for p in httpd.children())
+        proc = subprocess.Popen([perf, "record", "-q", "-F", "2999", "-e", "cpu-clock", "-g",
+                                 "-p", pids, "-o", out],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)
+        return proc, out
+
+    def stop_profile(self, profiler):
+        proc, out = profiler
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        # The sandboxes forked meanwhile are followed too: keep httpd's own
+        # threads (comm apache2), in percent of their samples.
+        texts = []
+        for sort in ("dso", "dso,sym"):
+            rep = subprocess.run(["perf", "report", "-i", out, "--comms", "apache2",
+                                  "--percentage", "relative", "--no-children", "--stdio",
+                                  "--sort", sort, "-g", "none", "--percent-limit", "1"],
+                                 capture_output=True, text=True)
+            texts.append(rep.stdout)
+        path = out + ".txt"
+        with open(path, "w") as f:
+            f.write("\n".join(texts))
+        log("   profile of httpd's children, their own threads (%s):" % path)
+        for text in texts:
+            lines = [l for l in text.splitlines() if l.strip() and not l.startswith("#")]
+            for line in lines[:15]:
+                log("     " + line)
+
+    # ---- the table ------------------------------------------------------
+
+    def table(self):
+        head = ("figure", "measured", "baseline", "ratio", "target", "verdict")
+        rows = [head] + [tuple(str(c) for c in r) for r in self.rows]
+        widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+        lines = []
+        for k, r in enumerate(rows):
+            lines.append("  ".join(r[i].ljust(widths[i]) for i in range(len(head))).rstrip())
+            if k == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        return "\n".join(lines)
+
+    def markdown(self):
+        out = ["| figure | measured | baseline | ratio | target | verdict |",
+               "|---|---|---|---|---|---|"]
+        for r in self.rows:
+            out.append("| " + " | ".join(str(c) for c in r) + " |")
+        return "\n".join(out)
+
+
+def main():
+    if not os.path.exists(MODULE):
+        sys.exit("the module is not built: %s (bench/run.sh builds it)" % MODULE)
+    for tool in (HTTPD, NGINX, WRK):
+        if not os.path.exists(tool):
+            sys.exit("%s is missing (bench/run.sh installs it)" % tool)
+    if os.path.isdir(RUN):
+        shutil.rmtree(RUN)
+    os.makedirs(RUN)
+    os.chmod(RUN, 0o755)
+
+    m = machine()
+    log("machine: %d CPUs, %s, %s, kernel %s" % (m["nproc"], m["cpu"], m["memory"], m["kernel"]))
+    log("         %s; %s; %s; %s" % (m["httpd"], m["nginx"], m["wrk"], m["python"]))
+    log("module:  %s at %s" % (m["module"], m["revision"]))
+    log("run: phases %s, SOAK=%d, PASS_ROUNDS=%d x %d s, MODULE_N_10K=%d, MODULE_N_1M=%d, "
+        "SANDBOX_PAIRS=%d, RATE_SECONDS=%d"
+        % (",".join(sorted(PHASES)), SOAK, PASS_ROUNDS, PASS_SECONDS, MODULE_N_10K,
+           MODULE_N_1M, SANDBOX_PAIRS, RATE_SECONDS))
+
+    bench = Bench()
+    nginx = model = httpd = None
+    t0 = time.time()
+    try:
+        nginx = Nginx()
+        model = FakeModel()
+        httpd = Httpd(nginx.port, model.port).start()
+        alog = AccessLog(httpd.access_log)
+        if "1" in PHASES:
+            bench.passthrough(httpd)
+        if "2" in PHASES:
+            bench.module_time(httpd, model, alog)
+        if "3" in PHASES:
+            bench.sandbox(httpd, model, alog)
+        if "4" in PHASES:
+            httpd.stop()
+            httpd.port = free_port()
+            httpd.start()
+            bench.soak(httpd, model)
+        logs = [httpd.error_log] + sorted(
+            os.path.join(os.path.dirname(httpd.error_log), f)
+            for f in os.listdir(os.path.dirname(httpd.error_log)) if f.startswith("error_log."))
+        crash_lines = [l for p in logs for l in httpd.read(p).splitlines() if "exit signal" in l]
+        if crash_lines:
+            log("!! %d httpd children crashed during the run:" % len(crash_lines))
+            for l in crash_lines[:5]:
+                log("   " + l)
+        bench.row("httpd children that crashed during the run", str(len(crash_lines)), "", "",
+                  "0", "PASS" if not crash_lines else "FAIL")
+        bench.results["crashes"] = crash_lines
+    finally:
+        if httpd:
+            httpd.stop()
+        if model:
+            model.stop()
+        if nginx:
+            nginx.stop()
+
+    elapsed = time.time() - t0
+    log()
+    log("machine: %d CPUs, %s, kernel %s, %s; module at %s"
+        % (m["nproc"], m["cpu"], m["kernel"], m["httpd"], m["revision"]))
+    log(bench.table())
+    log("(%.0f s in all; figures and samples in %s)" % (elapsed, os.path.join(RUN, "results.json")))
+    with open(os.path.join(RUN, "results.json"), "w") as f:
+        json.dump({"machine": m, "elapsed_s": elapsed, "soak": SOAK,
+                   "results": bench.results, "table": bench.rows}, f, indent=1, default=str)
+    with open(os.path.join(RUN, "results.md"), "w") as f:
+        f.write(bench.markdown() + "\n")
+
+
+if __name__ == "__main__":
+    main()
