@@ -12,7 +12,7 @@ the tests load):
                 server, to nginx answering a fixed JSON body (it reads and
                 discards the request body); wrk, 10 KB and 1 MB bodies.
 2. module time  intercepted requests (one code call, then a text answer)
-                against test/fake_model.py (run by bench/model.py), 10 KB and
+                against test/fake_model.py, 10 KB and
                 1 MB conversations: %{ci-module-us}n / %{ci-rounds}n from the
                 access log; a cross-check from outside (client latency minus
                 the upstream's and the sandbox's time); and the CPU of each
@@ -302,12 +302,13 @@ def check_answer(calls):
 # ------------------------------------------------------------- servers
 
 class FakeModel:
-    """test/fake_model.py on a free port (through bench/model.py: the same
-    server with TCP_NODELAY, see there)."""
+    """test/fake_model.py on a free port (it answers with TCP_NODELAY, so
+    no answer waits for a delayed ACK)."""
 
     def __init__(self):
         self.proc = subprocess.Popen(
-            [PYTHON, os.path.join(HERE, "model.py"), "--port", "0"],
+            [PYTHON, os.path.join(os.path.dirname(HERE), "test", "fake_model.py"),
+             "--port", "0"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         line = self.proc.stdout.readline()
         if not line.startswith("READY"):

@@ -40,4 +40,5 @@ if [ -n "$missing" ]; then
 fi
 
 ./scripts/build.sh
-exec /usr/bin/python3 bench/bench.py "$@"
+/usr/bin/python3 bench/bench.py "$@"
+exec /usr/bin/python3 bench/warm_acquire.py
