@@ -6,6 +6,7 @@ model upstream (test/fake_model.py).
 After every test: no httpd child crashed, and every sandbox the test started
 was destroyed (the module logs CI0302 on start and CI0301 on destroy).
 """
+import contextlib
 import http.client
 import json
 import os
@@ -293,20 +294,28 @@ def httpd(model):
     server.stop()
 
 
-@pytest.fixture(autouse=True)
-def checked_server(request):
-    """Per test: mark the log, reset the model; afterwards, check for crashes
-    and that created == destroyed."""
-    if "httpd" not in request.fixturenames:
-        yield
-        return
-    server = request.getfixturevalue("httpd")
-    request.getfixturevalue("model").reset()
+@contextlib.contextmanager
+def checked(server, model=None):
+    """Around one test on SERVER: the model's record and the log are marked
+    first; afterwards no child crashed, every sandbox started was destroyed,
+    and the sanitizers (when built in) reported nothing."""
+    if model is not None:
+        model.reset()
     server.mark()
-    yield
+    yield server
     started, destroyed = server.wait_sandboxes_destroyed()
     text = server.log_since_mark()
     assert "exit signal" not in text, text
     assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
     reports = sanitizer_reports(server.root)
     assert not reports, "sanitizer reports:\n" + "\n".join(reports)
+
+
+@pytest.fixture(autouse=True)
+def checked_server(request):
+    """Every test that uses the main server runs inside checked()."""
+    if "httpd" not in request.fixturenames:
+        yield
+        return
+    with checked(request.getfixturevalue("httpd"), request.getfixturevalue("model")):
+        yield

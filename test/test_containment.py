@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import checked, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 PATH = "/tight/v1/responses"
@@ -49,13 +49,8 @@ CodeInterpreterSandbox tight provider=local timeout=5 memory=256M processes=32 d
 
 @pytest.fixture
 def server(tight_httpd, model):
-    model.reset()
-    tight_httpd.mark()
-    yield tight_httpd
-    started, destroyed = tight_httpd.wait_sandboxes_destroyed()
-    text = tight_httpd.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+    with checked(tight_httpd, model):
+        yield tight_httpd
     assert wait_no_sandbox_process(tight_httpd) == {}
 
 

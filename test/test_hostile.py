@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZE, TOOL, Httpd, base_conf, script_input
+from conftest import checked, SANITIZE, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 OK_SCRIPT = script_input([[{"text": "ok"}]])
@@ -48,13 +48,8 @@ CodeInterpreterSandbox tight provider=local timeout=5 memory=256M processes=32 d
 @pytest.fixture
 def server(hostile_httpd, model):
     """Per test: no crash, created == destroyed."""
-    model.reset()
-    hostile_httpd.mark()
-    yield hostile_httpd
-    started, destroyed = hostile_httpd.wait_sandboxes_destroyed()
-    text = hostile_httpd.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+    with checked(hostile_httpd, model):
+        yield hostile_httpd
 
 
 # ---------------------------------------------------------------- helpers

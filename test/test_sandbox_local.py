@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import checked, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 RESTARTED = (" The interpreter was restarted: variables, imports and files from "
@@ -392,13 +392,8 @@ def probe_httpd(model):
 
 @pytest.fixture
 def probe_server(probe_httpd, model):
-    model.reset()
-    probe_httpd.mark()
-    yield probe_httpd
-    started, destroyed = probe_httpd.wait_sandboxes_destroyed()
-    text = probe_httpd.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+    with checked(probe_httpd, model):
+        yield probe_httpd
 
 
 def test_environment_holds_no_secrets(probe_server, model):
