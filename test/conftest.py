@@ -49,6 +49,35 @@ def start_helper(script, *args):
     return proc, int(line.split()[1])
 
 
+def proc_stats():
+    """pid -> (ppid, comm, state) of every process on the host."""
+    procs = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        procs[int(name)] = (int(fields[1]), comm, fields[0])
+    return procs
+
+
+def without_ids(resp):
+    """RESP without ids, timestamps and container ids (to compare answers)."""
+    def walk(o):
+        if isinstance(o, dict):
+            return {k: walk(v) for k, v in o.items()
+                    if k not in ("id", "created_at", "container_id")}
+        if isinstance(o, list):
+            return [walk(v) for v in o]
+        return o
+    return walk(resp)
+
+
 def script_input(rounds, prefix=""):
     """The user message that scripts the fake model."""
     return prefix + "SCRIPT: " + json.dumps(rounds)

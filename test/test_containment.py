@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import checked, TOOL, Httpd, base_conf, script_input
+from conftest import checked, proc_stats, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 PATH = "/tight/v1/responses"
@@ -86,18 +86,7 @@ def server_pid(server):
 
 def process_table():
     """pid -> (ppid, comm) of every process on the host."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        table[int(name)] = (int(stat[stat.rindex(")") + 2:].split()[1]), comm)
-    return table
+    return {pid: (ppid, comm) for pid, (ppid, comm, _) in proc_stats().items()}
 
 
 def sandbox_processes(server):

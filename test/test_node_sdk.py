@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, TOOL, script_input
+from conftest import HERE, TOOL, script_input, without_ids
 
 NODE_DIR = os.path.join(HERE, "node")
 NODE = shutil.which("node")
@@ -173,16 +173,6 @@ def check_sdk_events(events):
     return call, msg
 
 
-def without_ids(resp):
-    """RESP without ids, timestamps and container ids."""
-    def walk(o):
-        if isinstance(o, dict):
-            return {k: walk(v) for k, v in o.items()
-                    if k not in ("id", "created_at", "container_id")}
-        if isinstance(o, list):
-            return [walk(v) for v in o]
-        return o
-    return walk(resp)
 
 
 def test_sdk_create_stream_sees_every_event_in_order(httpd, model, node_modules):

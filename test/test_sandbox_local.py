@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import checked, TOOL, Httpd, base_conf, script_input
+from conftest import checked, proc_stats, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 RESTARTED = (" The interpreter was restarted: variables, imports and files from "
@@ -49,18 +49,7 @@ def run_json(server, code, path="/v1/responses"):
 
 def descendants(root_pid):
     """pid -> (ppid, comm, state) of every process below ROOT_PID."""
-    procs = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        procs[int(name)] = (int(fields[1]), comm, fields[0])
+    procs = proc_stats()
     found, frontier = {}, {root_pid}
     while frontier:
         nxt = set()

@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from conftest import SHARED_SPEC, TOOL, Httpd, base_conf, script_input
+from conftest import SHARED_SPEC, TOOL, Httpd, base_conf, script_input, without_ids
 from fake_model import build_response_object
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -669,16 +669,6 @@ def test_keys_match_the_recorded_stream(httpd, model):
 
 # ------------------------------------------------------------- parity
 
-def _normalized(resp):
-    """RESP without ids, timestamps and container ids."""
-    def walk(o):
-        if isinstance(o, dict):
-            return {k: walk(v) for k, v in o.items()
-                    if k not in ("id", "created_at", "container_id")}
-        if isinstance(o, list):
-            return [walk(v) for v in o]
-        return o
-    return walk(resp)
 
 
 def test_completed_response_equals_the_json_answer(httpd, model):
@@ -692,7 +682,7 @@ def test_completed_response_equals_the_json_answer(httpd, model):
     for resp in (streamed, plain):
         for item in resp["output"]:
             item.pop("encrypted_content", None)     # minted per answer, like an id
-    assert _normalized(streamed) == _normalized(plain)
+    assert without_ids(streamed) == without_ids(plain)
     assert streamed["output"][1]["container_id"].startswith("cntr_")
 
 
