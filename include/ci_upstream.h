@@ -34,6 +34,10 @@ typedef struct ci_upstream_answer {
 /* One-time libcurl set-up (parent, real post_config). */
 apr_status_t ci_upstream_global_init(apr_pool_t *pconf);
 
+/* The pool of kept connections of this process (child_init; its cleanup on
+ * PCHILD closes them). Without it every call connects afresh. */
+apr_status_t ci_upstream_child_init(apr_pool_t *pchild);
+
 /* POST BODY to URL with HEADERS. APR_SUCCESS: ANS holds whatever status came
  * back. Otherwise *ERR says what failed (no secrets) and the status tells the
  * class: APR_TIMEUP (timed out), APR_ENOSPC (answer too large), APR_ECONNABORTED (progress

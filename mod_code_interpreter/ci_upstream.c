@@ -2,11 +2,32 @@
  * ci_upstream.c - follow-up POSTs to the model upstream with libcurl.
  * Proxies from the environment are ignored; only http and https; no
  * redirects; the answer is capped while it arrives.
+ *
+ * Connections are kept: a follow-up takes an idle easy handle of this
+ * process and gives it back, reset, when done. The handle keeps its live
+ * connections, so the next follow-up to the same upstream (of this request or
+ * another) skips the connect and the TLS handshake; the DNS cache and TLS
+ * sessions are shared between all the handles of the process. curl only
+ * reuses a connection whose TLS and proxy settings match the call's.
  */
 #include <string.h>
 #include <curl/curl.h>
 #include <apr_strings.h>
+#include <apr_thread_mutex.h>
 #include "ci_upstream.h"
+
+/* Idle handles kept per process: enough for the follow-ups in flight at
+ * once in a busy child; more are closed when given back. */
+#define IDLE_MAX 64
+
+static struct {
+    apr_thread_mutex_t *lock;     /* NULL: no pool (every call its own handle) */
+    CURL *idle[IDLE_MAX];         /* most recently used last */
+    int nidle;
+    int closed;                   /* the child is going: nothing is kept */
+    CURLSH *share;
+    apr_thread_mutex_t *share_locks[CURL_LOCK_DATA_LAST];
+} handles;
 
 typedef struct answer_buf {
     apr_pool_t *p;
@@ -30,6 +51,114 @@ apr_status_t ci_upstream_global_init(apr_pool_t *pconf)
     apr_pool_cleanup_register(pconf, NULL, curl_cleanup, apr_pool_cleanup_null);
     return APR_SUCCESS;
 }
+
+/* ---- the handle pool ---------------------------------------------------- */
+
+static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *u)
+{
+    (void)h; (void)access; (void)u;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST && handles.share_locks[data])
+        apr_thread_mutex_lock(handles.share_locks[data]);
+}
+
+static void share_unlock(CURL *h, curl_lock_data data, void *u)
+{
+    (void)h; (void)u;
+    if (data >= 0 && data < CURL_LOCK_DATA_LAST && handles.share_locks[data])
+        apr_thread_mutex_unlock(handles.share_locks[data]);
+}
+
+static apr_status_t close_handles(void *data)
+{
+    CURL *idle[IDLE_MAX];
+    int i, n;
+    (void)data;
+    apr_thread_mutex_lock(handles.lock);
+    n = handles.nidle;
+    memcpy(idle, handles.idle, sizeof(CURL *) * (apr_size_t)n);
+    handles.nidle = 0;
+    handles.closed = 1;
+    apr_thread_mutex_unlock(handles.lock);
+    for (i = 0; i < n; i++)
+        curl_easy_cleanup(idle[i]);
+    /* A handle still in use keeps the share (CURLSHE_IN_USE): left to exit. */
+    if (handles.share && curl_share_cleanup(handles.share) == CURLSHE_OK)
+        handles.share = NULL;
+    return APR_SUCCESS;
+}
+
+static CURLSH *make_share(apr_pool_t *p)
+{
+    static const curl_lock_data shared[] = { CURL_LOCK_DATA_DNS,
+                                             CURL_LOCK_DATA_SSL_SESSION };
+    CURLSH *sh = curl_share_init();
+    apr_size_t i;
+    if (!sh)
+        return NULL;
+    for (i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+        if (apr_thread_mutex_create(&handles.share_locks[shared[i]],
+                                    APR_THREAD_MUTEX_DEFAULT, p) != APR_SUCCESS ||
+            curl_share_setopt(sh, CURLSHOPT_SHARE, shared[i]) != CURLSHE_OK) {
+            curl_share_cleanup(sh);
+            return NULL;
+        }
+    }
+    curl_share_setopt(sh, CURLSHOPT_LOCKFUNC, share_lock);
+    curl_share_setopt(sh, CURLSHOPT_UNLOCKFUNC, share_unlock);
+    return sh;
+}
+
+apr_status_t ci_upstream_child_init(apr_pool_t *pchild)
+{
+    apr_status_t rv;
+    if (handles.lock)
+        return APR_SUCCESS;
+    rv = apr_thread_mutex_create(&handles.lock, APR_THREAD_MUTEX_DEFAULT, pchild);
+    if (rv != APR_SUCCESS) {
+        handles.lock = NULL;
+        return rv;
+    }
+    handles.closed = 0;
+    handles.share = make_share(pchild);   /* without it: no sharing, still pooled */
+    apr_pool_cleanup_register(pchild, NULL, close_handles, apr_pool_cleanup_null);
+    return APR_SUCCESS;
+}
+
+static CURL *take_handle(void)
+{
+    apr_thread_mutex_t *lock = handles.lock;
+    CURL *h = NULL;
+    if (lock) {
+        apr_thread_mutex_lock(lock);
+        if (handles.nidle > 0)
+            h = handles.idle[--handles.nidle];
+        apr_thread_mutex_unlock(lock);
+    }
+    if (!h && (h = curl_easy_init()) && handles.share)
+        curl_easy_setopt(h, CURLOPT_SHARE, handles.share);
+    return h;
+}
+
+/* Back to the pool with its options cleared (the request's headers, body,
+ * callbacks and TLS files go; its connections, caches and share stay). A
+ * failed call's handle is closed: its connection's state is unknown. */
+static void give_back(CURL *h, int reusable)
+{
+    apr_thread_mutex_t *lock = handles.lock;
+    if (reusable && lock) {
+        curl_easy_reset(h);
+        apr_thread_mutex_lock(lock);
+        if (!handles.closed && handles.nidle < IDLE_MAX) {
+            handles.idle[handles.nidle++] = h;
+            h = NULL;
+        }
+        apr_thread_mutex_unlock(lock);
+    }
+    if (h)
+        curl_easy_cleanup(h);
+}
+
+/* ---- one call ------------------------------------------------------------ */
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -148,7 +277,7 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
                               apr_size_t len, const ci_upstream_opts *opts,
                               ci_upstream_answer *ans, const char **err)
 {
-    CURL *h = curl_easy_init();
+    CURL *h = take_handle();
     struct curl_slist *list;
     answer_buf b;
     CURLcode rc;
@@ -175,7 +304,7 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     rc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(list);
-    curl_easy_cleanup(h);
+    give_back(h, rc == CURLE_OK);
     if (rc != CURLE_OK) {
         *err = b.over ? "the answer exceeds the size limit"
                       : apr_pstrdup(p, curl_easy_strerror(rc));

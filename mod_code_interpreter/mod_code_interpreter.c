@@ -417,6 +417,9 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
                      "CI0004: the code execution threads could not be started");
         return;
     }
+    if ((rv = ci_upstream_child_init(pchild)) != APR_SUCCESS)
+        ap_log_error(APLOG_MARK, APLOG_WARNING, rv, s, "CI0005: follow-up "
+                     "connections will not be kept (no lock)");
     ci_audit_child_init(pchild);
     ci_registry_child_init(pchild, s);
     ci_warm_start(pchild, s);

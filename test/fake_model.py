@@ -34,10 +34,16 @@ Actions (output items come out in order):
                                          of response.completed; otherwise 500
   {"stream_cut": K}                      stream: drop the connection after K
                                          events; otherwise a truncated body
+  {"hang_up": true}                      answer in full, then close the
+                                         connection without saying so (no
+                                         Connection: close), as an upstream
+                                         dropping an idle keep-alive does
 Any action may carry "times": N; it then applies only to the first N requests
 that reach its round and is skipped afterwards (for retry tests).
 
-Control endpoints: GET /_requests, POST /_reset, GET /_health.
+Control endpoints: GET /_requests, POST /_reset, GET /_health. Each recorded
+request carries "peer", the client's address:port (which connection it came
+on).
 """
 
 import argparse
@@ -60,7 +66,7 @@ _CALL_ID_RE = re.compile(r"^call_(\d+)_\d+$")
 _CALL_ACTIONS = ("call", "calls", "raw_call", "function")
 _KNOWN_ACTIONS = _CALL_ACTIONS + (
     "text", "big", "reasoning", "error", "garbage", "sleep", "stream_pause",
-    "stream_fail", "stream_cut",
+    "stream_fail", "stream_cut", "hang_up",
 )
 
 
@@ -173,7 +179,7 @@ class Answer:
     """What to send back for one POST /v1/responses."""
 
     def __init__(self, status=200, body=b"", headers=None, response=None,
-                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None):
+                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None, hang_up=False):
         self.status = status
         self.body = body
         self.headers = headers or []
@@ -183,6 +189,7 @@ class Answer:
         self.sleep = sleep
         self.fail = fail
         self.cut = cut
+        self.hang_up = hang_up
 
 
 def normalize_input(state, raw):
@@ -402,6 +409,7 @@ def respond(state, body):
     pause = 0.0
     fail = None
     cut = None
+    hang_up = False
     for action in active:
         kind = [k for k in action if k in _KNOWN_ACTIONS]
         if not kind:
@@ -414,6 +422,8 @@ def respond(state, body):
             fail = str(action["stream_fail"])
         if "stream_cut" in action:
             cut = int(action["stream_cut"])
+        if action.get("hang_up"):
+            hang_up = True
 
     for action in active:
         if "error" in action:
@@ -510,7 +520,7 @@ def respond(state, body):
                 state.conversations.setdefault(conversation, []).extend(new_items + output)
 
     return Answer(200, _json_bytes(resp), response=resp, stream=stream, pause=pause,
-                  sleep=sleep, fail=fail, cut=cut)
+                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up)
 
 
 def stream_events(resp, fail=None):
@@ -696,6 +706,7 @@ class Handler(BaseHTTPRequestHandler):
                     "headers": [[k, v] for k, v in self.headers.items()],
                     "body_b64": base64.b64encode(body).decode("ascii"),
                     "json": parsed,
+                    "peer": "%s:%d" % self.client_address[:2],
                 })
 
         if self.command == "POST" and path.rstrip("/") in ("/v1/responses", "/responses"):
@@ -730,8 +741,12 @@ class Handler(BaseHTTPRequestHandler):
                 self._send_truncated(answer)
                 return
             self._send(answer.status, answer.body, "application/json", answer.headers)
+            if answer.hang_up:
+                self.close_connection = True
             return
         self._stream(answer)
+        if answer.hang_up:
+            self.close_connection = True
 
     def _send_truncated(self, answer):
         self.close_connection = True

@@ -343,6 +343,21 @@ def test_other_actions(port):
     assert resp.getheader("Content-Type") == "application/json"
 
 
+def test_hang_up_closes_silently_and_peer_is_recorded(port):
+    request(port, "POST", "/_reset")
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    body = {"input": [script_msg([[{"text": "bye"}, {"hang_up": True}]])]}
+    resp, raw = request(port, "POST", "/v1/responses", body, conn=conn)
+    assert resp.status == 200
+    assert json.loads(raw)["output"][0]["content"][0]["text"] == "bye"
+    assert resp.getheader("Connection") is None       # nothing said ...
+    assert conn.sock.recv(1) == b""                    # ... and the connection is gone
+    local = "%s:%d" % conn.sock.getsockname()[:2]
+    conn.close()
+    resp, raw = request(port, "GET", "/_requests")
+    assert [r["peer"] for r in json.loads(raw)] == [local]
+
+
 def test_stream_fail(port):
     resp, raw = request(port, "POST", "/v1/responses", {
         "input": [script_msg([[{"text": "partial"}, {"stream_fail": "boom"}]])],

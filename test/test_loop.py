@@ -484,6 +484,43 @@ def test_followup_headers(httpd, model):
         assert int(h["content-length"]) == len(base64.b64decode(req["body_b64"]))
 
 
+def test_followups_keep_their_upstream_connection(httpd, model):
+    """Follow-ups keep their connection to the upstream: the later rounds of
+    a request, and those of the next request on the same client connection
+    (so the same child), arrive on one connection, not one each."""
+    conn = http.client.HTTPConnection("127.0.0.1", httpd.port, timeout=60)
+
+    def post(rounds):
+        conn.request("POST", "/v1/responses", body=json.dumps(ci_body(rounds)),
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+        assert resp.status == 200, data
+        assert text_of(json.loads(data)["output"][-1]) == "done"
+
+    post([[{"call": "print(1)"}], [{"call": "print(2)"}], [{"text": "done"}]])
+    post([[{"call": "print(3)"}], [{"text": "done"}]])
+    conn.close()
+    peers = [r["peer"] for r in model.requests()]
+    assert len(peers) == 5
+    # 0 and 3 are the first rounds (mod_proxy's); 1, 2 and 4 are follow-ups
+    assert peers[1] == peers[2] == peers[4], peers
+
+
+def test_followup_after_the_upstream_dropped_the_kept_connection(httpd, model):
+    """The upstream closes a kept connection without a word after its answer
+    to a follow-up: the next follow-up goes out on a new connection."""
+    status, _, body = httpd.post("/v1/responses", ci_body(
+        [[{"call": "print(1)"}], [{"call": "print(2)"}, {"hang_up": True}],
+         [{"text": "{{last_output}}"}]]))
+    assert status == 200, body
+    assert text_of(body["output"][-1]) == "2\n"
+    seen = model.requests()
+    assert len(seen) == 3
+    assert seen[2]["peer"] != seen[1]["peer"]
+    assert [o for _, o in fc_outputs(seen[2])] == ["1\n", "2\n"]
+
+
 def test_upstream_never_sees_code_interpreter(httpd, model):
     status, _, body = httpd.post("/v1/responses", ci_body(
         [[{"call": "print(1)"}], [{"call": "print(2)"}], [{"text": "done"}]],
