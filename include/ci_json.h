@@ -48,9 +48,15 @@ apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n);
 const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,
                              apr_size_t *outlen);
 
-/* The members of array A serialised, without the brackets ("" when empty),
- * in P's memory. */
-const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len);
+/* The members of array A serialised, without the brackets ("" when empty).
+ * No copy: the text is A's own serialisation, valid while A lives and until
+ * A itself is serialised again (serialising an object that holds A does not
+ * touch it). A conversation of a megabyte is not copied once more. */
+const char *ci_json_array_members(json_object *a, apr_size_t *len);
+
+/* NBYTES random bytes (from the system's generator) as 2 * NBYTES hex
+ * digits and a NUL at OUT. */
+void ci_random_hex(char *out, apr_size_t nbytes);
 
 /* ROOT serialised with the value of KEY replaced by the array whose members
  * are the serialised texts A then B (either may be empty). Only ROOT minus

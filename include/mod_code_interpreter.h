@@ -114,6 +114,8 @@ void ci_audit_execution(request_rec *r, const char *tool, const char *container,
 
 /* Start the warm pools of this child (tools with warm=N). */
 void ci_warm_start(apr_pool_t *pchild, server_rec *s);
+/* Keeps the allocators of ended sessions for the next ones (child_init). */
+void ci_session_child_init(apr_pool_t *pchild);
 
 /* Sandbox lifecycle counters of this child, for logs and tests. */
 void ci_session_counts(apr_uint32_t *started, apr_uint32_t *destroyed);

@@ -1,4 +1,5 @@
 /* ci_json.c - json-c helpers tied to APR pools. */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <apr_general.h>
@@ -366,7 +367,7 @@ json_object *ci_json_copy(json_object *obj)
     return copy;
 }
 
-const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len)
+const char *ci_json_array_members(json_object *a, apr_size_t *len)
 {
     apr_size_t n;
     const char *text = ci_json_text(a, &n);
@@ -375,25 +376,63 @@ const char *ci_json_array_members(apr_pool_t *p, json_object *a, apr_size_t *len
         return "";
     }
     *len = n - 2;
-    return apr_pstrmemdup(p, text + 1, n - 2);
+    return text + 1;       /* (not NUL-terminated at *len: the ']' follows) */
+}
+
+/* ---- random hex -----------------------------------------------------------
+ * Drawn from the system's generator 256 bytes at a time per thread: one
+ * system call serves the ids of several requests instead of one per id.
+ * Every byte is handed out once; a forked process starts afresh. */
+static _Thread_local struct {
+    unsigned char b[256];
+    apr_size_t left;
+} rnd;
+
+static void forget_random(void)
+{
+    rnd.left = 0;
+}
+
+static void register_forget(void)
+{
+    pthread_atfork(NULL, NULL, forget_random);
+}
+
+void ci_random_hex(char *out, apr_size_t nbytes)
+{
+    static const char digits[] = "0123456789abcdef";
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    apr_size_t i;
+    pthread_once(&once, register_forget);
+    for (i = 0; i < nbytes; i++) {
+        unsigned char c;
+        if (!rnd.left) {
+            if (apr_generate_random_bytes(rnd.b, sizeof(rnd.b)) != APR_SUCCESS)
+                memset(rnd.b, 0, sizeof(rnd.b));   /* not reached on Linux */
+            rnd.left = sizeof(rnd.b);
+        }
+        c = rnd.b[sizeof(rnd.b) - rnd.left];
+        rnd.b[sizeof(rnd.b) - rnd.left--] = 0;
+        out[2 * i] = digits[c >> 4];
+        out[2 * i + 1] = digits[c & 15];
+    }
+    out[2 * nbytes] = '\0';
 }
 
 const char *ci_json_with_array(apr_pool_t *p, json_object *root, const char *key,
                                const char *a, apr_size_t alen,
                                const char *b, apr_size_t blen, apr_size_t *len)
 {
-    unsigned char raw[16];
-    char marker[2 + 2 * sizeof(raw) + 8], *body, *w;
+    enum { RAW = 16 };
+    char marker[2 + 2 * RAW + 8], *body, *w;
     json_object *saved = NULL;
     const char *shell, *at;
-    apr_size_t shell_len, head, mlen, i;
+    apr_size_t shell_len, head, mlen;
 
     /* A random marker stands for the value: no client string can equal it. */
-    apr_generate_random_bytes(raw, sizeof(raw));
     memcpy(marker, "\"ci", 3);
-    for (i = 0; i < sizeof(raw); i++)
-        apr_snprintf(marker + 3 + 2 * i, 3, "%02x", raw[i]);
-    mlen = 3 + 2 * sizeof(raw);
+    ci_random_hex(marker + 3, RAW);
+    mlen = 3 + 2 * RAW;
     marker[mlen++] = '"';
     marker[mlen] = '\0';
 

@@ -27,17 +27,10 @@ struct ci_loop {
 
 const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes)
 {
-    unsigned char raw[64];
-    char *hex;
-    apr_size_t i;
-    if (nbytes > sizeof(raw))
-        nbytes = sizeof(raw);   /* ids never need more than 128 hex digits */
-    hex = apr_palloc(p, nbytes * 2 + 1);
-    hex[0] = '\0';
-    if (apr_generate_random_bytes(raw, nbytes) != APR_SUCCESS)
-        memset(raw, 0, nbytes);   /* not reached on Linux (getrandom) */
-    for (i = 0; i < nbytes; i++)
-        apr_snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    char hex[129];
+    if (nbytes > 64)
+        nbytes = 64;            /* ids never need more than 128 hex digits */
+    ci_random_hex(hex, nbytes);
     return apr_pstrcat(p, prefix, hex, NULL);
 }
 
@@ -370,7 +363,7 @@ const char *ci_loop_followup_body(ci_loop *l, apr_pool_t *p, ci_next next,
         orig = l->req->input_text;
         orig_len = l->req->input_len;
     }
-    fresh = ci_json_array_members(p, l->req->uses_conversation ? l->new_items
+    fresh = ci_json_array_members(l->req->uses_conversation ? l->new_items
                                                                : l->replay, &fresh_len);
     body = ci_json_with_array(p, root, "input", orig, orig_len, fresh, fresh_len, len);
 

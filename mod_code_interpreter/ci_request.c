@@ -458,7 +458,7 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
     json_object_object_del(root, "stream_options");
     /* The input (most of a long conversation) is encoded once; round 1 and
      * every follow-up splice that text in. */
-    req->input_text = ci_json_array_members(p, req->input, &req->input_len);
+    req->input_text = ci_json_array_members(req->input, &req->input_len);
     req->body = ci_json_with_array(p, root, "input", req->input_text, req->input_len,
                                    "", 0, &req->body_len);
     return 0;

@@ -301,6 +301,80 @@ static void interrupt_sandbox(ci_session *s)
     apr_thread_mutex_unlock(s->lock);
 }
 
+/* ---- session pools --------------------------------------------------------
+ * A session's memory is used by two threads in turn (the worker while a job
+ * runs, the request thread after it), so it has an allocator of its own
+ * rather than the request's. Making one per request cost a mapping and
+ * fresh pages every time (Debian's APR maps each block of a pool); the
+ * allocators of ended sessions are kept for the next ones instead, each
+ * keeping at most KEPT_FREE bytes of free blocks. */
+#define KEPT_ALLOCATORS 64
+#define KEPT_FREE (256 * 1024)
+
+static struct {
+    apr_thread_mutex_t *lock;       /* NULL: none kept (before child_init) */
+    apr_allocator_t *idle[KEPT_ALLOCATORS];
+    int n, closed;
+} kept;
+
+static apr_status_t drop_kept_allocators(void *data)
+{
+    int i;
+    apr_thread_mutex_lock(kept.lock);
+    for (i = 0; i < kept.n; i++)
+        apr_allocator_destroy(kept.idle[i]);
+    kept.n = 0;
+    kept.closed = 1;
+    apr_thread_mutex_unlock(kept.lock);
+    return APR_SUCCESS;
+}
+
+void ci_session_child_init(apr_pool_t *pchild)
+{
+    if (apr_thread_mutex_create(&kept.lock, APR_THREAD_MUTEX_DEFAULT, pchild) != APR_SUCCESS) {
+        kept.lock = NULL;
+        return;
+    }
+    kept.n = kept.closed = 0;
+    apr_pool_cleanup_register(pchild, NULL, drop_kept_allocators, apr_pool_cleanup_null);
+}
+
+static apr_pool_t *session_pool(void)
+{
+    apr_thread_mutex_t *lock = kept.lock;
+    apr_allocator_t *alloc = NULL;
+    apr_pool_t *p;
+    if (lock) {
+        apr_thread_mutex_lock(lock);
+        if (kept.n > 0)
+            alloc = kept.idle[--kept.n];
+        apr_thread_mutex_unlock(lock);
+    }
+    if (!alloc) {
+        apr_allocator_create(&alloc);
+        apr_allocator_max_free_set(alloc, KEPT_FREE);
+    }
+    apr_pool_create_unmanaged_ex(&p, NULL, alloc);
+    return p;
+}
+
+static void session_pool_destroy(apr_pool_t *p)
+{
+    apr_thread_mutex_t *lock = kept.lock;
+    apr_allocator_t *alloc = apr_pool_allocator_get(p);
+    apr_pool_destroy(p);
+    if (lock) {
+        apr_thread_mutex_lock(lock);
+        if (!kept.closed && kept.n < KEPT_ALLOCATORS) {
+            kept.idle[kept.n++] = alloc;
+            alloc = NULL;
+        }
+        apr_thread_mutex_unlock(lock);
+    }
+    if (alloc)
+        apr_allocator_destroy(alloc);
+}
+
 /* Pre-cleanup of the request pool: stop what runs, destroy the sandbox. */
 static apr_status_t session_cleanup(void *data)
 {
@@ -312,7 +386,7 @@ static apr_status_t session_cleanup(void *data)
     }
     destroy_sandbox(s, "request ended");
     ci_registry_release(s->slot);
-    apr_pool_destroy(s->root);
+    session_pool_destroy(s->root);
     return APR_SUCCESS;
 }
 
@@ -320,15 +394,12 @@ ci_session *ci_session_create(request_rec *r, const ci_sandbox_def *def,
                               const char *tag)
 {
     ci_session *s = apr_pcalloc(r->pool, sizeof(*s));
-    apr_allocator_t *alloc;
     s->r = r;
     s->def = def;
     s->tag = tag;
     s->prov = ci_provider_for(def->provider);
     s->slot = -1;
-    apr_allocator_create(&alloc);
-    apr_pool_create_ex(&s->root, NULL, NULL, alloc);
-    apr_allocator_owner_set(alloc, s->root);
+    s->root = session_pool();
     apr_thread_mutex_create(&s->lock, APR_THREAD_MUTEX_DEFAULT, r->pool);
     apr_pool_pre_cleanup_register(r->pool, s, session_cleanup);
     return s;

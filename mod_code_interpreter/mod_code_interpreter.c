@@ -420,6 +420,7 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
     if ((rv = ci_upstream_child_init(pchild)) != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_WARNING, rv, s, "CI0005: follow-up "
                      "connections will not be kept (no lock)");
+    ci_session_child_init(pchild);
     ci_audit_child_init(pchild);
     ci_registry_child_init(pchild, s);
     ci_warm_start(pchild, s);
