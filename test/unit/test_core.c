@@ -18,9 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include <apr_general.h>
+#include <apr_hash.h>
 #include <apr_pools.h>
 #include <apr_strings.h>
 #include <apr_file_io.h>
@@ -2356,6 +2358,45 @@ static void test_mint_id(void **state)
     assert_true(is_hex_id(ci_mint_id(p, "x", 1), "x", 2));
 }
 
+/* Ids come from a per-thread buffer of random bytes: across many refills
+ * they stay distinct, and a forked process does not hand out the ids its
+ * parent hands out next (the buffer is dropped in the child). */
+static void test_mint_id_buffer_refills_and_forks(void **state)
+{
+    apr_pool_t *p = *state;
+    apr_hash_t *seen = apr_hash_make(p);
+    char child_id[64] = "";
+    const char *parent_id;
+    int fds[2], i, status;
+    pid_t pid;
+
+    for (i = 0; i < 200; i++) {          /* 200 x 24 bytes: ~19 refills */
+        const char *id = ci_mint_id(p, "ci_", 24);
+        assert_true(is_hex_id(id, "ci_", 48));
+        assert_null(apr_hash_get(seen, id, APR_HASH_KEY_STRING));
+        apr_hash_set(seen, id, APR_HASH_KEY_STRING, id);
+    }
+    ci_mint_id(p, "ci_", 3);              /* leave part of a buffer unused */
+    assert_int_equal(pipe(fds), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        apr_pool_t *cp;
+        const char *id;
+        apr_pool_create(&cp, NULL);
+        id = ci_mint_id(cp, "x", 16);
+        (void)!write(fds[1], id, strlen(id));
+        _exit(0);
+    }
+    close(fds[1]);
+    assert_true(read(fds[0], child_id, sizeof(child_id) - 1) > 0);
+    close(fds[0]);
+    waitpid(pid, &status, 0);
+    parent_id = ci_mint_id(p, "x", 16);
+    assert_true(is_hex_id(child_id, "x", 32));
+    assert_string_not_equal(child_id, parent_id);
+}
+
 /* BUG: with NBYTES 0 the hex buffer is never written, not even its
  * terminating NUL, so the id is PREFIX followed by whatever the pool held. */
 static void test_mint_id_zero_bytes_bug(void **state)
@@ -2829,6 +2870,7 @@ int main(void)
         TEST(test_loop_snapshot_and_failed),
         TEST(test_loop_root_restored),
         TEST(test_mint_id),
+        TEST(test_mint_id_buffer_refills_and_forks),
         TEST(test_mint_id_zero_bytes_bug),
     };
     const struct CMUnitTest config_tests[] = {
