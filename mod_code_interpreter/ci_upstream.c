@@ -89,16 +89,19 @@ static apr_status_t close_handles(void *data)
 
 static CURLSH *make_share(apr_pool_t *p)
 {
-    static const curl_lock_data shared[] = { CURL_LOCK_DATA_DNS,
+    /* CURL_LOCK_DATA_SHARE guards the share itself (handles joining and
+     * leaving it from several threads): it needs a lock too. */
+    static const curl_lock_data locked[] = { CURL_LOCK_DATA_SHARE, CURL_LOCK_DATA_DNS,
                                              CURL_LOCK_DATA_SSL_SESSION };
     CURLSH *sh = curl_share_init();
     apr_size_t i;
     if (!sh)
         return NULL;
-    for (i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
-        if (apr_thread_mutex_create(&handles.share_locks[shared[i]],
+    for (i = 0; i < sizeof(locked) / sizeof(locked[0]); i++) {
+        if (apr_thread_mutex_create(&handles.share_locks[locked[i]],
                                     APR_THREAD_MUTEX_DEFAULT, p) != APR_SUCCESS ||
-            curl_share_setopt(sh, CURLSHOPT_SHARE, shared[i]) != CURLSHE_OK) {
+            (locked[i] != CURL_LOCK_DATA_SHARE &&
+             curl_share_setopt(sh, CURLSHOPT_SHARE, locked[i]) != CURLSHE_OK)) {
             curl_share_cleanup(sh);
             return NULL;
         }
