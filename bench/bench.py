@@ -54,6 +54,9 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 WRK = shutil.which("wrk") or "/usr/bin/wrk"
 PYTHON = "/usr/bin/python3"
 MODDIR = "/usr/lib/apache2/modules"
+
+sys.path.insert(0, os.path.join(TOP, "test"))
+from procstat import proc_table  # noqa: E402  (the process table, shared with the tests)
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 
 KB10 = 10 * 1024
@@ -540,35 +543,17 @@ CustomLog "{self.access_log}" bench
         """pids of the parent's apache2 children (not the sandboxes: those are
         the children's children)."""
         parent = self.parent_pid()
-        kids = []
         if parent is None:
-            return kids
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            comm = stat[stat.index("(") + 1:stat.rindex(")")]
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if ppid == parent and comm == "apache2":
-                kids.append(int(d))
-        return sorted(kids)
+            return []
+        return sorted(pid for pid, (ppid, comm, _) in proc_table().items()
+                      if ppid == parent and comm == "apache2")
 
     def cpu_us(self):
         """CPU time (user + system) used so far by the children, in µs."""
         hz = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for pid in self.children():
-            try:
-                with open("/proc/%d/stat" % pid) as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])
+        stats = proc_table()
+        total = sum(int(stats[pid][2][11]) + int(stats[pid][2][12])
+                    for pid in self.children() if pid in stats)
         return total * 1e6 / hz
 
     def rss_kb(self):
@@ -588,19 +573,7 @@ CustomLog "{self.access_log}" bench
     def sandbox_processes(self):
         """Processes below the children (live sandboxes)."""
         kids = set(self.children())
-        n = 0
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-            if ppid in kids:
-                n += 1
-        return n
+        return sum(1 for ppid, _, _ in proc_table().values() if ppid in kids)
 
 
 class AccessLog:

@@ -12,6 +12,7 @@
 #include <apr_strings.h>
 #include <apr_thread_mutex.h>
 #include <http_request.h>
+#include "ci_idle.h"
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
@@ -311,45 +312,22 @@ static void interrupt_sandbox(ci_session *s)
 #define KEPT_ALLOCATORS 64
 #define KEPT_FREE (256 * 1024)
 
-static struct {
-    apr_thread_mutex_t *lock;       /* NULL: none kept (before child_init) */
-    apr_allocator_t *idle[KEPT_ALLOCATORS];
-    int n, closed;
-} kept;
+static ci_idle *kept_allocators;    /* NULL before child_init: none kept */
 
-static apr_status_t drop_kept_allocators(void *data)
+static void destroy_allocator(void *alloc)
 {
-    int i;
-    apr_thread_mutex_lock(kept.lock);
-    for (i = 0; i < kept.n; i++)
-        apr_allocator_destroy(kept.idle[i]);
-    kept.n = 0;
-    kept.closed = 1;
-    apr_thread_mutex_unlock(kept.lock);
-    return APR_SUCCESS;
+    apr_allocator_destroy(alloc);
 }
 
 void ci_session_child_init(apr_pool_t *pchild)
 {
-    if (apr_thread_mutex_create(&kept.lock, APR_THREAD_MUTEX_DEFAULT, pchild) != APR_SUCCESS) {
-        kept.lock = NULL;
-        return;
-    }
-    kept.n = kept.closed = 0;
-    apr_pool_cleanup_register(pchild, NULL, drop_kept_allocators, apr_pool_cleanup_null);
+    kept_allocators = ci_idle_create(pchild, KEPT_ALLOCATORS, destroy_allocator);
 }
 
 static apr_pool_t *session_pool(void)
 {
-    apr_thread_mutex_t *lock = kept.lock;
-    apr_allocator_t *alloc = NULL;
+    apr_allocator_t *alloc = ci_idle_take(kept_allocators);
     apr_pool_t *p;
-    if (lock) {
-        apr_thread_mutex_lock(lock);
-        if (kept.n > 0)
-            alloc = kept.idle[--kept.n];
-        apr_thread_mutex_unlock(lock);
-    }
     if (!alloc) {
         apr_allocator_create(&alloc);
         apr_allocator_max_free_set(alloc, KEPT_FREE);
@@ -360,19 +338,9 @@ static apr_pool_t *session_pool(void)
 
 static void session_pool_destroy(apr_pool_t *p)
 {
-    apr_thread_mutex_t *lock = kept.lock;
     apr_allocator_t *alloc = apr_pool_allocator_get(p);
     apr_pool_destroy(p);
-    if (lock) {
-        apr_thread_mutex_lock(lock);
-        if (!kept.closed && kept.n < KEPT_ALLOCATORS) {
-            kept.idle[kept.n++] = alloc;
-            alloc = NULL;
-        }
-        apr_thread_mutex_unlock(lock);
-    }
-    if (alloc)
-        apr_allocator_destroy(alloc);
+    ci_idle_give(kept_allocators, alloc, destroy_allocator);
 }
 
 /* Pre-cleanup of the request pool: stop what runs, destroy the sandbox. */

@@ -14,6 +14,7 @@
 #include <curl/curl.h>
 #include <apr_strings.h>
 #include <apr_thread_mutex.h>
+#include "ci_idle.h"
 #include "ci_upstream.h"
 
 /* Idle handles kept per process: enough for the follow-ups in flight at
@@ -21,10 +22,7 @@
 #define IDLE_MAX 64
 
 static struct {
-    apr_thread_mutex_t *lock;     /* NULL: no pool (every call its own handle) */
-    CURL *idle[IDLE_MAX];         /* most recently used last */
-    int nidle;
-    int closed;                   /* the child is going: nothing is kept */
+    ci_idle *idle;                /* NULL: none kept (every call its own handle) */
     CURLSH *share;
     apr_thread_mutex_t *share_locks[CURL_LOCK_DATA_LAST];
 } handles;
@@ -68,20 +66,16 @@ static void share_unlock(CURL *h, curl_lock_data data, void *u)
         apr_thread_mutex_unlock(handles.share_locks[data]);
 }
 
-static apr_status_t close_handles(void *data)
+static void close_handle(void *h)
 {
-    CURL *idle[IDLE_MAX];
-    int i, n;
+    curl_easy_cleanup(h);
+}
+
+/* After the kept handles are closed (a handle still in use keeps the share:
+ * CURLSHE_IN_USE, left to the exit). */
+static apr_status_t close_share(void *data)
+{
     (void)data;
-    apr_thread_mutex_lock(handles.lock);
-    n = handles.nidle;
-    memcpy(idle, handles.idle, sizeof(CURL *) * (apr_size_t)n);
-    handles.nidle = 0;
-    handles.closed = 1;
-    apr_thread_mutex_unlock(handles.lock);
-    for (i = 0; i < n; i++)
-        curl_easy_cleanup(idle[i]);
-    /* A handle still in use keeps the share (CURLSHE_IN_USE): left to exit. */
     if (handles.share && curl_share_cleanup(handles.share) == CURLSHE_OK)
         handles.share = NULL;
     return APR_SUCCESS;
@@ -113,30 +107,18 @@ static CURLSH *make_share(apr_pool_t *p)
 
 apr_status_t ci_upstream_child_init(apr_pool_t *pchild)
 {
-    apr_status_t rv;
-    if (handles.lock)
+    if (handles.idle)
         return APR_SUCCESS;
-    rv = apr_thread_mutex_create(&handles.lock, APR_THREAD_MUTEX_DEFAULT, pchild);
-    if (rv != APR_SUCCESS) {
-        handles.lock = NULL;
-        return rv;
-    }
-    handles.closed = 0;
-    handles.share = make_share(pchild);   /* without it: no sharing, still pooled */
-    apr_pool_cleanup_register(pchild, NULL, close_handles, apr_pool_cleanup_null);
-    return APR_SUCCESS;
+    handles.share = make_share(pchild);   /* without it: no sharing, still kept */
+    apr_pool_cleanup_register(pchild, NULL, close_share, apr_pool_cleanup_null);
+    /* (Registered later, so its cleanup closes the handles before the share.) */
+    handles.idle = ci_idle_create(pchild, IDLE_MAX, close_handle);
+    return handles.idle ? APR_SUCCESS : APR_ENOMEM;
 }
 
 static CURL *take_handle(void)
 {
-    apr_thread_mutex_t *lock = handles.lock;
-    CURL *h = NULL;
-    if (lock) {
-        apr_thread_mutex_lock(lock);
-        if (handles.nidle > 0)
-            h = handles.idle[--handles.nidle];
-        apr_thread_mutex_unlock(lock);
-    }
+    CURL *h = ci_idle_take(handles.idle);
     if (!h && (h = curl_easy_init()) && handles.share)
         curl_easy_setopt(h, CURLOPT_SHARE, handles.share);
     return h;
@@ -147,18 +129,12 @@ static CURL *take_handle(void)
  * failed call's handle is closed: its connection's state is unknown. */
 static void give_back(CURL *h, int reusable)
 {
-    apr_thread_mutex_t *lock = handles.lock;
-    if (reusable && lock) {
-        curl_easy_reset(h);
-        apr_thread_mutex_lock(lock);
-        if (!handles.closed && handles.nidle < IDLE_MAX) {
-            handles.idle[handles.nidle++] = h;
-            h = NULL;
-        }
-        apr_thread_mutex_unlock(lock);
-    }
-    if (h)
+    if (!reusable) {
         curl_easy_cleanup(h);
+        return;
+    }
+    curl_easy_reset(h);
+    ci_idle_give(handles.idle, h, close_handle);
 }
 
 /* ---- one call ------------------------------------------------------------ */

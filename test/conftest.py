@@ -20,6 +20,8 @@ import time
 
 import pytest
 
+from procstat import proc_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 # One directory per test session, so concurrent sessions never share a server root.
@@ -51,19 +53,8 @@ def start_helper(script, *args):
 
 def proc_stats():
     """pid -> (ppid, comm, state) of every process on the host."""
-    procs = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        procs[int(name)] = (int(fields[1]), comm, fields[0])
-    return procs
+    return {pid: (ppid, comm, fields[0])
+            for pid, (ppid, comm, fields) in proc_table().items()}
 
 
 def without_ids(resp):

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import checked, SANITIZE, TOOL, Httpd, base_conf, script_input
+from conftest import checked, proc_stats, SANITIZE, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 OK_SCRIPT = script_input([[{"text": "ok"}]])
@@ -622,15 +622,11 @@ def children_rss_kib(server):
     with open(os.path.join(server.root, "httpd.pid")) as f:
         parent = int(f.read())
     total = 0
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for pid, (ppid, _, _) in proc_stats().items():
+        if ppid != parent:
             continue
         try:
-            with open("/proc/%s/stat" % name) as f:
-                stat = f.read()
-            if int(stat[stat.rindex(")") + 2:].split()[1]) != parent:
-                continue
-            with open("/proc/%s/status" % name) as f:
+            with open("/proc/%d/status" % pid) as f:
                 total += int([l for l in f if l.startswith("VmRSS:")][0].split()[1])
         except (OSError, IndexError):
             continue
