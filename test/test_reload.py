@@ -152,6 +152,9 @@ def test_killed_child_sandbox_is_deleted(server, model, e2b):
     wait_for(lambda: e2b.state()["live"] == [], 30, "the orphaned sandbox was not deleted")
     state = e2b.state()
     assert [d["api_key"] for d in state["deletes"]] == [KEY_A]
+    # (The reaper logs once the DELETE has been answered: the fake records it
+    # a moment before.)
+    wait_for(lambda: "CI0403:" in server.log(), 10, "no CI0403 line")
     assert "CI0403: deleted remote sandbox of container" in server.log()
     t.join()
     # The server keeps serving.
