@@ -182,7 +182,7 @@ def machine():
     rev = first_line(["git", "-C", TOP, "rev-parse", "--short", "HEAD"])
     try:
         dirty = subprocess.run(["git", "-C", TOP, "status", "--porcelain", "--",
-                                "mod_code_interpreter", "include"],
+                                "mod_code_interpreter"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         dirty = ""
@@ -763,7 +763,9 @@ def build_micro():
     if not os.path.exists(lib) or any(x is None for x in parts):
         log("   (no CPU breakdown: the core library or the build flags are missing)")
         return None
-    cmd = (["gcc", "-O2", "-g", "-std=gnu11", "-I", os.path.join(TOP, "include")] + parts[0]
+    cmd = (["gcc", "-O2", "-g", "-std=gnu11",
+            "-I", os.path.join(TOP, "mod_code_interpreter", "core"),
+            "-I", os.path.join(TOP, "mod_code_interpreter", "sandbox")] + parts[0]
            + parts[1] + [os.path.join(HERE, "micro.c"), lib] + parts[2] + parts[3] + parts[4]
            + ["-lcurl", "-o", out])
     r = subprocess.run(cmd, capture_output=True, text=True)

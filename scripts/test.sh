@@ -7,6 +7,7 @@ set -e
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --test
 ./scripts/build.sh
+./scripts/check-core.sh
 make check
 make -C test/fuzz regress
 /usr/bin/python3 -m pytest -q -p no:cacheprovider test

@@ -56,9 +56,10 @@ def test_one_line_per_execution(model, kind):
     assert first["request_id"] and first["request_id"] == second["request_id"]
     assert first["duration_ms"] >= 0
     assert second["code"] == "1/0" and second["status"] == "completed"
+    assert (first["outcome"], second["outcome"]) == ("completed", "error")
     assert set(first) == {"time", "request_id", "client", "tool", "container_id",
                           "call_id", "code", "output_bytes", "images", "status",
-                          "failure", "duration_ms"}
+                          "outcome", "failure", "duration_ms"}
     with open(path) as f:
         assert SECRET not in f.read()
 

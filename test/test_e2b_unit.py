@@ -1,38 +1,23 @@
 """The e2b sandbox provider in C (test/unit/test_e2b.c) against the fake E2B
-service: compiled here against the httpd-free sources, run once per C test,
-with deletes both on the worker pool and inline (no pool started)."""
+service: built against the httpd-free library, run once per C test, with
+deletes both on the worker pool and inline (no pool started)."""
 import os
-import shutil
 import subprocess
 
 import pytest
 
 from conftest import TOP, start_helper
 
-SOURCES = ["ci_json", "ci_error", "ci_config", "ci_exec", "sandbox_e2b", "ci_workers"]
-PKGS = ["apr-1", "apr-util-1", "json-c", "libcurl", "cmocka"]
-
-
-def pkg_config(*args):
-    out = subprocess.run(["pkg-config", *args, *PKGS], capture_output=True, text=True)
-    if out.returncode != 0:
-        pytest.skip("pkg-config cannot find %s: %s" % (" ".join(PKGS), out.stderr.strip()))
-    return out.stdout.split()
-
-
 @pytest.fixture(scope="module")
-def binary(tmp_path_factory):
-    if not shutil.which("gcc"):
-        pytest.skip("gcc is not installed")
-    exe = str(tmp_path_factory.mktemp("e2b") / "test_e2b")
-    cmd = (["gcc", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
-            "-I" + os.path.join(TOP, "include")] + pkg_config("--cflags")
-           + [os.path.join(TOP, "test", "unit", "test_e2b.c")]
-           + [os.path.join(TOP, "mod_code_interpreter", s + ".c") for s in SOURCES]
-           + pkg_config("--libs") + ["-o", exe])
-    out = subprocess.run(cmd, capture_output=True, text=True)
-    assert out.returncode == 0, "compiling test_e2b.c failed:\n" + out.stderr
-    return exe
+def binary():
+    """test/unit/test_e2b, built by the project's Makefile against the
+    httpd-free library (its one definition, CORE_SOURCES in Makefile.am)."""
+    if not os.path.exists(os.path.join(TOP, "Makefile")):
+        pytest.fail("the project is not configured: run scripts/build.sh first")
+    out = subprocess.run(["make", "-C", TOP, "test/unit/test_e2b"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, "building test/unit/test_e2b failed:\n" + out.stdout + out.stderr
+    return os.path.join(TOP, "test", "unit", "test_e2b")
 
 
 @pytest.fixture(scope="module")

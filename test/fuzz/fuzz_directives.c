@@ -16,6 +16,7 @@
 #include <limits.h>
 #include "fuzz_common.h"
 #include "ci_config.h"
+#include "ci_sandbox.h"
 
 #define MAX_WORDS 64
 #define MAX_LINES 64
@@ -90,7 +91,7 @@ static void check_sandbox(apr_pool_t *p, const char *name, int argc,
                "timeout %lld", (long long)d->timeout);
     FUZZ_CHECK(d->max_output >= 1 && d->max_output <= ((apr_size_t)16 << 20),
                "max_output %zu", (size_t)d->max_output);
-    if (d->provider == CI_PROVIDER_LOCAL) {
+    if (d->provider == ci_provider_named("local")) {
         FUZZ_CHECK(d->python && d->python[0] == '/', "python '%s'", d->python);
         FUZZ_CHECK(d->memory >= 1 && d->memory <= ((apr_uint64_t)1 << 40),
                    "memory %llu", (unsigned long long)d->memory);
@@ -105,7 +106,7 @@ static void check_sandbox(apr_pool_t *p, const char *name, int argc,
                    "preload '%s'", d->preload);
     }
     else {
-        FUZZ_CHECK(d->provider == CI_PROVIDER_E2B, "provider %d", (int)d->provider);
+        FUZZ_CHECK(d->provider == ci_provider_named("e2b"), "provider %s", d->provider->name);
         FUZZ_CHECK(d->api_key_spec && *d->api_key_spec, "empty api_key");
         FUZZ_CHECK(d->template_id && *d->template_id, "empty template");
         FUZZ_CHECK(d->lifetime >= 1 && d->lifetime <= 86400, "lifetime %d",
@@ -117,7 +118,7 @@ static void check_sandbox(apr_pool_t *p, const char *name, int argc,
         /* Keys from the environment or literal; never files (a fuzzed path
          * could name a device or a FIFO). */
         if (strncmp(d->api_key_spec, "file:", 5)) {
-            const char *ke = ci_sandbox_def_resolve_key(p, d);
+            const char *ke = ci_sandbox_def_resolve(p, d);
             FUZZ_CHECK(ke || (d->api_key && *d->api_key), "resolved to no key");
         }
     }

@@ -83,24 +83,23 @@ static inline void fuzz_canned_result(apr_pool_t *p, int k, const ci_call *call,
     res->duration = 1234;
     switch (k % 4) {
     case 0:
-        res->status = CI_EXEC_COMPLETED;
+        res->outcome = CI_EXEC_COMPLETED;
         res->text = "4\n";
         break;
     case 1:  /* the code echoed back, with a figure */
-        res->status = CI_EXEC_COMPLETED;
+        res->outcome = CI_EXEC_COMPLETED;
         res->text = call->code ? call->code : "";
         *(const char **)apr_array_push(res->images) =
             "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg==";
         break;
     case 2:
-        res->status = CI_EXEC_FAILED;
+        res->outcome = CI_EXEC_TIMED_OUT;
         res->failure = "The execution timed out after 30 seconds.";
         res->text = "Traceback (most recent call last):\n  File \"<cell>\", line 1\n"
                     "ZeroDivisionError: division by zero\n";
-        res->raised = 1;
         break;
     default:
-        res->status = CI_EXEC_COMPLETED;
+        res->outcome = CI_EXEC_COMPLETED;
         res->text = "";
         break;
     }

@@ -29,6 +29,7 @@
 #include <json-c/json.h>
 
 #include "ci_config.h"
+#include "ci_sandbox.h"
 #include "ci_error.h"
 #include "ci_exec.h"
 #include "ci_json.h"
@@ -252,18 +253,18 @@ static void nd_run(apr_pool_t *p, const char *s_sq, apr_size_t max_output,
     const char *s = J(p, s_sq);
     ci_ndjson *nd = ci_ndjson_create(p, max_output, BIG_CAP);
     assert_int_equal(ci_ndjson_feed(nd, s, strlen(s)), 0);
-    ci_ndjson_result(nd, NULL, out);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, out);
 }
 
 static void same_result_(const ci_exec_result *a, const ci_exec_result *b,
                          const char *file, int line)
 {
     int i;
-    _assert_int_equal(a->status, b->status, file, line);
+    _assert_int_equal(a->outcome, b->outcome, file, line);
     str_eq_(a->failure, b->failure, file, line);
     _assert_int_equal(a->text_len, b->text_len, file, line);
     str_eq_(a->text, b->text, file, line);
-    _assert_int_equal(a->raised, b->raised, file, line);
+    _assert_int_equal(a->outcome, b->outcome, file, line);
     _assert_int_equal(a->images->nelts, b->images->nelts, file, line);
     for (i = 0; i < a->images->nelts; i++)
         str_eq_(APR_ARRAY_IDX(a->images, i, const char *),
@@ -371,11 +372,11 @@ static void take_(ci_loop *l, apr_pool_t *p, json_object *r, const char *file,
 }
 #define TAKE(l, p, r) take_((l), (p), (r), __FILE__, __LINE__)
 
-static ci_exec_result *res_new(apr_pool_t *p, ci_exec_status st, const char *text,
+static ci_exec_result *res_new(apr_pool_t *p, ci_exec_outcome st, const char *text,
                                const char *failure)
 {
     ci_exec_result *r = apr_pcalloc(p, sizeof(*r));
-    r->status = st;
+    r->outcome = st;
     r->text = text;
     r->text_len = strlen(text);
     r->failure = failure;
@@ -1256,11 +1257,11 @@ static void test_ndjson_whole(void **state)
     apr_pool_t *p = *state;
     ci_exec_result r;
     nd_run(p, STREAM, 4096, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_null(r.failure);
     assert_string_equal(r.text, STREAM_TEXT);
     assert_int_equal(r.text_len, strlen(STREAM_TEXT));
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
     assert_int_equal(r.images->nelts, 1);
     assert_string_equal(APR_ARRAY_IDX(r.images, 0, const char *),
                         "data:image/png;base64,iVBORw0KGgo=");
@@ -1284,7 +1285,7 @@ static void test_ndjson_every_split(void **state)
         assert_int_equal(ci_ndjson_feed(nd, s, k), 0);
         assert_int_equal(ci_ndjson_feed(nd, s + k, len - k), 0);
         assert_true(ci_ndjson_ended(nd));
-        ci_ndjson_result(nd, NULL, &got);
+        ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &got);
         assert_same_result(&got, &want);
         apr_pool_destroy(sub);
     }
@@ -1297,7 +1298,7 @@ static void test_ndjson_every_split(void **state)
         nd = ci_ndjson_create(sub, 4096, BIG_CAP);
         for (k = 0; k < len; k += step)
             assert_int_equal(ci_ndjson_feed(nd, s + k, len - k < step ? len - k : step), 0);
-        ci_ndjson_result(nd, NULL, &got);
+        ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &got);
         assert_same_result(&got, &want);
         apr_pool_destroy(sub);
     }
@@ -1312,7 +1313,7 @@ static void test_ndjson_interleaved(void **state)
               "{'type':'stdout','text':'e'}\n{'type':'end_of_execution'}\n", 100, &r);
     assert_string_equal(r.text, "abc\nd\ne");
     assert_int_equal(r.text_len, 7);
-    assert_int_equal(r.raised, 0);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 0);
     assert_int_equal(r.images->nelts, 0);
 }
 
@@ -1333,7 +1334,7 @@ static void test_ndjson_result_line(void **state)
               "{'type':'end_of_execution'}\n", 100, &r);
     assert_string_equal(r.text, "(1, 2)\n");
     assert_int_equal(r.images->nelts, 0);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
 }
 
 static void test_ndjson_images(void **state)
@@ -1351,7 +1352,7 @@ static void test_ndjson_images(void **state)
     assert_string_equal(APR_ARRAY_IDX(r.images, 1, const char *),
                         "data:image/png;base64,QUJD\nREVG");
     assert_string_equal(r.text, "not an image\nempty png\n");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
 }
 
 static void test_ndjson_errors(void **state)
@@ -1364,9 +1365,9 @@ static void test_ndjson_errors(void **state)
               "{'type':'error','name':'ZeroDivisionError','value':'division by zero',"
               "'traceback':'Traceback:\\n  1/0\\nZeroDivisionError: division by zero\\n'}\n"
               "{'type':'end_of_execution'}\n", 1000, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_null(r.failure);
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
     assert_string_equal(r.text, "partial\nTraceback:\n  1/0\n"
                                 "ZeroDivisionError: division by zero\n");
 
@@ -1374,19 +1375,19 @@ static void test_ndjson_errors(void **state)
     nd_run(p, "{'type':'error','name':'KeyError','value':'x','traceback':''}\n"
               "{'type':'end_of_execution'}\n", 1000, &r);
     assert_string_equal(r.text, "KeyError: x\n");
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
     nd_run(p, "{'type':'error'}\n{'type':'end_of_execution'}\n", 1000, &r);
     assert_string_equal(r.text, "Error\n");
-    assert_int_equal(r.raised, 1);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
+    assert_int_equal(ci_exec_failed(&r), 0);
 
     /* the interpreter died */
     nd_run(p, "{'type':'stdout','text':'x\\n'}\n"
               "{'type':'error','name':'UnexpectedEndOfExecution','value':'killed',"
               "'traceback':''}\n{'type':'end_of_execution'}\n", 1000, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_str(r.failure, "The interpreter died during the execution.");
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
     assert_string_equal(r.text, "x\nUnexpectedEndOfExecution: killed\n");
 }
 
@@ -1399,11 +1400,11 @@ static void test_ndjson_cut_and_failure(void **state)
 
     /* no end_of_execution: the stream was cut */
     nd_run(p, "{'type':'stdout','text':'half'}\n", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_str(r.failure, "The sandbox stopped answering: the output stream was cut.");
     assert_string_equal(r.text, "half");
     nd_run(p, "", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_str(r.failure, "The sandbox stopped answering: the output stream was cut.");
     assert_string_equal(r.text, "");
     assert_int_equal(r.text_len, 0);
@@ -1412,8 +1413,9 @@ static void test_ndjson_cut_and_failure(void **state)
     s = J(p, "{'type':'stdout','text':'x'}\n{'type':'end_of_execution'}\n");
     nd = ci_ndjson_create(p, 100, BIG_CAP);
     assert_int_equal(ci_ndjson_feed(nd, s, strlen(s)), 0);
-    ci_ndjson_result(nd, "The execution timed out after 30 seconds.", &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    ci_ndjson_result(nd, CI_EXEC_TIMED_OUT, "The execution timed out after 30 seconds.", &r);
+    assert_int_equal(r.outcome, CI_EXEC_TIMED_OUT);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_str(r.failure, "The execution timed out after 30 seconds.");
     assert_string_equal(r.text, "x");
 }
@@ -1423,16 +1425,16 @@ static void test_ndjson_last_line_without_newline(void **state)
     apr_pool_t *p = *state;
     ci_exec_result r;
     nd_run(p, "{'type':'stdout','text':'x'}\n{'type':'end_of_execution'}", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_null(r.failure);
     assert_string_equal(r.text, "x");
     nd_run(p, "{'type':'stdout','text':'x'}\n{'type':'stdout','text':'y'}", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_string_equal(r.text, "xy");
     /* lines after the end are not read */
     nd_run(p, "{'type':'stdout','text':'x'}\n{'type':'end_of_execution'}\n"
               "{'type':'stdout','text':'late'}\n{'type':'stdout','text':'later'}", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "x");
 }
 
@@ -1452,10 +1454,10 @@ static void test_ndjson_ready_and_reset(void **state)
              "{'type':'stdout','text':'par");
     assert_int_equal(ci_ndjson_feed(nd, s, strlen(s)), 0);
     assert_true(ci_ndjson_ended(nd));
-    ci_ndjson_result(nd, NULL, &r1);
-    assert_int_equal(r1.status, CI_EXEC_COMPLETED);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r1);
+    assert_int_equal(ci_exec_failed(&r1), 0);
     assert_string_equal(r1.text, "one\nE: v\n");
-    assert_int_equal(r1.raised, 1);
+    assert_int_equal(r1.outcome == CI_EXEC_ERROR, 1);
     assert_int_equal(r1.images->nelts, 1);
 
     ci_ndjson_reset(nd);
@@ -1463,10 +1465,10 @@ static void test_ndjson_ready_and_reset(void **state)
     assert_false(ci_ndjson_ready(nd));
     s = J(p, "{'type':'stdout','text':'two'}\n{'type':'end_of_execution'}\n");
     assert_int_equal(ci_ndjson_feed(nd, s, strlen(s)), 0);
-    ci_ndjson_result(nd, NULL, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "two");
-    assert_int_equal(r.raised, 0);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 0);
     assert_int_equal(r.images->nelts, 0);
     /* the first result is not disturbed */
     assert_string_equal(r1.text, "one\nE: v\n");
@@ -1484,8 +1486,8 @@ static void test_ndjson_hard_cap(void **state)
     assert_int_equal(ci_ndjson_feed(nd, "{\"typ", 5), 0);     /* exactly the cap */
     assert_int_equal(ci_ndjson_feed(nd, "e", 1), -1);         /* one past it */
     assert_int_equal(ci_ndjson_feed(nd, "\n", 1), -1);        /* and stays over */
-    ci_ndjson_result(nd, NULL, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_str(r.failure, "The execution produced more output than the sandbox "
                           "accepts and was stopped.");
     assert_string_equal(r.text, "aaaa");
@@ -1502,8 +1504,8 @@ static void test_ndjson_hard_cap(void **state)
         assert_int_equal(rc, -1);
         assert_int_equal(i, 10);   /* 25 + 10 * 1000 > 10000 */
     }
-    ci_ndjson_result(nd, NULL, &r);
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_string_equal(r.text, "");
 }
 
@@ -1519,8 +1521,8 @@ static void test_ndjson_long_line(void **state)
     for (i = 0; i < 10; i++)
         assert_int_equal(ci_ndjson_feed(nd, chunk, sizeof(chunk)), 0);
     assert_int_equal(ci_ndjson_feed(nd, "\"}\n{\"type\":\"end_of_execution\"}\n", 31), 0);
-    ci_ndjson_result(nd, NULL, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_int_equal(r.text_len, 10000);
     assert_int_equal(strspn(r.text, "y"), 10000);
 }
@@ -1532,7 +1534,7 @@ static void test_ndjson_truncation(void **state)
 
     nd_run(p, "{'type':'stdout','text':'0123456789ABCDEF'}\n"
               "{'type':'end_of_execution'}\n", 10, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "0123456789\n[... 6 more bytes of output were cut ...]\n");
     assert_int_equal(r.text_len, strlen(r.text));
 
@@ -1554,7 +1556,7 @@ static void test_ndjson_truncation(void **state)
     /* a cut traceback still marks the code as raised */
     nd_run(p, "{'type':'error','name':'E','value':'v','traceback':'0123456789XYZ'}\n"
               "{'type':'end_of_execution'}\n", 10, &r);
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
     assert_string_equal(r.text, "0123456789\n[... 4 more bytes of output were cut ...]\n");
 }
 
@@ -1595,7 +1597,7 @@ static void test_ndjson_dropped(void **state)
     ci_exec_result r;
     nd_run(p, "{'type':'stdout','text':'abc'}\n{'type':'dropped','bytes':500}\n"
               "{'type':'end_of_execution'}\n", 100, &r);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "abc\n[... 500 more bytes of output were cut ...]\n");
     /* added to what the reader cut itself */
     nd_run(p, "{'type':'stdout','text':'abcdefgh'}\n{'type':'dropped','bytes':10}\n"
@@ -1663,13 +1665,13 @@ static void test_exec_model_text(void **state)
                         "x\n[a PNG figure was created and is shown to the user]\n"
                         "[a PNG figure was created and is shown to the user]\n");
 
-    r = res_new(p, CI_EXEC_FAILED, "partial",
+    r = res_new(p, CI_EXEC_TIMED_OUT, "partial",
                 "The sandbox stopped answering: the output stream was cut.");
     assert_string_equal(ci_exec_model_text(p, r),
                         "partial\nThe sandbox stopped answering: the output stream was "
                         "cut. The interpreter was restarted: variables, imports and "
                         "files from earlier calls are gone.");
-    r = res_new(p, CI_EXEC_FAILED, "", "The execution timed out after 30 seconds.");
+    r = res_new(p, CI_EXEC_TIMED_OUT, "", "The execution timed out after 30 seconds.");
     assert_string_equal(ci_exec_model_text(p, r),
                         "The execution timed out after 30 seconds. The interpreter was "
                         "restarted: variables, imports and files from earlier calls "
@@ -1812,8 +1814,8 @@ static void test_loop_outputs_included(void **state)
     res[3] = RES_OK(p, "fig\n");
     res_add_image(res[3], "data:image/png;base64,AAAA");
     res_add_image(res[3], "data:image/png;base64,BBBB");
-    res[4] = res_new(p, CI_EXEC_FAILED, "partial", "Timed out.");
-    res[5] = res_new(p, CI_EXEC_FAILED, "", "Timed out.");
+    res[4] = res_new(p, CI_EXEC_TIMED_OUT, "partial", "Timed out.");
+    res[5] = res_new(p, CI_EXEC_TIMED_OUT, "", "Timed out.");
     for (i = 0; i < 6; i++) {
         assert_true(ci_loop_may_execute(l, round_call(l, i)));
         ci_loop_record(l, round_call(l, i), res[i]);
@@ -2564,18 +2566,24 @@ static void test_parse_function_name(void **state)
                "'_' or '-'");
 }
 
-static void assert_defaults(ci_sandbox_def *d, const char *name, ci_provider_kind k)
+static void assert_defaults(ci_sandbox_def *d, const char *name, const char *provider)
 {
+    int e2b = !strcmp(provider, "e2b");
     assert_str(d->name, name);
-    assert_int_equal(d->provider, k);
+    assert_ptr_equal(d->provider, ci_provider_named(provider));
     assert_int_equal(d->timeout, apr_time_from_sec(30));
     assert_int_equal(d->max_output, 64 * 1024);
-    assert_str(d->python, "/usr/bin/python3");
-    assert_int_equal(d->memory, (apr_uint64_t)512 << 20);
-    assert_int_equal(d->processes, 64);
-    assert_int_equal(d->disk, (apr_uint64_t)64 << 20);
-    assert_int_equal(d->warm, 0);
-    assert_null(d->preload);
+    if (!e2b) {
+        assert_str(d->python, "/usr/bin/python3");
+        assert_int_equal(d->memory, (apr_uint64_t)512 << 20);
+        assert_int_equal(d->processes, 64);
+        assert_int_equal(d->disk, (apr_uint64_t)64 << 20);
+        assert_int_equal(d->warm, 0);
+        assert_null(d->preload);
+        assert_null(d->api_key_spec);
+        return;
+    }
+    assert_null(d->python);
     assert_str(d->api_key_spec, "env:E2B_API_KEY");
     assert_null(d->api_key);
     assert_str(d->api_base, "https://api.e2b.app");
@@ -2615,11 +2623,11 @@ static void test_sandbox_defaults(void **state)
     ci_sandbox_def *d = NULL;
     assert_null(ci_sandbox_def_parse(p, "py", 0, NULL, &d));
     assert_non_null(d);
-    assert_defaults(d, "py", CI_PROVIDER_LOCAL);
-    assert_defaults(ci_sandbox_def_defaults(p, "other", CI_PROVIDER_E2B), "other",
-                    CI_PROVIDER_E2B);
-    assert_defaults(DEF_OK(p, "cloud", "provider=e2b"), "cloud", CI_PROVIDER_E2B);
-    assert_defaults(DEF_OK(p, "py", "provider=local"), "py", CI_PROVIDER_LOCAL);
+    assert_defaults(d, "py", "local");
+    assert_defaults(ci_sandbox_def_defaults(p, "other", ci_provider_named("e2b")), "other",
+                    "e2b");
+    assert_defaults(DEF_OK(p, "cloud", "provider=e2b"), "cloud", "e2b");
+    assert_defaults(DEF_OK(p, "py", "provider=local"), "py", "local");
 }
 
 static void test_sandbox_local_keys(void **state)
@@ -2629,7 +2637,7 @@ static void test_sandbox_local_keys(void **state)
                                "python=/opt/py/bin/python3", "memory=1G",
                                "processes=16", "disk=256M", "warm=2",
                                "preload=numpy,pandas,matplotlib.pyplot");
-    assert_int_equal(d->provider, CI_PROVIDER_LOCAL);
+    assert_ptr_equal(d->provider, ci_provider_named("local"));
     assert_int_equal(d->timeout, apr_time_from_sec(45));
     assert_int_equal(d->max_output, 1 << 20);
     assert_str(d->python, "/opt/py/bin/python3");
@@ -2680,7 +2688,7 @@ static void test_sandbox_e2b_keys(void **state)
                                "api_base=https://e2b.internal:8443",
                                "sandbox_url=https://sb.internal", "template=my-tpl",
                                "lifetime=600", "internet=on", "max_output=128k");
-    assert_int_equal(d->provider, CI_PROVIDER_E2B);
+    assert_ptr_equal(d->provider, ci_provider_named("e2b"));
     assert_int_equal(d->timeout, apr_time_from_sec(10));
     assert_str(d->api_key_spec, "file:/etc/ci/key");
     assert_null(d->api_key);            /* resolved separately */
@@ -2748,43 +2756,43 @@ static void test_sandbox_resolve_key(void **state)
     const char *path, *e;
 
     /* local sandboxes have no key */
-    d = ci_sandbox_def_defaults(p, "py", CI_PROVIDER_LOCAL);
-    assert_null(ci_sandbox_def_resolve_key(p, d));
+    d = ci_sandbox_def_defaults(p, "py", ci_provider_named("local"));
+    assert_null(ci_sandbox_def_resolve(p, d));
     assert_null(d->api_key);
 
     /* env: */
-    d = ci_sandbox_def_defaults(p, "cloud", CI_PROVIDER_E2B);
+    d = ci_sandbox_def_defaults(p, "cloud", ci_provider_named("e2b"));
     d->api_key_spec = "env:CI_UNIT_TEST_KEY";
     setenv("CI_UNIT_TEST_KEY", "sk-env-123", 1);
-    assert_null(ci_sandbox_def_resolve_key(p, d));
+    assert_null(ci_sandbox_def_resolve(p, d));
     assert_str(d->api_key, "sk-env-123");
     d->api_key = NULL;
     unsetenv("CI_UNIT_TEST_KEY");
-    assert_str(ci_sandbox_def_resolve_key(p, d),
+    assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=env:CI_UNIT_TEST_KEY: the environment variable is not set");
     assert_null(d->api_key);
     setenv("CI_UNIT_TEST_KEY", "", 1);
-    assert_str(ci_sandbox_def_resolve_key(p, d),
+    assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=env:CI_UNIT_TEST_KEY: the environment variable is not set");
     unsetenv("CI_UNIT_TEST_KEY");
 
     /* file: the first line, trimmed */
     path = write_temp(p, "  sk-file-456 \r\nsecond line\n");
     d->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
-    assert_null(ci_sandbox_def_resolve_key(p, d));
+    assert_null(ci_sandbox_def_resolve(p, d));
     assert_str(d->api_key, "sk-file-456");
     unlink(path);
     d->api_key = NULL;
-    assert_str(ci_sandbox_def_resolve_key(p, d),
+    assert_str(ci_sandbox_def_resolve(p, d),
                apr_psprintf(p, "api_key=file:%s: the file cannot be read", path));
     assert_null(d->api_key);
     d->api_key_spec = "file:/nonexistent/dir/key";
-    assert_str(ci_sandbox_def_resolve_key(p, d),
+    assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=file:/nonexistent/dir/key: the file cannot be read");
     /* a key not on the first line is not taken, and not shown */
     path = write_temp(p, "\nsk-secret-789\n");
     d->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
-    e = ci_sandbox_def_resolve_key(p, d);
+    e = ci_sandbox_def_resolve(p, d);
     assert_str(e, apr_psprintf(p, "api_key=file:%s: the file holds no key", path));
     assert_null(strstr(e, "sk-secret"));
     assert_null(d->api_key);
@@ -2792,7 +2800,7 @@ static void test_sandbox_resolve_key(void **state)
 
     /* anything else is the key itself */
     d->api_key_spec = "sk-literal-000";
-    assert_null(ci_sandbox_def_resolve_key(p, d));
+    assert_null(ci_sandbox_def_resolve(p, d));
     assert_str(d->api_key, "sk-literal-000");
 }
 

@@ -1,6 +1,6 @@
 /*
  * test_e2b.c - the e2b sandbox provider against the fake E2B service
- * (test/fake_e2b.py), driven directly through ci_provider_e2b.
+ * (test/fake_e2b.py), driven directly through E2B->
  *
  * The fake is started by the caller; its port comes from FAKE_E2B_PORT.
  * Every test resets the fake, sets its switches through /_control and reads
@@ -30,6 +30,8 @@
 #include "ci_exec.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
+
+#define E2B (ci_provider_named("e2b"))
 
 #define KEY "e2b_test_key"
 #define TAG "cntr_0123456789abcdef"
@@ -186,7 +188,7 @@ static int teardown(void **state)
 
 static ci_sandbox_def *make_def(apr_pool_t *p)
 {
-    ci_sandbox_def *d = ci_sandbox_def_defaults(p, "cloud", CI_PROVIDER_E2B);
+    ci_sandbox_def *d = ci_sandbox_def_defaults(p, "cloud", ci_provider_named("e2b"));
     d->api_key = KEY;
     d->api_base = fake_base;
     d->sandbox_url = fake_base;
@@ -199,7 +201,7 @@ static ci_sandbox *start_ok(apr_pool_t *p, const ci_sandbox_def *def, apr_pool_t
     ci_sandbox *sb = NULL;
     const char *err = NULL;
     apr_pool_create(sbpool, p);
-    if (ci_provider_e2b.start(*sbpool, def, TAG, &sb, &err) != APR_SUCCESS)
+    if (E2B->start(*sbpool, def, TAG, &sb, &err) != APR_SUCCESS)
         fail_msg("start failed: %s", err ? err : "(no message)");
     assert_non_null(sb);
     return sb;
@@ -207,7 +209,7 @@ static ci_sandbox *start_ok(apr_pool_t *p, const ci_sandbox_def *def, apr_pool_t
 
 static void stop(ci_sandbox *sb, apr_pool_t *sbpool)
 {
-    ci_provider_e2b.destroy(sb);
+    E2B->destroy(sb);
     apr_pool_destroy(sbpool);
 }
 
@@ -215,7 +217,7 @@ static ci_exec_result run(ci_sandbox *sb, apr_pool_t *p, const char *code)
 {
     ci_exec_result res;
     memset(&res, 0xa5, sizeof(res));
-    assert_int_equal(ci_provider_e2b.run(sb, p, code, &res), APR_SUCCESS);
+    assert_int_equal(E2B->run(sb, p, code, &res), APR_SUCCESS);
     return res;
 }
 
@@ -226,7 +228,7 @@ static const char *start_fails(apr_pool_t *p, const ci_sandbox_def *def)
     ci_sandbox *sb = NULL;
     const char *err = NULL, *copy;
     apr_pool_create(&sbpool, p);
-    assert_int_not_equal(ci_provider_e2b.start(sbpool, def, TAG, &sb, &err),
+    assert_int_not_equal(E2B->start(sbpool, def, TAG, &sb, &err),
                          APR_SUCCESS);
     assert_null(sb);
     assert_non_null(err);
@@ -258,25 +260,25 @@ static void test_round_trip(void **state)
     ci_exec_result r;
 
     r = run(sb, p, "x = 41\nprint('hello')");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_null(r.failure);
     assert_string_equal(r.text, "hello\n");
     assert_int_equal(r.text_len, 6);
-    assert_int_equal(r.raised, 0);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 0);
     assert_true(r.duration > 0);
 
     r = run(sb, p, "x + 1");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "42\n");
 
     r = run(sb, p, "print('__FAKE_PNG__')");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_int_equal(r.images->nelts, 1);
     assert_contains(APR_ARRAY_IDX(r.images, 0, const char *), "data:image/png;base64,iVBOR");
 
     r = run(sb, p, "1 / 0");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
-    assert_int_equal(r.raised, 1);
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_int_equal(r.outcome == CI_EXEC_ERROR, 1);
     assert_contains(r.text, "ZeroDivisionError");
 
     stop(sb, sbpool);
@@ -408,7 +410,7 @@ static void test_large_code_no_expect(void **state)
     memcpy(code, "print(7)  # ", 12);
     code[n] = '\0';
     r = run(sb, p, code);
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "7\n");
     st = fake_state();
     hdrs = member(json_object_array_get_idx(member(st, "executes"), 0), "headers");
@@ -427,7 +429,7 @@ static void test_garbage_lines_skipped(void **state)
 
     fake_switch("{\"garbage_lines\": true}");
     r = run(sb, p, "print('a')\nprint('b')\n'c'");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "a\nb\n'c'\n");
     stop(sb, sbpool);
     wait_deletes(1);
@@ -442,7 +444,7 @@ static void test_cut_stream_fails(void **state)
 
     fake_switch("{\"cut_stream\": true}");
     r = run(sb, p, "print('partial')");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "cut");
     assert_contains(r.text, "partial");
     stop(sb, sbpool);
@@ -460,7 +462,7 @@ static void test_slow_stream_times_out(void **state)
     sb = start_ok(p, def, &sbpool);
     fake_switch("{\"slow_stream\": 3}");
     r = run(sb, p, "print('a')\nprint('b')");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_string_equal(r.failure, "The execution timed out after 1 s and was stopped.");
     assert_true(r.duration >= apr_time_from_msec(900));
     assert_true(r.duration < apr_time_from_sec(3));
@@ -478,7 +480,7 @@ static void test_keepalive_lines_ignored(void **state)
 
     fake_switch("{\"keepalive_interval\": 0.1}");
     r = run(sb, p, "import time\ntime.sleep(0.5)\nprint('done')");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_string_equal(r.text, "done\n");
     stop(sb, sbpool);
     wait_deletes(1);
@@ -495,7 +497,7 @@ static void test_huge_output_capped(void **state)
     sb = start_ok(p, def, &sbpool);
     fake_switch("{\"huge_output\": 300000}");
     r = run(sb, p, "pass");
-    assert_int_equal(r.status, CI_EXEC_COMPLETED);
+    assert_int_equal(ci_exec_failed(&r), 0);
     assert_contains(r.text, "[... 297952 more bytes of output were cut ...]");
     assert_true(r.text_len < 2048 + 100);
     stop(sb, sbpool);
@@ -511,7 +513,7 @@ static void test_output_past_hard_cap_fails(void **state)
 
     fake_switch("{\"huge_output\": 40000000}");
     r = run(sb, p, "pass");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "more output than the sandbox accepts");
     stop(sb, sbpool);
     wait_deletes(1);
@@ -525,7 +527,7 @@ static void test_kernel_dies_fails(void **state)
 
     fake_switch("{\"kernel_dies\": true}");
     r = run(sb, p, "print(1)");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "died");
     stop(sb, sbpool);
     wait_deletes(1);
@@ -539,11 +541,11 @@ static void test_execute_502_fails(void **state)
 
     fake_switch("{\"execute_status\": 502}");
     r = run(sb, p, "print(1)");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "HTTP 502");
     fake_switch("{\"execute_status\": 500}");
     r = run(sb, p, "print(1)");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "HTTP 500");
     stop(sb, sbpool);
     wait_deletes(1);
@@ -558,7 +560,7 @@ static void test_expired_sandbox_fails(void **state)
 
     json_object_put(fake_call("POST", "/_expire", "{}"));
     r = run(sb, p, "print(1)");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "expired");
     assert_int_equal(state_len("executes"), 0);
     stop(sb, sbpool);
@@ -577,7 +579,7 @@ typedef struct runner {
 static void *APR_THREAD_FUNC run_thread(apr_thread_t *t, void *data)
 {
     runner *r = data;
-    r->rv = ci_provider_e2b.run(r->sb, r->p, "import time\ntime.sleep(20)", &r->res);
+    r->rv = E2B->run(r->sb, r->p, "import time\ntime.sleep(20)", &r->res);
     return NULL;
 }
 
@@ -599,16 +601,16 @@ static void test_interrupt_stops_run(void **state)
     assert_int_equal(apr_thread_create(&t, NULL, run_thread, &r, p), APR_SUCCESS);
     apr_sleep(apr_time_from_msec(500));
     t0 = apr_time_now();
-    ci_provider_e2b.interrupt(sb);
+    E2B->interrupt(sb);
     apr_thread_join(&ignored, t);
     assert_true(apr_time_now() - t0 < apr_time_from_msec(2500));
     assert_int_equal(r.rv, APR_SUCCESS);
-    assert_int_equal(r.res.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r.res), 1);
     assert_string_equal(r.res.failure,
                         "The execution was stopped because the request ended.");
     /* Once interrupted, nothing more runs. */
     again = run(sb, p, "print(1)");
-    assert_int_equal(again.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&again), 1);
     assert_string_equal(again.failure, r.res.failure);
     assert_int_equal(state_len("executes"), 1);
     stop(sb, sbpool);
@@ -736,7 +738,7 @@ static void test_default_data_host(void **state)
     def->timeout = apr_time_from_sec(5);
     sb = start_ok(p, def, &sbpool);
     r = run(sb, p, "print(1)");
-    assert_int_equal(r.status, CI_EXEC_FAILED);
+    assert_int_equal(ci_exec_failed(&r), 1);
     assert_contains(r.failure, "could not be reached");
     assert_int_equal(state_len("executes"), 0);
     stop(sb, sbpool);

@@ -1,0 +1,157 @@
+/* ci_config.c - directive values, parsed and checked without httpd. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <apr_env.h>
+#include <apr_file_io.h>
+#include <apr_strings.h>
+#include <apr_uri.h>
+#include "ci_config.h"
+
+
+const char *ci_parse_size(apr_pool_t *p, const char *value, apr_uint64_t max,
+                          apr_uint64_t *out)
+{
+    char *end;
+    unsigned long long n;
+    apr_uint64_t mult = 1;
+
+    if (!value || !isdigit((unsigned char)value[0]))
+        goto bad;
+    errno = 0;
+    n = strtoull(value, &end, 10);
+    if (errno)
+        goto bad;
+    switch (toupper((unsigned char)*end)) {
+    case '\0': break;
+    case 'K': mult = 1024; end++; break;
+    case 'M': mult = 1024 * 1024; end++; break;
+    case 'G': mult = 1024ULL * 1024 * 1024; end++; break;
+    default: goto bad;
+    }
+    if ((*end == 'B' || *end == 'b') && mult > 1)
+        end++;
+    if (*end || n == 0 || n > max / mult)
+        goto bad;
+    *out = n * mult;
+    return NULL;
+bad:
+    return apr_psprintf(p, "'%s' is not a valid size: expected a positive "
+                           "number of bytes, optionally with K, M or G, at "
+                           "most %" APR_UINT64_T_FMT " bytes",
+                        value ? value : "", max);
+}
+
+/* Parse a whole number MIN..MAX at the start of VALUE. Returns 0 with *END
+ * after the digits, or -1 when there is none or it is out of range. */
+static int parse_int(const char *value, int min, int max, int *out,
+                     const char **end)
+{
+    char *stop;
+    long n;
+    if (!value || !isdigit((unsigned char)value[0]))
+        return -1;
+    errno = 0;
+    n = strtol(value, &stop, 10);
+    if (errno || n < min || n > max)
+        return -1;
+    *out = (int)n;
+    *end = stop;
+    return 0;
+}
+
+const char *ci_parse_seconds(apr_pool_t *p, const char *value, int max, int *out)
+{
+    const char *end;
+    if (parse_int(value, 1, max, out, &end) == 0 &&
+        (*end == '\0' || strcmp(end, "s") == 0))
+        return NULL;
+    return apr_psprintf(p, "'%s' is not a valid duration: expected whole "
+                           "seconds from 1 to %d", value ? value : "", max);
+}
+
+const char *ci_parse_count(apr_pool_t *p, const char *value, int max,
+                           int allow_zero, int *out)
+{
+    const char *end;
+    if (parse_int(value, allow_zero ? 0 : 1, max, out, &end) == 0 && *end == '\0')
+        return NULL;
+    return apr_psprintf(p, "'%s' is not a valid count: expected a whole "
+                           "number from %d to %d",
+                        value ? value : "", allow_zero ? 0 : 1, max);
+}
+
+const char *ci_parse_url(apr_pool_t *p, const char *value)
+{
+    apr_uri_t uri;
+    if (value && apr_uri_parse(p, value, &uri) == APR_SUCCESS && uri.scheme &&
+        (!strcasecmp(uri.scheme, "http") || !strcasecmp(uri.scheme, "https")) &&
+        uri.hostname && *uri.hostname && !strpbrk(value, " \t\r\n"))
+        return NULL;
+    return apr_psprintf(p, "'%s' is not a valid URL: expected an absolute "
+                           "http:// or https:// URL with a host",
+                        value ? value : "");
+}
+
+const char *ci_parse_function_name(apr_pool_t *p, const char *value)
+{
+    apr_size_t n = value ? strlen(value) : 0, i;
+    for (i = 0; i < n; i++)
+        if (!isalnum((unsigned char)value[i]) && value[i] != '_' && value[i] != '-')
+            break;
+    if (n >= 1 && n <= 64 && i == n)
+        return NULL;
+    return apr_psprintf(p, "'%s' is not a valid function name: expected 1 to "
+                           "64 letters, digits, '_' or '-'", value ? value : "");
+}
+
+const char *ci_parse_on_off(apr_pool_t *p, const char *value, int *out)
+{
+    if (!strcasecmp(value, "on")) *out = 1;
+    else if (!strcasecmp(value, "off")) *out = 0;
+    else
+        return apr_psprintf(p, "'%s' is not valid: expected on or off", value);
+    return NULL;
+}
+
+static const char *read_key_file(apr_pool_t *p, const char *key, const char *path,
+                                 const char **out)
+{
+    apr_file_t *f;
+    char buf[1024];
+    apr_size_t n = sizeof(buf) - 1;
+    char *nl;
+
+    if (apr_file_open(&f, path, APR_FOPEN_READ, 0, p) != APR_SUCCESS)
+        return apr_psprintf(p, "%s=file:%s: the file cannot be read", key, path);
+    if (apr_file_read(f, buf, &n) != APR_SUCCESS)
+        n = 0;
+    apr_file_close(f);
+    buf[n] = '\0';
+    if ((nl = strpbrk(buf, "\r\n")))
+        *nl = '\0';
+    apr_collapse_spaces(buf, buf);
+    if (!*buf)
+        return apr_psprintf(p, "%s=file:%s: the file holds no key", key, path);
+    *out = apr_pstrdup(p, buf);
+    explicit_bzero(buf, sizeof(buf));
+    return NULL;
+}
+
+const char *ci_resolve_secret(apr_pool_t *p, const char *key, const char *spec,
+                              const char **out)
+{
+    char *val = NULL;
+    if (!strncmp(spec, "env:", 4)) {
+        if (apr_env_get(&val, spec + 4, p) != APR_SUCCESS || !val || !*val)
+            return apr_psprintf(p, "%s=env:%s: the environment variable is "
+                                   "not set", key, spec + 4);
+        *out = val;
+        return NULL;
+    }
+    if (!strncmp(spec, "file:", 5))
+        return read_key_file(p, key, spec + 5, out);
+    *out = spec;
+    return NULL;
+}

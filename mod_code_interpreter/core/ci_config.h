@@ -1,0 +1,33 @@
+/*
+ * ci_config.h - values of the module's directives, parsed without httpd so
+ * they can be unit-tested and fuzzed. Every parser returns NULL on success or
+ * an error message naming the bad value and what is expected.
+ */
+#ifndef CI_CONFIG_H
+#define CI_CONFIG_H
+
+#include <apr_pools.h>
+#include <apr_time.h>
+
+#define CI_MAX_SECONDS 86400
+
+/* "64k", "32M", "1G", "512" (bytes). Must be > 0 and fit in MAX. */
+const char *ci_parse_size(apr_pool_t *p, const char *value, apr_uint64_t max,
+                          apr_uint64_t *out);
+/* Whole seconds, 1..MAX, optional "s" suffix. */
+const char *ci_parse_seconds(apr_pool_t *p, const char *value, int max, int *out);
+/* A positive count 1..MAX (or 0..MAX when ALLOW_ZERO). */
+const char *ci_parse_count(apr_pool_t *p, const char *value, int max,
+                           int allow_zero, int *out);
+/* An absolute http:// or https:// URL with a host. */
+const char *ci_parse_url(apr_pool_t *p, const char *value);
+/* A function name the Responses API accepts: [A-Za-z0-9_-]{1,64}. */
+const char *ci_parse_function_name(apr_pool_t *p, const char *value);
+/* on or off (any case). */
+const char *ci_parse_on_off(apr_pool_t *p, const char *value, int *out);
+/* A secret given as env:VAR, file:PATH (first line, trimmed) or literally.
+ * KEY names the setting in messages; the message never holds the secret. */
+const char *ci_resolve_secret(apr_pool_t *p, const char *key, const char *spec,
+                              const char **out);
+
+#endif

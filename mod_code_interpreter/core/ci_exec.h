@@ -1,0 +1,87 @@
+/*
+ * ci_exec.h - what one execution produced, and the incremental NDJSON reader
+ * that builds it. Both sandbox providers stream the same line protocol:
+ *   {"type":"stdout"|"stderr","text":...}
+ *   {"type":"result","is_main_result":bool,"text":...,"png":base64,...}
+ *   {"type":"error","name":...,"value":...,"traceback":...}
+ *   {"type":"keepalive"} {"type":"number_of_executions",...}
+ *   {"type":"end_of_execution"}
+ * plus, from the local kernel only, {"type":"dropped","bytes":N} (output the
+ * kernel already discarded past the cap) and {"type":"ready"}.
+ */
+#ifndef CI_EXEC_H
+#define CI_EXEC_H
+
+#include <apr_pools.h>
+#include <apr_tables.h>
+
+/* How an execution ended. */
+typedef enum {
+    CI_EXEC_COMPLETED = 0,  /* ran to the end */
+    CI_EXEC_ERROR,          /* ran to the end and raised: the traceback is the
+                               output, and the call is still completed */
+    CI_EXEC_TIMED_OUT,      /* stopped at the tool's timeout */
+    CI_EXEC_LOST,           /* the interpreter died, the stream was cut, or it
+                               wrote more than the sandbox accepts */
+    CI_EXEC_INTERRUPTED,    /* stopped because the request ended */
+    CI_EXEC_NOT_RUN         /* refused before running (bad arguments, caps) */
+} ci_exec_outcome;
+
+typedef struct ci_exec_result {
+    ci_exec_outcome outcome;
+    const char *failure;      /* why it failed, for the model; NULL unless failed */
+    const char *text;         /* stdout, stderr, last value, traceback, in order,
+                                 cut at max_output with a marker */
+    apr_size_t text_len;
+    apr_array_header_t *images; /* const char * data URLs (image/png) */
+    apr_interval_time_t duration;
+} ci_exec_result;
+
+/* The interpreter is gone (or never ran the code): the call failed. */
+static inline int ci_exec_failed(const ci_exec_result *res)
+{
+    return res->outcome >= CI_EXEC_TIMED_OUT;
+}
+
+/* "completed", "error", "timed_out", "lost", "interrupted", "not_run". */
+const char *ci_exec_outcome_name(ci_exec_outcome outcome);
+
+/* A deep copy of RES in P. */
+ci_exec_result *ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res);
+
+typedef struct ci_ndjson ci_ndjson;
+
+/* A reader keeping at most MAX_OUTPUT bytes of text and refusing to read more
+ * than HARD_CAP bytes in all (images included). Memory from P. */
+ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
+                            apr_size_t hard_cap);
+
+/* Feed bytes as they arrive. Returns 0, or -1 once the hard cap is passed
+ * (stop reading: the execution failed). */
+int ci_ndjson_feed(ci_ndjson *nd, const char *data, apr_size_t len);
+
+/* True once {"type":"end_of_execution"} was read. */
+int ci_ndjson_ended(const ci_ndjson *nd);
+/* True once {"type":"ready"} was read (local kernel start-up). */
+int ci_ndjson_ready(const ci_ndjson *nd);
+
+/* Build the result. STOPPED is how the provider stopped reading early
+ * (CI_EXEC_TIMED_OUT, CI_EXEC_LOST, CI_EXEC_INTERRUPTED, with FAILURE telling
+ * the model why), or CI_EXEC_COMPLETED when it read to the end of the stream:
+ * then the stream says how it ended (no end_of_execution: lost, "the output
+ * stream was cut"). Memory from the reader's pool. */
+void ci_ndjson_result(ci_ndjson *nd, ci_exec_outcome stopped, const char *failure,
+                      ci_exec_result *out);
+
+/* Reset for the next execution of the same sandbox. */
+void ci_ndjson_reset(ci_ndjson *nd);
+
+/* What the model is told for RES (never empty). Memory from P. */
+const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res);
+
+/* Append TEXT (LEN bytes) to BUF (capacity CAP, *USED filled), cutting at a
+ * UTF-8 character boundary; bytes that do not fit are added to *DROPPED. */
+void ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
+                      const char *text, apr_size_t len, apr_size_t *dropped);
+
+#endif

@@ -1,0 +1,517 @@
+/*
+ * ci_request.c - classify a Responses API request and rewrite its
+ * code_interpreter tool into a function tool an ordinary upstream accepts.
+ */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_json.h"
+#include "ci_request.h"
+
+#define TOOL_TYPE "code_interpreter"
+
+#define DESCRIPTION_HEAD \
+    "Run Python 3 code in a sandboxed interpreter, like a notebook: variables, " \
+    "imports and files persist between calls made while answering this " \
+    "request, and nothing survives it. "
+#define DESCRIPTION_TAIL \
+    " The working directory is /mnt/data (writable); save files there. numpy, " \
+    "pandas and matplotlib are installed; figures you draw with matplotlib " \
+    "are shown to the user. You see stdout, stderr, the value of the last " \
+    "expression and any traceback."
+
+static const char offline_description[] =
+    DESCRIPTION_HEAD "There is no internet access." DESCRIPTION_TAIL;
+static const char online_description[] =
+    DESCRIPTION_HEAD "The sandbox can reach the internet." DESCRIPTION_TAIL;
+
+const char *ci_default_description(void)
+{
+    return offline_description;
+}
+
+const char *ci_function_description(int internet)
+{
+    return internet ? online_description : offline_description;
+}
+
+/* An escaped lowercase letter or '_' (\u0061-\u007a, \u005f): encoders
+ * escape only control and non-ASCII characters, so this appears only in a
+ * body written to slip past the byte scan ("code\u005finterpreter"). */
+static int has_escaped_name_char(const char *body, apr_size_t len)
+{
+    const char *at = body, *end = body + len;
+    /* memchr for the backslash is several times faster than memmem for the
+     * whole "\\u00" on a large body. */
+    while ((at = memchr(at, '\\', (apr_size_t)(end - at))) && at + 6 <= end) {
+        unsigned v = 0;
+        int i;
+        if (at[1] != 'u' || at[2] != '0' || at[3] != '0') {
+            at += at[1] == '\\' ? 2 : 1;     /* an escaped backslash: skip both */
+            continue;
+        }
+        for (i = 4; i < 6; i++) {
+            char c = at[i];
+            v = v * 16 + (unsigned)(c >= '0' && c <= '9' ? c - '0'
+                                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                    : c >= 'A' && c <= 'F' ? c - 'A' + 10 : 99);
+        }
+        if ((v >= 'a' && v <= 'z') || v == '_')
+            return 1;
+        at += 6;
+    }
+    return 0;
+}
+
+int ci_body_mentions_tool(const char *body, apr_size_t len)
+{
+    return body && (memmem(body, len, TOOL_TYPE, sizeof(TOOL_TYPE) - 1) != NULL ||
+                    has_escaped_name_char(body, len));
+}
+
+/* ---- small checks ------------------------------------------------------ */
+
+static int is_type(json_object *o, const char *type)
+{
+    const char *t = ci_json_str(o, "type");
+    return t && !strcmp(t, type);
+}
+
+static int bad_type(apr_pool_t *p, ci_error *err, const char *param,
+                    const char *expected)
+{
+    ci_error_set(err, 400, CI_INVALID, param, "invalid_type", p,
+                 "Invalid type for '%s': expected %s.", param, expected);
+    return -1;
+}
+
+/* Member KEY, which must be absent, null or of one of the given types. */
+static int check_member(apr_pool_t *p, json_object *root, const char *key,
+                        json_type t1, json_type t2, const char *expected,
+                        ci_error *err)
+{
+    json_object *v;
+    if (!json_object_object_get_ex(root, key, &v) || v == NULL)
+        return 0;
+    if (json_object_is_type(v, t1) || json_object_is_type(v, t2))
+        return 0;
+    return bad_type(p, err, key, expected);
+}
+
+static int check_top_level_types(apr_pool_t *p, json_object *root, ci_error *err)
+{
+    if (check_member(p, root, "tools", json_type_array, json_type_array,
+                     "an array", err) ||
+        check_member(p, root, "stream", json_type_boolean, json_type_boolean,
+                     "a boolean", err) ||
+        check_member(p, root, "background", json_type_boolean,
+                     json_type_boolean, "a boolean", err) ||
+        check_member(p, root, "include", json_type_array, json_type_array,
+                     "an array of strings", err) ||
+        check_member(p, root, "max_tool_calls", json_type_int, json_type_int,
+                     "an integer", err) ||
+        check_member(p, root, "input", json_type_string, json_type_array,
+                     "a string or an array of items", err) ||
+        check_member(p, root, "tool_choice", json_type_string,
+                     json_type_object, "a string or an object", err) ||
+        check_member(p, root, "conversation", json_type_string,
+                     json_type_object, "a string or an object", err))
+        return -1;
+    return 0;
+}
+
+/* ---- tools ------------------------------------------------------------- */
+
+static json_object *our_function_tool(const ci_rewrite_opts *o)
+{
+    json_object *tool = json_object_new_object();
+    json_object *params = json_object_new_object();
+    json_object *props = json_object_new_object();
+    json_object *code = json_object_new_object();
+    json_object *required = json_object_new_array();
+
+    json_object_object_add(code, "type", json_object_new_string("string"));
+    json_object_object_add(code, "description",
+                           json_object_new_string("The Python 3 code to run."));
+    json_object_object_add(props, "code", code);
+    json_object_array_add(required, json_object_new_string("code"));
+    json_object_object_add(params, "type", json_object_new_string("object"));
+    json_object_object_add(params, "properties", props);
+    json_object_object_add(params, "required", required);
+    json_object_object_add(params, "additionalProperties",
+                           json_object_new_boolean(0));
+
+    json_object_object_add(tool, "type", json_object_new_string("function"));
+    json_object_object_add(tool, "name", json_object_new_string(o->function_name));
+    json_object_object_add(tool, "description",
+                           json_object_new_string(o->function_description
+                                                      ? o->function_description
+                                                      : offline_description));
+    json_object_object_add(tool, "parameters", params);
+    json_object_object_add(tool, "strict", json_object_new_boolean(1));
+    return tool;
+}
+
+static int refuse_container(apr_pool_t *p, ci_error *err, int index,
+                            const char *field, const char *what)
+{
+    const char *param = apr_psprintf(p, "tools[%d].container%s%s", index,
+                                     field ? "." : "", field ? field : "");
+    ci_error_set(err, 400, CI_INVALID, param, "unsupported_parameter", p,
+                 "%s are not supported by this server's code_interpreter "
+                 "('%s'); use \"container\": {\"type\": \"auto\"}.", what, param);
+    return -1;
+}
+
+/* container must be {"type":"auto"}: no explicit container, files, memory
+ * size or allowlist yet. A "disabled" network policy is what we do anyway. */
+static int check_container(apr_pool_t *p, json_object *tool, int index,
+                           ci_error *err)
+{
+    json_object *c, *v;
+    if (!json_object_object_get_ex(tool, "container", &c) || c == NULL)
+        return 0;
+    if (json_object_is_type(c, json_type_string))
+        return refuse_container(p, err, index, NULL, "Explicit container ids");
+    if (!json_object_is_type(c, json_type_object))
+        return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
+                        "an object");
+    if (!is_type(c, "auto"))
+        return refuse_container(p, err, index, "type",
+                                "Container types other than \"auto\"");
+    if ((v = ci_json_get(c, "file_ids", json_type_array)) &&
+        json_object_array_length(v) > 0)
+        return refuse_container(p, err, index, "file_ids", "Container files");
+    if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL)
+        return refuse_container(p, err, index, "memory_limit", "Memory limits");
+    if (json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
+        !is_type(v, "disabled"))
+        return refuse_container(p, err, index, "network_policy",
+                                "Network policies other than \"disabled\"");
+    return 0;
+}
+
+static int has_our_tool(json_object *tools)
+{
+    int i, n = (int)json_object_array_length(tools);
+    for (i = 0; i < n; i++)
+        if (is_type(json_object_array_get_idx(tools, i), TOOL_TYPE))
+            return 1;
+    return 0;
+}
+
+/* Find the code_interpreter tool and refuse duplicates. A client function
+ * with our name is refused only next to that tool: without it, nothing is
+ * intercepted and the client's function is the client's business.
+ * Returns the tool's index, -1 when there is none, -2 on error. */
+static int find_tool(apr_pool_t *p, json_object *tools, const char *fname,
+                     ci_error *err)
+{
+    int i, n = (int)json_object_array_length(tools), found = -1, clash = -1;
+    for (i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        const char *name;
+        if (!json_object_is_type(t, json_type_object)) {
+            bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
+            return -2;
+        }
+        if (is_type(t, TOOL_TYPE)) {
+            if (found >= 0) {
+                ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d]", i),
+                             "duplicate_tool", p,
+                             "Only one code_interpreter tool may be given.");
+                return -2;
+            }
+            found = i;
+        }
+        else if (clash < 0 && is_type(t, "function") &&
+                 (name = ci_json_str(t, "name")) && !strcmp(name, fname))
+            clash = i;
+    }
+    if (found >= 0 && clash >= 0) {
+        ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d].name", clash),
+                     "tool_name_clash", p,
+                     "The function name '%s' is reserved for the code_interpreter "
+                     "tool on this server; rename your function.", fname);
+        return -2;
+    }
+    return found;
+}
+
+/* ---- tool_choice ------------------------------------------------------- */
+
+static json_object *function_choice(const char *fname)
+{
+    json_object *c = json_object_new_object();
+    json_object_object_add(c, "type", json_object_new_string("function"));
+    json_object_object_add(c, "name", json_object_new_string(fname));
+    return c;
+}
+
+static int rewrite_allowed_tools(apr_pool_t *p, json_object *choice,
+                                 ci_request *req, ci_error *err)
+{
+    json_object *tools = ci_json_get(choice, "tools", json_type_array);
+    const char *mode = ci_json_str(choice, "mode");
+    int i, n;
+    if (!tools)
+        return bad_type(p, err, "tool_choice.tools", "an array");
+    n = (int)json_object_array_length(tools);
+    for (i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        if (!json_object_is_type(t, json_type_object))
+            return bad_type(p, err, apr_psprintf(p, "tool_choice.tools[%d]", i),
+                            "an object");
+        if (is_type(t, TOOL_TYPE))
+            json_object_array_put_idx(tools, i, function_choice(req->function_name));
+    }
+    req->forced_choice = mode && !strcmp(mode, "required");
+    return 0;
+}
+
+static int rewrite_tool_choice(apr_pool_t *p, json_object *root,
+                               ci_request *req, ci_error *err)
+{
+    json_object *choice;
+    if (!json_object_object_get_ex(root, "tool_choice", &choice) || !choice)
+        return 0;
+    req->client_tool_choice = ci_json_own(p, ci_json_copy(choice));
+    if (json_object_is_type(choice, json_type_string)) {
+        const char *s = json_object_get_string(choice);
+        if (strcmp(s, "none") && strcmp(s, "auto") && strcmp(s, "required")) {
+            ci_error_set(err, 400, CI_INVALID, "tool_choice", "invalid_value", p,
+                         "Invalid value for 'tool_choice': '%s'; expected "
+                         "'none', 'auto', 'required' or an object.", s);
+            return -1;
+        }
+        req->forced_choice = !strcmp(s, "required");
+        return 0;
+    }
+    if (!ci_json_str(choice, "type"))
+        return bad_type(p, err, "tool_choice.type", "a string");
+    if (is_type(choice, "allowed_tools"))
+        return rewrite_allowed_tools(p, choice, req, err);
+    req->forced_choice = 1;
+    if (is_type(choice, TOOL_TYPE))
+        json_object_object_add(root, "tool_choice",
+                               function_choice(req->function_name));
+    return 0;
+}
+
+/* ---- input ------------------------------------------------------------- */
+
+/* The logs of a replayed call, as the model would have seen them. */
+static const char *replayed_output(apr_pool_t *p, json_object *outputs)
+{
+    int i, n;
+    const char *text = NULL;
+    if (!outputs || !json_object_is_type(outputs, json_type_array))
+        return CI_NO_OUTPUT_RECORDED;
+    n = (int)json_object_array_length(outputs);
+    for (i = 0; i < n; i++) {
+        json_object *o = json_object_array_get_idx(outputs, i);
+        const char *piece = is_type(o, "logs") ? ci_json_str(o, "logs")
+                          : is_type(o, "image") ? "[image/png figure]" : NULL;
+        if (piece)
+            text = text ? apr_pstrcat(p, text, "\n", piece, NULL) : piece;
+    }
+    return text && *text ? text : "(no output)";
+}
+
+static int translate_call(apr_pool_t *p, json_object *item, int index,
+                          const char *fname, json_object *into, ci_error *err)
+{
+    const char *id = ci_json_str(item, "id");
+    json_object *code_v = NULL, *outputs = NULL, *args, *call, *out;
+    const char *code = "";
+
+    if (!id || !*id || strlen(id) > 64)
+        return bad_type(p, err, apr_psprintf(p, "input[%d].id", index),
+                        "a string of 1 to 64 characters");
+    if (json_object_object_get_ex(item, "code", &code_v) && code_v) {
+        if (!json_object_is_type(code_v, json_type_string))
+            return bad_type(p, err, apr_psprintf(p, "input[%d].code", index),
+                            "a string or null");
+        code = json_object_get_string(code_v);
+    }
+    json_object_object_get_ex(item, "outputs", &outputs);
+
+    args = json_object_new_object();
+    json_object_object_add(args, "code", json_object_new_string(code));
+    call = json_object_new_object();
+    json_object_object_add(call, "type", json_object_new_string("function_call"));
+    json_object_object_add(call, "call_id", json_object_new_string(id));
+    json_object_object_add(call, "name", json_object_new_string(fname));
+    json_object_object_add(call, "arguments",
+                           json_object_new_string(ci_json_text(args, NULL)));
+    json_object_put(args);
+    out = json_object_new_object();
+    json_object_object_add(out, "type",
+                           json_object_new_string("function_call_output"));
+    json_object_object_add(out, "call_id", json_object_new_string(id));
+    json_object_object_add(out, "output",
+                           json_object_new_string(replayed_output(p, outputs)));
+    json_object_array_add(into, call);
+    json_object_array_add(into, out);
+    return 0;
+}
+
+/* INPUT as an array of items with code_interpreter_call history translated
+ * into function_call + function_call_output pairs. */
+static json_object *translate_input(apr_pool_t *p, json_object *input,
+                                    const char *fname, ci_error *err)
+{
+    json_object *items = json_object_new_array();
+    int i, n;
+
+    if (!input)
+        return items;
+    if (json_object_is_type(input, json_type_string)) {
+        json_object *msg = json_object_new_object();
+        json_object_object_add(msg, "role", json_object_new_string("user"));
+        json_object_object_add(msg, "content", json_object_get(input));
+        json_object_array_add(items, msg);
+        return items;
+    }
+    n = (int)json_object_array_length(input);
+    for (i = 0; i < n; i++) {
+        json_object *item = json_object_array_get_idx(input, i);
+        if (!json_object_is_type(item, json_type_object)) {
+            bad_type(p, err, apr_psprintf(p, "input[%d]", i), "an object");
+            json_object_put(items);
+            return NULL;
+        }
+        if (!is_type(item, "code_interpreter_call")) {
+            json_object_array_add(items, json_object_get(item));
+            continue;
+        }
+        if (translate_call(p, item, i, fname, items, err)) {
+            json_object_put(items);
+            return NULL;
+        }
+    }
+    return items;
+}
+
+/* ---- the rest ---------------------------------------------------------- */
+
+static void strip_include(json_object *root, ci_request *req)
+{
+    json_object *inc = ci_json_get(root, "include", json_type_array);
+    json_object *kept;
+    int i, n;
+    if (!inc)
+        return;
+    kept = json_object_new_array();
+    n = (int)json_object_array_length(inc);
+    for (i = 0; i < n; i++) {
+        json_object *v = json_object_array_get_idx(inc, i);
+        if (json_object_is_type(v, json_type_string) &&
+            !strcmp(json_object_get_string(v), CI_INCLUDE_OUTPUTS))
+            req->include_outputs = 1;
+        else
+            json_object_array_add(kept, json_object_get(v));
+    }
+    if (json_object_array_length(kept) == 0) {
+        json_object_put(kept);
+        json_object_object_del(root, "include");
+    }
+    else
+        json_object_object_add(root, "include", kept);
+}
+
+static int read_flags(apr_pool_t *p, json_object *root, ci_request *req,
+                      ci_error *err)
+{
+    json_object *v;
+    if ((v = ci_json_get(root, "background", json_type_boolean)) &&
+        json_object_get_boolean(v)) {
+        ci_error_set(err, 400, CI_INVALID, "background", "unsupported_parameter",
+                     p, "Background mode is not supported with the "
+                        "code_interpreter tool on this server.");
+        return -1;
+    }
+    req->wants_stream = (v = ci_json_get(root, "stream", json_type_boolean)) &&
+                        json_object_get_boolean(v);
+    req->max_tool_calls = -1;
+    if ((v = ci_json_get(root, "max_tool_calls", json_type_int))) {
+        int64_t n = json_object_get_int64(v);
+        if (n < 1 || n > 1000000) {
+            ci_error_set(err, 400, CI_INVALID, "max_tool_calls", "invalid_value",
+                         p, "Invalid value for 'max_tool_calls': expected an "
+                            "integer of at least 1.");
+            return -1;
+        }
+        req->max_tool_calls = (int)n;
+    }
+    req->uses_conversation =
+        json_object_object_get_ex(root, "conversation", &v) && v != NULL;
+    return 0;
+}
+
+static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
+                   const ci_rewrite_opts *opts, ci_request *req, ci_error *err)
+{
+    json_object *tools = ci_json_get(root, "tools", json_type_array);
+    json_object *input = NULL;
+
+    req->client_tools = ci_json_own(p, ci_json_copy(tools));
+    req->tool_index = tool_index;
+    json_object_array_put_idx(tools, tool_index, our_function_tool(opts));
+    if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
+        return -1;
+    json_object_object_get_ex(root, "input", &input);
+    req->input = ci_json_own(p, translate_input(p, input, req->function_name, err));
+    if (!req->input)
+        return -1;
+    json_object_object_add(root, "input", json_object_get(req->input));
+    strip_include(root, req);
+    json_object_object_add(root, "stream", json_object_new_boolean(0));
+    json_object_object_del(root, "stream_options");
+    /* The input (most of a long conversation) is encoded once; round 1 and
+     * every follow-up splice that text in. */
+    req->input_text = ci_json_array_members(req->input, &req->input_len);
+    req->body = ci_json_with_array(p, root, "input", req->input_text, req->input_len,
+                                   "", 0, &req->body_len);
+    return 0;
+}
+
+ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
+                                  apr_size_t len, const ci_rewrite_opts *opts,
+                                  ci_request **out, ci_error *err)
+{
+    const char *perr = NULL;
+    json_object *root = ci_json_parse(p, body, len, &perr);
+    json_object *tools;
+    ci_request *req;
+    int idx;
+
+    if (!root) {
+        ci_error_set(err, 400, CI_INVALID, NULL, "invalid_json", p,
+                     "We could not parse the JSON body of your request: %s.", perr);
+        return CI_REQ_ERROR;
+    }
+    if (!json_object_is_type(root, json_type_object)) {
+        ci_error_set(err, 400, CI_INVALID, NULL, "invalid_json", p,
+                     "The request body must be a JSON object.");
+        return CI_REQ_ERROR;
+    }
+    /* Without our tool the request is not ours: its other fields are the
+     * upstream's to judge. */
+    if (!(tools = ci_json_get(root, "tools", json_type_array)) ||
+        !has_our_tool(tools))
+        return CI_REQ_PASS;
+    if (check_top_level_types(p, root, err))
+        return CI_REQ_ERROR;
+    idx = find_tool(p, tools, opts->function_name, err);
+    if (idx < 0)
+        return CI_REQ_ERROR;
+    if (check_container(p, json_object_array_get_idx(tools, idx), idx, err))
+        return CI_REQ_ERROR;
+    req = apr_pcalloc(p, sizeof(*req));
+    req->function_name = opts->function_name;
+    req->root = root;
+    if (rewrite(p, root, idx, opts, req, err))
+        return CI_REQ_ERROR;
+    *out = req;
+    return CI_REQ_INTERCEPT;
+}

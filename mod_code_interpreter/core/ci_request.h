@@ -1,0 +1,66 @@
+/*
+ * ci_request.h - the request side: decide whether a Responses API request
+ * asks for the code_interpreter tool and, if so, rewrite it for an upstream
+ * that only knows function tools.
+ *
+ * Everything learnt about the request stays in the ci_request this returns
+ * (request memory); nothing is hidden in the JSON sent upstream.
+ */
+#ifndef CI_REQUEST_H
+#define CI_REQUEST_H
+
+#include <apr_pools.h>
+#include <json-c/json.h>
+#include "ci_error.h"
+
+/* The include value that asks for code_interpreter_call outputs. */
+#define CI_INCLUDE_OUTPUTS "code_interpreter_call.outputs"
+/* What a replayed call whose outputs are null tells the model. */
+#define CI_NO_OUTPUT_RECORDED "(no output recorded)"
+
+typedef struct ci_rewrite_opts {
+    const char *function_name;        /* the function the model sees */
+    const char *function_description; /* NULL: ci_default_description() */
+} ci_rewrite_opts;
+
+typedef enum {
+    CI_REQ_PASS = 0,      /* no code_interpreter tool: forward untouched */
+    CI_REQ_INTERCEPT = 1, /* rewritten: send ci_request.body upstream */
+    CI_REQ_ERROR = 2      /* refuse with the ci_error */
+} ci_req_verdict;
+
+typedef struct ci_request {
+    json_object *root;          /* the rewritten request (owned by the pool) */
+    json_object *input;         /* root's input as an array, history translated */
+    json_object *client_tools;  /* tools exactly as the client sent them */
+    int tool_index;             /* where the code_interpreter tool was */
+    json_object *client_tool_choice; /* as sent; NULL when absent */
+    const char *function_name;
+    const char *input_text;     /* input's members serialised (once) */
+    apr_size_t input_len;
+    const char *body;           /* root serialised for round 1 */
+    apr_size_t body_len;
+    int wants_stream;           /* client sent stream:true */
+    int include_outputs;        /* include asked for call outputs */
+    int max_tool_calls;         /* the request's own cap, -1 when absent */
+    int uses_conversation;      /* conversation set: follow-ups send new items only */
+    int forced_choice;          /* tool_choice forces a tool or is "required" */
+} ci_request;
+
+/* True when the bytes mention "code_interpreter" at all. A body that does not
+ * is never parsed. */
+int ci_body_mentions_tool(const char *body, apr_size_t len);
+
+/* Classify and rewrite. On CI_REQ_INTERCEPT *OUT is set; on CI_REQ_ERROR ERR
+ * is filled (status 400 with the offending field). Memory from P. */
+ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
+                                  apr_size_t len, const ci_rewrite_opts *opts,
+                                  ci_request **out, ci_error *err);
+
+/* The function tool description used when none is configured. */
+const char *ci_default_description(void);
+/* The description of a tool whose sandbox can (INTERNET) or cannot reach
+ * the internet. */
+const char *ci_function_description(int internet);
+
+#endif

@@ -1,0 +1,376 @@
+/*
+ * ci_workers.c - the per-child execution pool and the sandbox spawner.
+ * No httpd headers: errors travel as apr_status_t.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <grp.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <apr_atomic.h>
+#include <apr_thread_cond.h>
+#include <apr_thread_mutex.h>
+#include <apr_thread_pool.h>
+#include <apr_thread_proc.h>
+#include "ci_workers.h"
+
+/* ---- the execution pool ------------------------------------------------ */
+
+struct ci_job {
+    void (*fn)(void *);
+    void *baton;
+    apr_thread_mutex_t *lock;
+    apr_thread_cond_t *cond;
+    int done;
+};
+
+static apr_thread_pool_t *workers;
+static int queue_limit;
+static volatile apr_uint32_t in_flight;
+
+static void *APR_THREAD_FUNC run_job(apr_thread_t *thd, void *data)
+{
+    ci_job *job = data;
+    job->fn(job->baton);
+    apr_atomic_dec32(&in_flight);
+    apr_thread_mutex_lock(job->lock);
+    job->done = 1;
+    apr_thread_cond_broadcast(job->cond);
+    apr_thread_mutex_unlock(job->lock);
+    return NULL;
+}
+
+apr_status_t ci_job_submit(apr_pool_t *p, void (*fn)(void *), void *baton,
+                           ci_job **out)
+{
+    ci_job *job;
+    apr_status_t rv;
+
+    if (!workers)
+        return APR_EINIT;
+    if ((int)apr_thread_pool_tasks_count(workers) >= queue_limit)
+        return APR_EAGAIN;
+    job = apr_pcalloc(p, sizeof(*job));
+    job->fn = fn;
+    job->baton = baton;
+    if ((rv = apr_thread_mutex_create(&job->lock, APR_THREAD_MUTEX_DEFAULT, p)) ||
+        (rv = apr_thread_cond_create(&job->cond, p)))
+        return rv;
+    apr_atomic_inc32(&in_flight);
+    if ((rv = apr_thread_pool_push(workers, run_job, job, 0, NULL))) {
+        apr_atomic_dec32(&in_flight);
+        return rv;
+    }
+    *out = job;
+    return APR_SUCCESS;
+}
+
+apr_status_t ci_job_wait(ci_job *job, apr_interval_time_t timeout)
+{
+    apr_status_t rv = APR_SUCCESS;
+    apr_thread_mutex_lock(job->lock);
+    if (!job->done) {
+        if (timeout < 0)
+            while (!job->done)
+                apr_thread_cond_wait(job->cond, job->lock);
+        else
+            apr_thread_cond_timedwait(job->cond, job->lock, timeout);
+    }
+    rv = job->done ? APR_SUCCESS : APR_TIMEUP;
+    apr_thread_mutex_unlock(job->lock);
+    return rv;
+}
+
+typedef struct fired {
+    void (*fn)(void *);
+    void *baton;
+} fired;
+
+static volatile apr_uint32_t fired_pending;
+
+static void *APR_THREAD_FUNC run_fired(apr_thread_t *thd, void *data)
+{
+    fired job = *(fired *)data;
+    free(data);
+    job.fn(job.baton);
+    apr_atomic_dec32(&fired_pending);
+    return NULL;
+}
+
+apr_status_t ci_job_fire(void (*fn)(void *), void *baton)
+{
+    fired *job;
+    if (!workers)
+        return APR_EINIT;
+    if (!(job = malloc(sizeof(*job))))
+        return APR_ENOMEM;
+    job->fn = fn;
+    job->baton = baton;
+    apr_atomic_inc32(&fired_pending);
+    if (apr_thread_pool_push(workers, run_fired, job, 0, NULL) != APR_SUCCESS) {
+        apr_atomic_dec32(&fired_pending);
+        free(job);
+        return APR_EAGAIN;
+    }
+    return APR_SUCCESS;
+}
+
+int ci_workers_queued(void)
+{
+    return (int)apr_atomic_read32(&in_flight);
+}
+
+/* ---- the spawner ------------------------------------------------------- */
+
+typedef struct spawn_req {
+    const char *const *argv;
+    const ci_spawn_limits *limits;
+    pid_t pid;
+    int fds[3];          /* our ends: stdin (write), stdout (read), stderr (read) */
+    apr_status_t rv;
+    int done;
+    struct spawn_req *next;
+} spawn_req;
+
+static struct {
+    apr_thread_t *thread;
+    apr_thread_mutex_t *lock;
+    apr_thread_cond_t *wake;   /* work arrived or stop */
+    apr_thread_cond_t *ready;  /* a request was served */
+    spawn_req *queue;
+    int stop;
+} spawner;
+
+static void limit(int resource, apr_uint64_t value)
+{
+    struct rlimit rl;
+    if (!value)
+        return;
+    rl.rlim_cur = rl.rlim_max = (rlim_t)value;
+    setrlimit(resource, &rl);
+}
+
+/* Between vfork and exec, in the parent's memory: system calls only, no
+ * allocation, no return. */
+static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
+{
+    static char *const empty_env[] = { NULL };
+    struct sigaction dfl;
+    sigset_t none;
+    int sig;
+
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    for (sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    setpgid(0, 0);
+    /* The start-up probe runs in the parent, as root: become the user the
+     * children will run as, so that it tests what they will do. */
+    if (req->limits->switch_user && getuid() == 0 &&
+        (setgroups(0, NULL) || setgid(req->limits->gid) || setuid(req->limits->uid)))
+        _exit(125);
+    if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+        _exit(126);
+    /* bubblewrap hands every open descriptor to the sandbox: keep 0-2 only. */
+    if (syscall(SYS_close_range, 3U, ~0U, 0U) != 0) {
+        int fd;
+        for (fd = 3; fd < 65536; fd++)
+            close(fd);
+    }
+    limit(RLIMIT_AS, req->limits->address_space);
+    limit(RLIMIT_FSIZE, req->limits->file_size);
+    limit(RLIMIT_CPU, req->limits->cpu_seconds);
+    {
+        struct rlimit none_core = { 0, 0 };   /* no core files */
+        setrlimit(RLIMIT_CORE, &none_core);
+    }
+    execve(req->argv[0], (char *const *)req->argv, empty_env);
+    _exit(127);
+}
+
+/* vfork, not fork: the child borrows this process's memory until it execs,
+ * so nothing is copied. fork() write-protected every page of the httpd child
+ * (tens of MB, 70 threads) on each sandbox start, and every thread then paid
+ * a copy-on-write fault on each page it next wrote: a couple of hundred
+ * faults per request, which showed as the module's own time. The child only
+ * makes system calls (exec_child), and every signal stays blocked until it
+ * has reset the handlers, so no handler of ours runs in the borrowed
+ * memory. Only this thread waits for the exec; the others run on. */
+static pid_t spawn_child(const spawn_req *req, int in_r, int out_w, int err_w)
+{
+    sigset_t all, saved;
+    pid_t pid;
+    int saved_errno;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
+    pid = vfork();
+    if (pid == 0)
+        exec_child(req, in_r, out_w, err_w);
+    saved_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    errno = saved_errno;
+    return pid;
+}
+
+static void close_pair(int p[2])
+{
+    if (p[0] >= 0) close(p[0]);
+    if (p[1] >= 0) close(p[1]);
+}
+
+static void serve(spawn_req *req)
+{
+    int in[2] = { -1, -1 }, out[2] = { -1, -1 }, err[2] = { -1, -1 };
+    pid_t pid;
+
+    if (pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
+        req->rv = APR_FROM_OS_ERROR(errno);
+        goto fail;
+    }
+    pid = spawn_child(req, in[0], out[1], err[1]);
+    if (pid < 0) {
+        req->rv = APR_FROM_OS_ERROR(errno);
+        goto fail;
+    }
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    req->pid = pid;
+    req->fds[0] = in[1];
+    req->fds[1] = out[0];
+    req->fds[2] = err[0];
+    req->rv = APR_SUCCESS;
+    return;
+fail:
+    close_pair(in);
+    close_pair(out);
+    close_pair(err);
+}
+
+static void *APR_THREAD_FUNC spawner_main(apr_thread_t *thd, void *data)
+{
+    apr_thread_mutex_lock(spawner.lock);
+    while (!spawner.stop) {
+        spawn_req *req = spawner.queue;
+        if (!req) {
+            apr_thread_cond_wait(spawner.wake, spawner.lock);
+            continue;
+        }
+        spawner.queue = req->next;
+        apr_thread_mutex_unlock(spawner.lock);
+        serve(req);
+        apr_thread_mutex_lock(spawner.lock);
+        req->done = 1;
+        apr_thread_cond_broadcast(spawner.ready);
+    }
+    apr_thread_mutex_unlock(spawner.lock);
+    return NULL;
+}
+
+apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
+                           pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd)
+{
+    spawn_req req;
+    memset(&req, 0, sizeof(req));
+    req.argv = argv;
+    req.limits = limits;
+    serve(&req);
+    if (req.rv == APR_SUCCESS) {
+        *pid = req.pid;
+        *stdin_fd = req.fds[0];
+        *stdout_fd = req.fds[1];
+        *stderr_fd = req.fds[2];
+    }
+    return req.rv;
+}
+
+apr_status_t ci_spawn(const char *const *argv, const ci_spawn_limits *limits,
+                      pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd)
+{
+    spawn_req req;
+    spawn_req **tail;
+
+    if (!spawner.thread)
+        return APR_EINIT;
+    memset(&req, 0, sizeof(req));
+    req.argv = argv;
+    req.limits = limits;
+    apr_thread_mutex_lock(spawner.lock);
+    if (spawner.stop) {
+        apr_thread_mutex_unlock(spawner.lock);
+        return APR_EINIT;
+    }
+    for (tail = &spawner.queue; *tail; tail = &(*tail)->next)
+        ;
+    *tail = &req;
+    apr_thread_cond_broadcast(spawner.wake);
+    while (!req.done)
+        apr_thread_cond_wait(spawner.ready, spawner.lock);
+    apr_thread_mutex_unlock(spawner.lock);
+    if (req.rv == APR_SUCCESS) {
+        *pid = req.pid;
+        *stdin_fd = req.fds[0];
+        *stdout_fd = req.fds[1];
+        *stderr_fd = req.fds[2];
+    }
+    return req.rv;
+}
+
+/* ---- start and stop ---------------------------------------------------- */
+
+static apr_status_t stop_all(void *data)
+{
+    apr_status_t ignored;
+    /* Teardown work (remote sandbox deletes) must not be dropped with the
+     * queue: let it drain first, for a bounded time. */
+    apr_time_t until = apr_time_now() + apr_time_from_sec(30);
+    while (workers && apr_atomic_read32(&fired_pending) && apr_time_now() < until)
+        apr_sleep(apr_time_from_msec(20));
+    /* Jobs first: a job may be waiting for the spawner. */
+    if (workers) {
+        apr_thread_pool_destroy(workers);
+        workers = NULL;
+    }
+    if (spawner.thread) {
+        apr_thread_mutex_lock(spawner.lock);
+        spawner.stop = 1;
+        apr_thread_cond_broadcast(spawner.wake);
+        apr_thread_mutex_unlock(spawner.lock);
+        apr_thread_join(&ignored, spawner.thread);
+        spawner.thread = NULL;
+    }
+    return APR_SUCCESS;
+}
+
+apr_status_t ci_workers_start(apr_pool_t *pchild, int threads, int limit_queue)
+{
+    apr_status_t rv;
+
+    queue_limit = limit_queue;
+    if ((rv = apr_thread_mutex_create(&spawner.lock, APR_THREAD_MUTEX_DEFAULT, pchild)) ||
+        (rv = apr_thread_cond_create(&spawner.wake, pchild)) ||
+        (rv = apr_thread_cond_create(&spawner.ready, pchild)))
+        return rv;
+    spawner.stop = 0;
+    spawner.queue = NULL;
+    if ((rv = apr_thread_create(&spawner.thread, NULL, spawner_main, NULL, pchild)))
+        return rv;
+    if ((rv = apr_thread_pool_create(&workers, 0, threads, pchild)))
+        return rv;
+    /* Threads stay idle for the next execution (creating one per execution
+     * showed in profiles) and retire after a minute; the spawner does not. */
+    apr_thread_pool_idle_max_set(workers, (apr_size_t)threads);
+    apr_thread_pool_idle_wait_set(workers, apr_time_from_sec(60));
+    apr_pool_pre_cleanup_register(pchild, NULL, stop_all);
+    return APR_SUCCESS;
+}

@@ -1,0 +1,101 @@
+/*
+ * ci_audit.c - the opt-in audit log (CodeInterpreterAuditLog): one JSON line
+ * per execution, through httpd's file or piped-log facilities. It holds what
+ * ran and how it ended; never a key, a token or the execution's output.
+ */
+#include <apr_strings.h>
+#include <apr_thread_mutex.h>
+#include <http_core.h>
+#include <http_log.h>
+#include "ci_audit.h"
+#include "ci_dirconf.h"
+#include "ci_json.h"
+#include "mod_code_interpreter.h"
+
+static apr_file_t *audit_file;           /* this generation's log, or NULL */
+static apr_thread_mutex_t *audit_lock;   /* one line at a time per child */
+
+const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err)
+        return err;
+    c->audit_log = target;
+    return NULL;
+}
+
+int ci_audit_open(apr_pool_t *pconf, server_rec *s)
+{
+    ci_server_conf *c = ci_server_config(s);
+    const char *target = c->audit_log;
+    apr_status_t rv;
+
+    audit_file = NULL;
+    if (!target)
+        return OK;
+    if (*target == '|') {
+        piped_log *pl = ap_open_piped_log_ex(pconf, target + 1, APR_SHELLCMD_ENV);
+        if (!pl) {
+            ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "CI0501: CodeInterpreterAuditLog "
+                         "'%s': the piped logger could not be started", target);
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+        audit_file = ap_piped_log_write_fd(pl);
+        return OK;
+    }
+    rv = apr_file_open(&audit_file, ap_server_root_relative(pconf, target),
+                       APR_FOPEN_WRITE | APR_FOPEN_APPEND | APR_FOPEN_CREATE |
+                           APR_FOPEN_LARGEFILE, APR_FPROT_OS_DEFAULT, pconf);
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s, "CI0502: CodeInterpreterAuditLog "
+                     "'%s': the file cannot be opened for appending", target);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return OK;
+}
+
+void ci_audit_child_init(apr_pool_t *pchild)
+{
+    if (audit_file)
+        apr_thread_mutex_create(&audit_lock, APR_THREAD_MUTEX_DEFAULT, pchild);
+}
+
+static void add_string(json_object *o, const char *key, const char *value)
+{
+    json_object_object_add(o, key, value ? json_object_new_string(value) : NULL);
+}
+
+void ci_audit_execution(request_rec *r, const char *tool, const char *container,
+                        const ci_call *call, const ci_exec_result *res)
+{
+    json_object *line;
+    char when[APR_RFC822_DATE_LEN];
+    const char *text;
+    apr_size_t len;
+
+    if (!audit_file)
+        return;
+    line = ci_json_own(r->pool, json_object_new_object());
+    apr_rfc822_date(when, apr_time_now());
+    add_string(line, "time", when);
+    add_string(line, "request_id", r->log_id);
+    add_string(line, "client", r->useragent_ip);
+    add_string(line, "tool", tool);
+    add_string(line, "container_id", container);
+    add_string(line, "call_id", call->item_id);
+    add_string(line, "code", call->code);
+    json_object_object_add(line, "output_bytes", json_object_new_int64((int64_t)res->text_len));
+    json_object_object_add(line, "images", json_object_new_int(res->images ? res->images->nelts : 0));
+    add_string(line, "status", ci_exec_failed(res) ? "failed" : "completed");
+    add_string(line, "outcome", ci_exec_outcome_name(res->outcome));
+    add_string(line, "failure", res->failure);
+    json_object_object_add(line, "duration_ms",
+                           json_object_new_double((double)res->duration / 1000.0));
+    text = apr_pstrcat(r->pool, ci_json_text(line, &len), "\n", NULL);
+    if (audit_lock)
+        apr_thread_mutex_lock(audit_lock);
+    apr_file_write_full(audit_file, text, len + 1, NULL);
+    if (audit_lock)
+        apr_thread_mutex_unlock(audit_lock);
+}

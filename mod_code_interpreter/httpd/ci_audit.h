@@ -1,0 +1,18 @@
+/*
+ * ci_audit.h - the opt-in audit log (CodeInterpreterAuditLog): one JSON line
+ * per execution, never a key, a token or the execution's output.
+ */
+#ifndef CI_AUDIT_H
+#define CI_AUDIT_H
+
+#include <httpd.h>
+#include <http_config.h>
+#include "ci_loop.h"
+
+const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target);
+int ci_audit_open(apr_pool_t *pconf, server_rec *s);
+void ci_audit_child_init(apr_pool_t *pchild);
+void ci_audit_execution(request_rec *r, const char *tool, const char *container,
+                        const ci_call *call, const ci_exec_result *res);
+
+#endif

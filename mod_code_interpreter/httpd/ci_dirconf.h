@@ -1,0 +1,84 @@
+/*
+ * ci_dirconf.h - the module's configuration records (server and
+ * directory), its directive table, and the effective value of every setting.
+ * Every default lives in one place, ci_dirconf.c; nothing else compares a
+ * field with CI_UNSET.
+ */
+#ifndef CI_DIRCONF_H
+#define CI_DIRCONF_H
+
+#include <apr_hash.h>
+#include <httpd.h>
+#include <http_config.h>
+#include "ci_config.h"
+#include "ci_sandbox.h"
+
+#define CI_UNSET -1
+
+/* Server-wide settings (main server; virtual hosts inherit them). */
+typedef struct ci_server_conf {
+    apr_hash_t *sandboxes;   /* name -> ci_sandbox_def* */
+    apr_hash_t *declared_at; /* name -> "file:line" */
+    int workers;
+    int queue_limit;
+    int max_sandboxes;
+    const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
+} ci_server_conf;
+
+/* Per directory / location, as written (CI_UNSET / NULL where not set). */
+typedef struct ci_dir_conf {
+    int enabled;                 /* CI_UNSET, 0, 1 */
+    const char *sandbox;         /* sandbox tool name */
+    int max_loops;
+    apr_off_t max_body;
+    apr_interval_time_t deadline;
+    const char *upstream;        /* follow-up URL override */
+    const char *function_name;
+    apr_interval_time_t keepalive;
+    apr_interval_time_t connect_timeout;
+    apr_interval_time_t upstream_timeout;  /* CI_UNSET: the deadline's rest */
+    const char *ca_file;
+    const char *client_cert;
+    const char *client_key;
+    const char *proxy;
+    int proxy_set;
+} ci_dir_conf;
+
+extern const command_rec ci_directives[];
+void *ci_create_server_conf(apr_pool_t *p, server_rec *s);
+void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv);
+void *ci_create_dir_conf(apr_pool_t *p, char *dir);
+void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
+
+/* pre_config: forget the previous generation's CodeInterpreter uses. */
+void ci_dirconf_pre_config(apr_pool_t *pconf);
+/* check_config: every CodeInterpreter NAME names a declared sandbox. */
+int ci_dirconf_check(server_rec *s);
+/* The sandbox tool NAME of S when a CodeInterpreter location uses it, else
+ * NULL (the start-up probe checks only the tools in use). */
+const ci_sandbox_def *ci_dirconf_used(server_rec *s, const char *name);
+
+ci_server_conf *ci_server_config(server_rec *s);
+ci_dir_conf *ci_dir_config(request_rec *r);
+
+/* Effective values (defaults applied). */
+apr_off_t ci_dir_max_body(const ci_dir_conf *d);
+int ci_dir_max_loops(const ci_dir_conf *d);
+apr_interval_time_t ci_dir_deadline(const ci_dir_conf *d);
+apr_interval_time_t ci_dir_keepalive(const ci_dir_conf *d);
+apr_interval_time_t ci_dir_connect_timeout(const ci_dir_conf *d);
+/* CodeInterpreterUpstreamTimeout, or 0: the rest of the deadline. */
+apr_interval_time_t ci_dir_upstream_timeout(const ci_dir_conf *d);
+const char *ci_dir_function_name(const ci_dir_conf *d);
+int ci_server_workers(const ci_server_conf *c);
+int ci_server_queue_limit(const ci_server_conf *c);
+int ci_server_max_sandboxes(const ci_server_conf *c);
+
+/* The sandbox tool NAME of server S (the built-in "local" when not
+ * declared), or NULL. */
+const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name);
+/* Every sandbox tool of S, the built-in "local" first unless declared.
+ * Memory from P. */
+apr_array_header_t *ci_sandbox_all(apr_pool_t *p, server_rec *s);
+
+#endif

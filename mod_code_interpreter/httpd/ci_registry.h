@@ -1,0 +1,49 @@
+/*
+ * ci_registry.h - the server-wide view of live sandboxes, in APR shared
+ * memory created by the parent and kept across graceful restarts: the cap
+ * (CodeInterpreterMaxSandboxes), per-tool counters for server-status, and
+ * the slots a dead child left. Slots and counters change only through
+ * atomic operations; nothing in it is a secret, and nothing read from it is
+ * trusted enough to kill a process.
+ */
+#ifndef CI_REGISTRY_H
+#define CI_REGISTRY_H
+
+#include <httpd.h>
+#include "ci_sandbox.h"
+
+/* Parent, real post_config: create or reuse the segment, publish the tools. */
+int ci_registry_post_config(apr_pool_t *pconf, server_rec *s);
+
+/* Whether a request ACCEPTED at that time may use DEF (this child's
+ * configuration): yes when it came before the newest reload, or when that
+ * reload kept the tool with the same parameters and credentials. */
+int ci_registry_tool_current(const ci_sandbox_def *def, apr_time_t accepted);
+
+/* Claim a slot for a sandbox of tool TOOL. -1 when the server-wide cap is
+ * reached (answer 503 with Retry-After). */
+int ci_registry_claim(const char *tool, const char *container_id);
+void ci_registry_release(int slot);
+/* Mark SLOT's sandbox ready-and-waiting (1) or handed to a request (0). */
+void ci_registry_set_warm(int slot, int warm);
+
+/* Record the remote sandbox behind SLOT (the provider's id, and a digest of
+ * the credentials it was made with: never the credentials themselves), so
+ * that if this child dies a live child can delete it through PROVIDER. */
+void ci_registry_set_remote(int slot, const char *remote_id, const char *provider,
+                            const ci_reap_cred *cred);
+
+/* Child: start the thread that deletes remote sandboxes dead children left. */
+void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
+
+/* The sandbox of SLOT was just used. */
+void ci_registry_touch(int slot);
+
+/* Counters. */
+void ci_registry_execution(const char *tool, ci_exec_outcome outcome,
+                           apr_interval_time_t duration);
+
+/* Hooks: child_status (orphaned slots) and mod_status. */
+void ci_registry_register_hooks(apr_pool_t *p);
+
+#endif

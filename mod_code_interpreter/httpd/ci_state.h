@@ -1,0 +1,31 @@
+/*
+ * ci_state.h - the state of one intercepted request, kept in the request's
+ * own memory (r->request_config) and nowhere a client can reach; and the
+ * OpenAI-shaped error answer given before any byte was sent.
+ */
+#ifndef CI_STATE_H
+#define CI_STATE_H
+
+#include <httpd.h>
+#include "ci_error.h"
+#include "ci_request.h"
+#include "ci_sandbox.h"
+
+typedef struct ci_req_state {
+    ci_request *req;
+    const ci_sandbox_def *sandbox;
+    const char *container_id;  /* server-minted "cntr_...": what the client
+                                  sees and what logs and the registry name */
+    apr_time_t started;
+    apr_interval_time_t module_time;   /* time spent in the module's own work */
+} ci_req_state;
+
+/* The state of R, or NULL when R is not intercepted. */
+ci_req_state *ci_state_get(request_rec *r);
+/* Make R intercepted with a fresh state. */
+ci_req_state *ci_state_create(request_rec *r);
+
+/* Answer R now with ERR (OpenAI shape), before any byte was sent. */
+int ci_send_error(request_rec *r, const ci_error *err);
+
+#endif

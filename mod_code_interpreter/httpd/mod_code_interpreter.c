@@ -1,0 +1,128 @@
+/*
+ * mod_code_interpreter.c - the module record and the server hooks.
+ * Directives and settings live in ci_dirconf.c; the request side in
+ * ci_input.c; the response side in ci_output.c and the loop in ci_driver.c.
+ */
+#define CI_MODULE_MAIN
+#include <apr_strings.h>
+#include <http_core.h>
+#include <http_protocol.h>
+#include <http_request.h>
+#include <ap_mpm.h>
+#include <unixd.h>
+#include "ci_audit.h"
+#include "ci_dirconf.h"
+#include "ci_input.h"
+#include "ci_log.h"
+#include "ci_output.h"
+#include "ci_registry.h"
+#include "ci_sandbox.h"
+#include "ci_session.h"
+#include "ci_upstream.h"
+#include "ci_workers.h"
+#include "mod_code_interpreter.h"
+
+/* Lines from the httpd-free code (ci_log.h) go to the main server's log. */
+static server_rec *log_server;
+
+static void log_sink(ci_log_level level, const char *file, int line,
+                     const char *message)
+{
+    ap_log_error(file, line, APLOG_MODULE_INDEX, (int)level, 0, log_server, "%s",
+                 message);
+}
+
+/* ---- server hooks ------------------------------------------------------ */
+
+static int ci_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
+{
+    ci_dirconf_pre_config(pconf);
+    return OK;
+}
+
+static int ci_check_config(apr_pool_t *pconf, apr_pool_t *plog,
+                           apr_pool_t *ptemp, server_rec *s)
+{
+    return ci_dirconf_check(s);
+}
+
+/* Start, then stop, one real sandbox of every tool a location uses whose
+ * provider has a probe: a host that passes starts requests' sandboxes. */
+static int probe_sandboxes(apr_pool_t *ptemp, server_rec *s)
+{
+    apr_array_header_t *defs = ci_sandbox_all(ptemp, s);
+    int i;
+    for (i = 0; i < defs->nelts; i++) {
+        const ci_sandbox_def *d = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
+        const char *err = NULL;
+        if (!d->provider->probe || ci_dirconf_used(s, d->name) != d)
+            continue;
+        if (d->provider->probe(ptemp, d, ap_unixd_config.user_id,
+                               ap_unixd_config.group_id, &err) != APR_SUCCESS) {
+            ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
+                         "CI0003: the %s code sandbox cannot run on this host: %s",
+                         d->provider->name, err);
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+    }
+    return OK;
+}
+
+static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
+                          server_rec *s)
+{
+    log_server = s;
+    ci_log_set(log_sink);
+    if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
+        return OK;
+    if (ci_upstream_global_init(pconf) != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "CI0002: libcurl could not "
+                     "be initialised");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK)
+        return HTTP_INTERNAL_SERVER_ERROR;
+    return probe_sandboxes(ptemp, s);
+}
+
+static void ci_child_init(apr_pool_t *pchild, server_rec *s)
+{
+    ci_server_conf *c = ci_server_config(s);
+    apr_status_t rv = ci_workers_start(pchild, ci_server_workers(c),
+                                       ci_server_queue_limit(c));
+    if (rv != APR_SUCCESS) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, rv, s,
+                     "CI0004: the code execution threads could not be started");
+        return;
+    }
+    if ((rv = ci_upstream_child_init(pchild)) != APR_SUCCESS)
+        ap_log_error(APLOG_MARK, APLOG_WARNING, rv, s, "CI0005: follow-up "
+                     "connections will not be kept (no lock)");
+    ci_audit_child_init(pchild);
+    ci_registry_child_init(pchild, s);
+    ci_session_child_init(pchild, s);
+}
+
+static void ci_register_hooks(apr_pool_t *p)
+{
+    ap_hook_pre_config(ci_pre_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_check_config(ci_check_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_child_init(ci_child_init, NULL, NULL, APR_HOOK_MIDDLE);
+    ci_registry_register_hooks(p);
+    ci_input_register_hooks(p);
+    ci_output_register_hooks(p);
+}
+
+AP_DECLARE_MODULE(code_interpreter) = {
+    STANDARD20_MODULE_STUFF,
+    ci_create_dir_conf,
+    ci_merge_dir_conf,
+    ci_create_server_conf,
+    ci_merge_server_conf,
+    ci_directives,
+    ci_register_hooks
+#if defined(AP_MODULE_FLAG_ALWAYS_MERGE)
+    , AP_MODULE_FLAG_NONE
+#endif
+};

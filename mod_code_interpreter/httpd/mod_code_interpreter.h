@@ -1,0 +1,17 @@
+/*
+ * mod_code_interpreter.h - the module record, for the glue files' use of
+ * ap_get_module_config and their log lines (APLOG_USE_MODULE).
+ */
+#ifndef MOD_CODE_INTERPRETER_H
+#define MOD_CODE_INTERPRETER_H
+
+#include <httpd.h>
+#include <http_config.h>
+#include <http_log.h>
+
+extern module AP_MODULE_DECLARE_DATA code_interpreter_module;
+#ifndef CI_MODULE_MAIN
+APLOG_USE_MODULE(code_interpreter);
+#endif
+
+#endif

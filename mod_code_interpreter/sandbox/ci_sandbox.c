@@ -1,0 +1,266 @@
+/*
+ * ci_sandbox.c - the provider table, sandbox tool definitions (the keys
+ * every provider shares, then the provider's own), and the box: a sandbox
+ * that restarts itself after a failed execution.
+ */
+#include <string.h>
+#include <apr_atomic.h>
+#include <apr_strings.h>
+#include <apr_thread_mutex.h>
+#include "ci_config.h"
+#include "ci_sandbox.h"
+
+extern const ci_provider ci_provider_local;
+extern const ci_provider ci_provider_e2b;
+#ifdef CI_TEST_PROVIDER
+extern const ci_provider ci_provider_test;
+#endif
+
+/* The providers. The first is the default of CodeInterpreterSandbox. */
+static const ci_provider *const providers[] = {
+    &ci_provider_local,
+    &ci_provider_e2b,
+#ifdef CI_TEST_PROVIDER
+    &ci_provider_test,
+#endif
+    NULL
+};
+
+const ci_provider *ci_provider_named(const char *name)
+{
+    int i;
+    for (i = 0; providers[i]; i++)
+        if (!strcmp(providers[i]->name, name))
+            return providers[i];
+    return NULL;
+}
+
+const char *ci_provider_names(apr_pool_t *p)
+{
+    const char *out = providers[0]->name;
+    int i;
+    for (i = 1; providers[i]; i++)
+        out = apr_pstrcat(p, out, providers[i + 1] ? ", " : " or ",
+                          providers[i]->name, NULL);
+    return out;
+}
+
+/* ---- definitions --------------------------------------------------------- */
+
+#define COMMON_KEYS "provider, timeout, max_output"
+
+ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
+                                        const ci_provider *provider)
+{
+    ci_sandbox_def *d = apr_pcalloc(p, sizeof(*d));
+    d->name = apr_pstrdup(p, name);
+    d->provider = provider;
+    d->timeout = apr_time_from_sec(30);
+    d->max_output = 64 * 1024;
+    if (provider->defaults)
+        provider->defaults(d);
+    return d;
+}
+
+static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
+                                    const char *key, const char *v, int *known)
+{
+    apr_uint64_t n;
+    const char *e;
+    int s;
+    *known = 1;
+    if (!strcmp(key, "timeout")) {
+        if (!(e = ci_parse_seconds(p, v, CI_MAX_SECONDS, &s)))
+            d->timeout = apr_time_from_sec(s);
+        return e;
+    }
+    if (!strcmp(key, "max_output")) {
+        if (!(e = ci_parse_size(p, v, (apr_uint64_t)16 << 20, &n)))
+            d->max_output = (apr_size_t)n;
+        return e;
+    }
+    *known = 0;
+    return NULL;
+}
+
+/* The provider= word (the last one wins), or the default provider. */
+static const char *find_provider(apr_pool_t *p, int argc, const char *const *argv,
+                                 const ci_provider **out)
+{
+    int i;
+    *out = providers[0];
+    for (i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "provider=", 9) != 0)
+            continue;
+        if (!(*out = ci_provider_named(argv[i] + 9)))
+            return apr_psprintf(p, "unknown provider '%s': expected %s",
+                                argv[i] + 9, ci_provider_names(p));
+    }
+    return NULL;
+}
+
+static const char *parse_word(apr_pool_t *p, ci_sandbox_def *d, const char *word)
+{
+    const char *eq = strchr(word, '=');
+    const char *key, *v, *e;
+    int known = 0;
+    if (!eq || eq == word)
+        return apr_psprintf(p, "'%s' is not valid: expected key=value", word);
+    key = apr_pstrmemdup(p, word, eq - word);
+    v = eq + 1;
+    if (!strcmp(key, "provider"))
+        return NULL;
+    e = parse_common_key(p, d, key, v, &known);
+    if (!known)
+        e = d->provider->parse_key(p, d, key, v, &known);
+    if (!known)
+        return apr_psprintf(p, "unknown key '%s' for provider %s: expected one "
+                               "of " COMMON_KEYS "%s%s", key, d->provider->name,
+                            *d->provider->keys ? ", " : "", d->provider->keys);
+    return e ? apr_psprintf(p, "%s: %s", key, e) : NULL;
+}
+
+const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
+                                 const char *const *argv, ci_sandbox_def **out)
+{
+    const ci_provider *provider;
+    ci_sandbox_def *d;
+    const char *e = find_provider(p, argc, argv, &provider);
+    int i;
+
+    if (e)
+        return e;
+    if (ci_parse_function_name(p, name))
+        return apr_psprintf(p, "'%s' is not a valid sandbox name: expected 1 to "
+                               "64 letters, digits, '_' or '-'", name);
+    d = ci_sandbox_def_defaults(p, name, provider);
+    for (i = 0; i < argc; i++)
+        if ((e = parse_word(p, d, argv[i])))
+            return e;
+    *out = d;
+    return NULL;
+}
+
+const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def)
+{
+    return def->provider->resolve ? def->provider->resolve(p, def) : NULL;
+}
+
+const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
+{
+    return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%s|%"
+                        APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s",
+                        d->provider->name, d->timeout, d->max_output,
+                        d->python ? d->python : "", d->memory, d->processes, d->disk,
+                        d->warm, d->preload ? d->preload : "",
+                        d->api_base ? d->api_base : "",
+                        d->template_id ? d->template_id : "", d->lifetime,
+                        d->internet, d->sandbox_url ? d->sandbox_url : "");
+}
+
+/* ---- the box ------------------------------------------------------------- */
+
+struct ci_box {
+    apr_pool_t *p;
+    const ci_sandbox_def *def;
+    const char *tag;
+    ci_box_listener *listener;
+    void *baton;
+    apr_thread_mutex_t *lock;   /* guards sb against interrupt() */
+    apr_pool_t *sbpool;         /* the current sandbox's */
+    ci_sandbox *sb;
+    int failed;                 /* the last run lost the interpreter */
+    volatile apr_uint32_t interrupted;
+};
+
+ci_box *ci_box_create(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                      ci_box_listener *listener, void *baton)
+{
+    ci_box *b = apr_pcalloc(p, sizeof(*b));
+    b->p = p;
+    b->def = def;
+    b->tag = tag;
+    b->listener = listener;
+    b->baton = baton;
+    apr_thread_mutex_create(&b->lock, APR_THREAD_MUTEX_DEFAULT, p);
+    return b;
+}
+
+const ci_provider *ci_box_provider(const ci_box *b)
+{
+    return b->def->provider;
+}
+
+static void set_sandbox(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool)
+{
+    apr_thread_mutex_lock(b->lock);
+    b->sb = sb;
+    b->sbpool = sbpool;
+    apr_thread_mutex_unlock(b->lock);
+}
+
+void ci_box_adopt(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool)
+{
+    set_sandbox(b, sb, sbpool);
+}
+
+void ci_box_destroy(ci_box *b, const char *why)
+{
+    ci_sandbox *sb = b->sb;
+    apr_pool_t *sbpool = b->sbpool;
+    if (!sb)
+        return;
+    set_sandbox(b, NULL, NULL);
+    b->def->provider->destroy(sb);
+    if (b->listener)
+        b->listener(b->baton, CI_BOX_DESTROYED, sb, why);
+    apr_pool_destroy(sbpool);
+}
+
+static apr_status_t start(ci_box *b, const char **err)
+{
+    apr_pool_t *sbpool;
+    ci_sandbox *sb = NULL;
+    apr_status_t rv;
+    apr_pool_create(&sbpool, b->p);
+    rv = b->def->provider->start(sbpool, b->def, b->tag, &sb, err);
+    if (rv != APR_SUCCESS) {
+        /* The message lives in the pool about to go. */
+        *err = *err ? apr_pstrdup(b->p, *err) : NULL;
+        apr_pool_destroy(sbpool);
+        return rv;
+    }
+    set_sandbox(b, sb, sbpool);
+    if (b->listener)
+        b->listener(b->baton, CI_BOX_STARTED, sb, NULL);
+    return APR_SUCCESS;
+}
+
+apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
+                        ci_exec_result *res, const char **err)
+{
+    apr_status_t rv;
+    *err = NULL;
+    if (apr_atomic_read32(&b->interrupted))
+        return APR_ECONNABORTED;
+    if (b->sb && b->failed)
+        ci_box_destroy(b, "restarted after a failed execution");
+    b->failed = 0;
+    if (!b->sb && (rv = start(b, err)) != APR_SUCCESS)
+        return rv;
+    if (apr_atomic_read32(&b->interrupted))   /* while it started */
+        return APR_ECONNABORTED;
+    rv = b->def->provider->run(b->sb, p, code, res);
+    if (rv == APR_SUCCESS && ci_exec_failed(res))
+        b->failed = 1;
+    return rv;
+}
+
+void ci_box_interrupt(ci_box *b)
+{
+    apr_atomic_set32(&b->interrupted, 1);
+    apr_thread_mutex_lock(b->lock);
+    if (b->sb)
+        b->def->provider->interrupt(b->sb);
+    apr_thread_mutex_unlock(b->lock);
+}

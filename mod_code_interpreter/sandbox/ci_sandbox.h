@@ -1,0 +1,154 @@
+/*
+ * ci_sandbox.h - sandbox tools and the providers behind them.
+ *
+ * A sandbox tool (CodeInterpreterSandbox NAME provider=... key=value ...) is
+ * a ci_sandbox_def; its provider is an entry of the provider table
+ * (ci_sandbox.c). Everything that differs between providers - the keys they
+ * accept, the start-up probe, start, run, interrupt, destroy, reaping what a
+ * dead process left, whether a sandbox can be started ahead of need - is an
+ * entry of that table. Code outside sandbox/ calls the entries and never
+ * asks which provider it has: a new provider is one new file and one line
+ * in the table.
+ *
+ * Threads: start/run/destroy are called from worker threads, one at a time
+ * per sandbox; interrupt may be called from any thread while run is blocked.
+ * All memory comes from the pool handed to start, which belongs to the
+ * sandbox alone (its own allocator), never to a request pool.
+ */
+#ifndef CI_SANDBOX_H
+#define CI_SANDBOX_H
+
+#include <sys/types.h>
+#include <apr_pools.h>
+#include <apr_time.h>
+#include "ci_exec.h"
+
+typedef struct ci_provider ci_provider;
+typedef struct ci_sandbox ci_sandbox;
+
+/* One declared sandbox tool. Provider-specific fields are read only by that
+ * provider's file. */
+typedef struct ci_sandbox_def {
+    const char *name;
+    const ci_provider *provider;
+    apr_interval_time_t timeout;   /* per execution */
+    apr_size_t max_output;         /* bytes of output the model sees */
+    /* local */
+    const char *python;
+    apr_uint64_t memory;           /* address space per process */
+    int processes;                 /* tasks inside the sandbox */
+    apr_uint64_t disk;             /* size of /mnt/data and of any one file */
+    int warm;                      /* ready sandboxes per child */
+    const char *preload;           /* comma-separated modules a warm sandbox imports */
+    /* e2b */
+    const char *api_key_spec;      /* as written: env:VAR, file:PATH or literal */
+    const char *api_key;           /* resolved at configuration load; secret */
+    const char *api_base;
+    const char *template_id;
+    int lifetime;                  /* seconds */
+    int internet;
+    const char *sandbox_url;
+} ci_sandbox_def;
+
+/* Credentials a provider needs to delete one of its sandboxes from another
+ * process (what a dead child left). LOCATOR is not secret; SECRET is. */
+typedef struct ci_reap_cred {
+    const char *locator;
+    const char *secret;
+} ci_reap_cred;
+
+struct ci_provider {
+    const char *name;
+    /* The keys this provider accepts besides the common ones, for messages. */
+    const char *keys;
+    /* Fill the provider's defaults into D (the common ones are set). */
+    void (*defaults)(ci_sandbox_def *d);
+    /* Parse KEY=V into D. *KNOWN = 0 when KEY is not this provider's.
+     * Returns NULL or an error message naming the value and what is expected. */
+    const char *(*parse_key)(apr_pool_t *p, ci_sandbox_def *d, const char *key,
+                             const char *v, int *known);
+    /* At configuration load: resolve what the def names indirectly (an API
+     * key from env:/file:). NULL: nothing to resolve. The message never
+     * holds a secret. */
+    const char *(*resolve)(apr_pool_t *p, ci_sandbox_def *d);
+    /* At start-up (parent, as root, before children exist): start a real
+     * sandbox of D as UID/GID and stop it. NULL: nothing to check. */
+    apr_status_t (*probe)(apr_pool_t *p, const ci_sandbox_def *d, uid_t uid,
+                          gid_t gid, const char **err);
+    /* Start a sandbox for D. TAG is the container's id (for metadata and
+     * logs; never a secret). On failure *ERR says why, without secrets. */
+    apr_status_t (*start)(apr_pool_t *p, const ci_sandbox_def *d, const char *tag,
+                          ci_sandbox **out, const char **err);
+    /* Run CODE to completion, timeout or interruption; RES memory from P. A
+     * failed outcome (ci_exec_failed) means the interpreter is gone: the
+     * caller destroys the sandbox. */
+    apr_status_t (*run)(ci_sandbox *sb, apr_pool_t *p, const char *code,
+                        ci_exec_result *res);
+    /* Make a blocked run return now with CI_EXEC_INTERRUPTED. */
+    void (*interrupt)(ci_sandbox *sb);
+    /* Release the sandbox. Never fails the request; logs what it could not do. */
+    void (*destroy)(ci_sandbox *sb);
+    /* The provider's own id of a remote sandbox (kept in the server's
+     * registry so that a dead child's sandbox can be found), or NULL when
+     * the sandbox dies with the process that made it. */
+    const char *(*remote_id)(ci_sandbox *sb);
+    /* The credentials reap needs for sandboxes of D; 0 when D has none. */
+    int (*reap_cred)(const ci_sandbox_def *d, ci_reap_cred *out);
+    /* Delete the remote sandbox ID made with CRED (blocking). APR_SUCCESS
+     * when it is gone (deleted now or already). */
+    apr_status_t (*reap)(const ci_reap_cred *cred, const char *id, const char **err);
+    /* Sandboxes can be started ahead of need (warm=N). */
+    int warmable;
+};
+
+/* The provider named NAME, or NULL. */
+const ci_provider *ci_provider_named(const char *name);
+/* Every provider's name, for messages ("local or e2b"). */
+const char *ci_provider_names(apr_pool_t *p);
+
+/* The defaults of a sandbox tool NAME of PROVIDER. */
+ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
+                                        const ci_provider *provider);
+
+/* Parse "key=value" words (ARGC of them) for sandbox NAME into *OUT. Does not
+ * resolve indirect values (see ci_sandbox_def_resolve). NULL or why not. */
+const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
+                                 const char *const *argv, ci_sandbox_def **out);
+
+/* The provider's resolve entry. NULL or why not (no secret in it). */
+const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def);
+
+/* A text naming every non-secret parameter of DEF: two defs with the same
+ * text behave the same (the registry keeps a digest of it). */
+const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *def);
+
+/* ---- a sandbox that restarts itself --------------------------------------
+ * A box holds at most one sandbox of its tool: started on first use,
+ * restarted on the next run after a failed outcome, destroyed on demand.
+ * EVENT (may be NULL) hears each start and destroy, for logs and counts. */
+typedef enum { CI_BOX_STARTED, CI_BOX_DESTROYED } ci_box_event;
+typedef void ci_box_listener(void *baton, ci_box_event ev, ci_sandbox *sb,
+                             const char *why);
+typedef struct ci_box ci_box;
+
+/* Memory from P, which must be used by one thread at a time. */
+ci_box *ci_box_create(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                      ci_box_listener *listener, void *baton);
+/* Hand the box a sandbox started elsewhere (warm), with its own pool. */
+void ci_box_adopt(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
+/* Run CODE (starting or restarting the sandbox first); RES memory from P.
+ * APR_SUCCESS with RES filled; APR_ECONNABORTED when interrupted before it
+ * ran; or the start's status with *ERR. */
+apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
+                        ci_exec_result *res, const char **err);
+/* From any thread: stop a run in progress, and any run that starts later. */
+void ci_box_interrupt(ci_box *b);
+/* Destroy the sandbox, if any (WHY goes to the listener). */
+void ci_box_destroy(ci_box *b, const char *why);
+const ci_provider *ci_box_provider(const ci_box *b);
+
+/* Output read from a provider is refused past this many bytes per execution,
+ * whatever max_output says (images travel in it too). */
+#define CI_HARD_OUTPUT_CAP ((apr_size_t)32 * 1024 * 1024)
+
+#endif
