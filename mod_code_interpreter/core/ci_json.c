@@ -350,6 +350,12 @@ const char *ci_json_str(json_object *obj, const char *key)
     return v ? json_object_get_string(v) : NULL;
 }
 
+int ci_json_is_type(json_object *obj, const char *type)
+{
+    const char *t = ci_json_str(obj, "type");
+    return t && !strcmp(t, type);
+}
+
 json_object *ci_json_get(json_object *obj, const char *key, json_type type)
 {
     json_object *v;

@@ -32,6 +32,8 @@ const char *ci_json_pstr(apr_pool_t *p, json_object *obj, apr_size_t *len);
 
 /* The string member KEY of OBJ, or NULL when absent or not a string. */
 const char *ci_json_str(json_object *obj, const char *key);
+/* Whether OBJ's "type" member is the string TYPE. */
+int ci_json_is_type(json_object *obj, const char *type);
 
 /* The member KEY of OBJ when it has type TYPE, else NULL. */
 json_object *ci_json_get(json_object *obj, const char *key, json_type type);

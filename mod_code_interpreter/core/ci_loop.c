@@ -96,12 +96,6 @@ static void take_usage(ci_loop *l, json_object *resp)
 
 /* ---- items ------------------------------------------------------------- */
 
-static int is_type(json_object *o, const char *type)
-{
-    const char *t = ci_json_str(o, "type");
-    return t && !strcmp(t, type);
-}
-
 /* The code of a call's arguments, or NULL with *WHY set. */
 static const char *code_of(apr_pool_t *p, const char *arguments, const char **why)
 {
@@ -152,7 +146,7 @@ static ci_call *our_call(ci_loop *l, json_object *fc)
 static int is_our_call(ci_loop *l, json_object *item)
 {
     const char *name = ci_json_str(item, "name");
-    return is_type(item, "function_call") && name &&
+    return ci_json_is_type(item, "function_call") && name &&
            !strcmp(name, l->req->function_name);
 }
 
@@ -169,7 +163,7 @@ static void take_item(ci_loop *l, json_object *item)
         *(ci_call **)apr_array_push(l->round_calls) = ri->call;
     }
     else {
-        if (is_type(item, "function_call"))
+        if (ci_json_is_type(item, "function_call"))
             l->client_calls = 1;
         ri->item = json_object_get(item);
     }
@@ -321,7 +315,7 @@ static json_object *followup_choice(ci_loop *l, ci_next next, json_object *choic
         return json_object_new_string("none");
     if (!l->req->forced_choice)
         return choice ? json_object_get(choice) : NULL;
-    if (choice && is_type(choice, "allowed_tools")) {
+    if (choice && ci_json_is_type(choice, "allowed_tools")) {
         json_object *relaxed = ci_json_copy(choice);
         json_object_object_add(relaxed, "mode", json_object_new_string("auto"));
         return relaxed;

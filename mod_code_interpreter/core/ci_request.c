@@ -70,12 +70,6 @@ int ci_body_mentions_tool(const char *body, apr_size_t len)
 
 /* ---- small checks ------------------------------------------------------ */
 
-static int is_type(json_object *o, const char *type)
-{
-    const char *t = ci_json_str(o, "type");
-    return t && !strcmp(t, type);
-}
-
 static int bad_type(apr_pool_t *p, ci_error *err, const char *param,
                     const char *expected)
 {
@@ -175,7 +169,7 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (!json_object_is_type(c, json_type_object))
         return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
                         "an object");
-    if (!is_type(c, "auto"))
+    if (!ci_json_is_type(c, "auto"))
         return refuse_container(p, err, index, "type",
                                 "Container types other than \"auto\"");
     if ((v = ci_json_get(c, "file_ids", json_type_array)) &&
@@ -184,7 +178,7 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL)
         return refuse_container(p, err, index, "memory_limit", "Memory limits");
     if (json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
-        !is_type(v, "disabled"))
+        !ci_json_is_type(v, "disabled"))
         return refuse_container(p, err, index, "network_policy",
                                 "Network policies other than \"disabled\"");
     return 0;
@@ -194,7 +188,7 @@ static int has_our_tool(json_object *tools)
 {
     int i, n = (int)json_object_array_length(tools);
     for (i = 0; i < n; i++)
-        if (is_type(json_object_array_get_idx(tools, i), TOOL_TYPE))
+        if (ci_json_is_type(json_object_array_get_idx(tools, i), TOOL_TYPE))
             return 1;
     return 0;
 }
@@ -214,7 +208,7 @@ static int find_tool(apr_pool_t *p, json_object *tools, const char *fname,
             bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
             return -2;
         }
-        if (is_type(t, TOOL_TYPE)) {
+        if (ci_json_is_type(t, TOOL_TYPE)) {
             if (found >= 0) {
                 ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d]", i),
                              "duplicate_tool", p,
@@ -223,7 +217,7 @@ static int find_tool(apr_pool_t *p, json_object *tools, const char *fname,
             }
             found = i;
         }
-        else if (clash < 0 && is_type(t, "function") &&
+        else if (clash < 0 && ci_json_is_type(t, "function") &&
                  (name = ci_json_str(t, "name")) && !strcmp(name, fname))
             clash = i;
     }
@@ -261,7 +255,7 @@ static int rewrite_allowed_tools(apr_pool_t *p, json_object *choice,
         if (!json_object_is_type(t, json_type_object))
             return bad_type(p, err, apr_psprintf(p, "tool_choice.tools[%d]", i),
                             "an object");
-        if (is_type(t, TOOL_TYPE))
+        if (ci_json_is_type(t, TOOL_TYPE))
             json_object_array_put_idx(tools, i, function_choice(req->function_name));
     }
     req->forced_choice = mode && !strcmp(mode, "required");
@@ -288,10 +282,10 @@ static int rewrite_tool_choice(apr_pool_t *p, json_object *root,
     }
     if (!ci_json_str(choice, "type"))
         return bad_type(p, err, "tool_choice.type", "a string");
-    if (is_type(choice, "allowed_tools"))
+    if (ci_json_is_type(choice, "allowed_tools"))
         return rewrite_allowed_tools(p, choice, req, err);
     req->forced_choice = 1;
-    if (is_type(choice, TOOL_TYPE))
+    if (ci_json_is_type(choice, TOOL_TYPE))
         json_object_object_add(root, "tool_choice",
                                function_choice(req->function_name));
     return 0;
@@ -309,8 +303,8 @@ static const char *replayed_output(apr_pool_t *p, json_object *outputs)
     n = (int)json_object_array_length(outputs);
     for (i = 0; i < n; i++) {
         json_object *o = json_object_array_get_idx(outputs, i);
-        const char *piece = is_type(o, "logs") ? ci_json_str(o, "logs")
-                          : is_type(o, "image") ? "[image/png figure]" : NULL;
+        const char *piece = ci_json_is_type(o, "logs") ? ci_json_str(o, "logs")
+                          : ci_json_is_type(o, "image") ? "[image/png figure]" : NULL;
         if (piece)
             text = text ? apr_pstrcat(p, text, "\n", piece, NULL) : piece;
     }
@@ -380,7 +374,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
             json_object_put(items);
             return NULL;
         }
-        if (!is_type(item, "code_interpreter_call")) {
+        if (!ci_json_is_type(item, "code_interpreter_call")) {
             json_object_array_add(items, json_object_get(item));
             continue;
         }

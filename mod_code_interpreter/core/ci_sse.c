@@ -273,12 +273,11 @@ static void function_call_events(ci_sse *s, json_object *item, int index)
 
 void ci_sse_item(ci_sse *s, const ci_round_item *ri)
 {
-    const char *type = ci_json_str(ri->item, "type");
-    if (type && !strcmp(type, "message"))
+    if (ci_json_is_type(ri->item, "message"))
         message_events(s, ri->item, ri->output_index);
-    else if (type && !strcmp(type, "function_call"))
+    else if (ci_json_is_type(ri->item, "function_call"))
         function_call_events(s, ri->item, ri->output_index);
-    else if (type && !strcmp(type, "reasoning"))
+    else if (ci_json_is_type(ri->item, "reasoning"))
         item_event(s, "response.output_item.added", ri->output_index,
                    announced(ri->item, "summary", json_object_new_array()));
     else
