@@ -13,7 +13,9 @@
 struct ci_ndjson {
     apr_pool_t *p;
     apr_size_t max_output, hard_cap, total;
-    char *line;             /* malloc'd, freed by a pool cleanup */
+    char *line;             /* malloc'd, freed by a pool cleanup: a sandbox's
+                               reader lives as long as the sandbox, and a pool
+                               (ci_buf) would keep every size it ever grew to */
     apr_size_t line_len, line_alloc;
     int over;               /* hard cap passed */
     char *text;             /* capacity max_output */

@@ -161,6 +161,9 @@ static int lifetime_of(const ci_sandbox_def *def)
 
 /* ---- HTTP --------------------------------------------------------------- */
 
+/* A control-plane answer: one allocation of a fixed size, never grown (not
+ * a ci_buf), because it holds the sandbox's tokens and is wiped after use:
+ * growing would leave copies behind in the pool. */
 typedef struct answer {
     char *buf;            /* NULL: the body is read and dropped */
     apr_size_t len, cap;
