@@ -120,7 +120,8 @@ def test_two_turns_replay_the_code_interpreter_call(httpd, model, node_modules, 
     # turn 2 twice; both turn-2 requests carry the replayed call translated.
     seen = model.requests()
     assert len(seen) == 4, [r["json"] for r in seen]
-    assert all(r["json"].get("stream") is False for r in seen)
+    # A streamed run's rounds stream from the upstream too; a JSON run's do not.
+    assert all(r["json"].get("stream") is streamed for r in seen)
     for req in seen[2:]:
         check_translated(req, call1["id"], data1["code"], "42\n")
 

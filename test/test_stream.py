@@ -164,7 +164,10 @@ CALL = ["response.output_item.added", "response.code_interpreter_call.in_progres
 MESSAGE = ["response.output_item.added", "response.content_part.added",
            "response.output_text.delta+", "response.output_text.done",
            "response.content_part.done", "response.output_item.done"]
-REASONING = ["response.output_item.added", "response.output_item.done"]
+# A reasoning item's summary streams as the upstream writes it.
+REASONING = ["response.output_item.added", "response.reasoning_summary_part.added",
+             "response.reasoning_summary_text.delta+", "response.reasoning_summary_text.done",
+             "response.reasoning_summary_part.done", "response.output_item.done"]
 FUNCTION = ["response.output_item.added", "response.function_call_arguments.delta+",
             "response.function_call_arguments.done", "response.output_item.done"]
 END = ["response.completed"]
@@ -396,7 +399,8 @@ def test_headers_and_framing_without_gzip(sserver, model):
     assert "content-encoding" not in s.headers
     assert s.headers.get("cache-control") == "no-cache"
     assert types(s.events())[-1] == "response.completed"
-    assert upstream_streams(model) == [False, False]
+    # a streaming client's rounds stream upstream too (relayed as they come)
+    assert upstream_streams(model) == [True, True]
 
 
 def test_deflate_is_active_at_that_location(sserver, model):
@@ -427,7 +431,8 @@ def test_one_call_order(httpd, model):
     assert final["tools"] == [TOOL]
     created = s.events()[0]["data"]["response"]
     assert created["status"] == "in_progress" and created["output"] == []
-    assert upstream_streams(model) == [False, False]
+    # a streaming client's rounds stream upstream too (relayed as they come)
+    assert upstream_streams(model) == [True, True]
 
 
 def test_several_rounds_order(httpd, model):

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <apr_hash.h>
 #include <apr_random.h>
 #include <apr_strings.h>
 #include "ci_json.h"
@@ -23,6 +24,7 @@ struct ci_loop {
     json_object *usage;      /* summed over rounds, NULL while none reported */
     apr_array_header_t *round_items;
     apr_array_header_t *round_calls;
+    apr_hash_t *named;       /* upstream item id -> our item id (relayed) */
 };
 
 const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes)
@@ -46,7 +48,24 @@ ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
     l->replay = ci_json_own(p, json_object_new_array());
     l->round_items = apr_array_make(p, 8, sizeof(ci_round_item));
     l->round_calls = apr_array_make(p, 4, sizeof(ci_call *));
+    l->named = apr_hash_make(p);
     return l;
+}
+
+int ci_loop_items(const ci_loop *l)
+{
+    return (int)json_object_array_length(l->output);
+}
+
+void ci_loop_name_call(ci_loop *l, const char *upstream_id, const char *item_id)
+{
+    apr_hash_set(l->named, apr_pstrdup(l->p, upstream_id), APR_HASH_KEY_STRING,
+                 apr_pstrdup(l->p, item_id));
+}
+
+void ci_loop_begin(ci_loop *l, json_object *response)
+{
+    l->last = ci_json_own(l->p, json_object_get(response));
 }
 
 int ci_loop_rounds(const ci_loop *l) { return l->rounds; }
@@ -127,8 +146,11 @@ static ci_call *our_call(ci_loop *l, json_object *fc)
 {
     ci_call *c = apr_pcalloc(l->p, sizeof(*c));
     const char *call_id = ci_json_str(fc, "call_id");
+    const char *up_id = ci_json_str(fc, "id");
+    const char *named = up_id ? apr_hash_get(l->named, up_id, APR_HASH_KEY_STRING)
+                              : NULL;
     c->call_id = apr_pstrdup(l->p, call_id ? call_id : "");
-    c->item_id = ci_mint_id(l->p, "ci_", 24);
+    c->item_id = named ? named : ci_mint_id(l->p, "ci_", 24);
     c->round = l->rounds;
     c->code = code_of(l->p, ci_json_str(fc, "arguments"), &c->arguments_error);
     if (!c->code) {
@@ -143,7 +165,7 @@ static ci_call *our_call(ci_loop *l, json_object *fc)
     return c;
 }
 
-static int is_our_call(ci_loop *l, json_object *item)
+int ci_loop_is_our_call(const ci_loop *l, json_object *item)
 {
     const char *name = ci_json_str(item, "name");
     return ci_json_is_type(item, "function_call") && name &&
@@ -156,7 +178,7 @@ static void take_item(ci_loop *l, json_object *item)
     ri->call = NULL;
     ri->output_index = (int)json_object_array_length(l->output);
     json_object_array_add(l->replay, json_object_get(item));
-    if (is_our_call(l, item)) {
+    if (ci_loop_is_our_call(l, item)) {
         ri->call = our_call(l, item);
         ri->call->output_index = ri->output_index;
         ri->item = ri->call->item;
@@ -170,19 +192,15 @@ static void take_item(ci_loop *l, json_object *item)
     json_object_array_add(l->output, ri->item);
 }
 
-int ci_loop_take_round(ci_loop *l, const char *body, apr_size_t len,
-                       ci_error *err)
+int ci_loop_take_response(ci_loop *l, json_object *resp, ci_error *err)
 {
-    const char *perr = NULL;
-    json_object *resp = ci_json_parse(l->p, body, len, &perr);
     json_object *out = ci_json_get(resp, "output", json_type_array);
     int i, n;
 
     if (!out) {
         ci_error_set(err, 502, CI_SERVER, NULL, "bad_upstream_response", l->p,
                      "The model upstream answered round %d with something that "
-                     "is not a Responses API response%s%s.", l->rounds + 1,
-                     perr ? ": " : "", perr ? perr : "");
+                     "is not a Responses API response.", l->rounds + 1);
         return -1;
     }
     l->rounds++;
@@ -199,6 +217,22 @@ int ci_loop_take_round(ci_loop *l, const char *body, apr_size_t len,
             take_item(l, item);
     }
     return 0;
+}
+
+int ci_loop_take_round(ci_loop *l, const char *body, apr_size_t len,
+                       ci_error *err)
+{
+    const char *perr = NULL;
+    json_object *resp = ci_json_parse(l->p, body, len, &perr);
+
+    if (!ci_json_get(resp, "output", json_type_array)) {
+        ci_error_set(err, 502, CI_SERVER, NULL, "bad_upstream_response", l->p,
+                     "The model upstream answered round %d with something that "
+                     "is not a Responses API response%s%s.", l->rounds + 1,
+                     perr ? ": " : "", perr ? perr : "");
+        return -1;
+    }
+    return ci_loop_take_response(l, resp, err);
 }
 
 /* ---- results ----------------------------------------------------------- */

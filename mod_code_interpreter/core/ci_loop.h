@@ -43,6 +43,24 @@ typedef struct ci_loop ci_loop;
 ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
                         const char *container_id);
 
+/* Take one upstream answer, already parsed (a relayed round's
+ * response.completed). Returns 0, or -1 with ERR filled. */
+int ci_loop_take_response(ci_loop *l, json_object *response, ci_error *err);
+
+/* Items of every round so far: the output_index of the next round's first. */
+int ci_loop_items(const ci_loop *l);
+
+/* The upstream item UPSTREAM_ID (a call of our function, seen while it
+ * streams) is to become our call ITEM_ID. */
+void ci_loop_name_call(ci_loop *l, const char *upstream_id, const char *item_id);
+
+/* A relayed stream began with RESPONSE (response.created of round 1): the
+ * snapshot is made from it. */
+void ci_loop_begin(ci_loop *l, json_object *response);
+
+/* Whether ITEM is a call of our function. */
+int ci_loop_is_our_call(const ci_loop *l, json_object *item);
+
 /* Take one upstream answer (status 200). Returns 0, or -1 with ERR filled
  * (502: the upstream answered something that is not a response). */
 int ci_loop_take_round(ci_loop *l, const char *body, apr_size_t len,

@@ -459,8 +459,12 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
         return -1;
     json_object_object_add(root, "input", json_object_get(req->input));
     strip_include(root, req);
-    json_object_object_add(root, "stream", json_object_new_boolean(0));
-    json_object_object_del(root, "stream_options");
+    /* A streaming client's rounds stream too (relayed as they come,
+     * ci_relay.c); a JSON client's rounds come whole. */
+    if (!req->wants_stream) {
+        json_object_object_add(root, "stream", json_object_new_boolean(0));
+        json_object_object_del(root, "stream_options");
+    }
     /* The input (most of a long conversation) is encoded once; round 1 and
      * every follow-up splice that text in. */
     req->input_text = ci_json_array_members(req->input, &req->input_len);

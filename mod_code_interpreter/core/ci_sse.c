@@ -9,6 +9,8 @@ struct ci_sse {
     apr_pool_t *p;
     int seq;
     ci_buf out;           /* framed events not yet taken */
+    int hold_after;       /* events of items past this output_index wait; -1: none */
+    apr_array_header_t *held;   /* json_object *, in order */
 };
 
 ci_sse *ci_sse_create(apr_pool_t *p)
@@ -16,6 +18,8 @@ ci_sse *ci_sse_create(apr_pool_t *p)
     ci_sse *s = apr_pcalloc(p, sizeof(*s));
     s->p = p;
     ci_buf_init(&s->out, p, APR_SIZE_MAX / 2);
+    s->hold_after = -1;
+    s->held = apr_array_make(p, 16, sizeof(json_object *));
     return s;
 }
 
@@ -39,27 +43,68 @@ void ci_sse_keepalive(ci_sse *s)
     put(s, ": keepalive\n\n", 13);
 }
 
-/* A new event object: {"type": TYPE, "sequence_number": N}. */
+/* A new event object: {"type": TYPE, "sequence_number": (set when it goes
+ * out)}. */
 static json_object *event(ci_sse *s, const char *type)
 {
     json_object *e = json_object_new_object();
     json_object_object_add(e, "type", json_object_new_string(type));
-    json_object_object_add(e, "sequence_number", json_object_new_int(s->seq++));
+    json_object_object_add(e, "sequence_number", json_object_new_int(0));
     return e;
 }
 
-/* Frame and free E. */
-static void emit(ci_sse *s, json_object *e)
+/* Number, frame and free E. */
+static void frame(ci_sse *s, json_object *e)
 {
     apr_size_t n;
-    const char *type = ci_json_str(e, "type");
-    const char *data = ci_json_text(e, &n);
+    const char *type, *data;
+    json_object_object_add(e, "sequence_number", json_object_new_int(s->seq++));
+    type = ci_json_str(e, "type");
+    data = ci_json_text(e, &n);
     put(s, "event: ", 7);
     put(s, type, strlen(type));
     put(s, "\ndata: ", 7);
     put(s, data, n);
     put(s, "\n\n", 2);
     json_object_put(e);
+}
+
+/* An event goes out now, or waits when it belongs to an item held back. */
+static void emit(ci_sse *s, json_object *e)
+{
+    json_object *idx;
+    if (s->hold_after >= 0 && json_object_object_get_ex(e, "output_index", &idx) &&
+        json_object_get_int(idx) > s->hold_after) {
+        *(json_object **)apr_array_push(s->held) = e;
+        return;
+    }
+    frame(s, e);
+}
+
+void ci_sse_hold_after(ci_sse *s, int output_index)
+{
+    if (s->hold_after < 0 || output_index < s->hold_after)
+        s->hold_after = output_index;
+}
+
+void ci_sse_release(ci_sse *s, int output_index)
+{
+    apr_array_header_t *keep = apr_array_make(s->p, s->held->nelts + 1,
+                                              sizeof(json_object *));
+    int i;
+    for (i = 0; i < s->held->nelts; i++) {
+        json_object *e = APR_ARRAY_IDX(s->held, i, json_object *), *idx;
+        json_object_object_get_ex(e, "output_index", &idx);
+        if (json_object_get_int(idx) <= output_index)
+            frame(s, e);
+        else
+            *(json_object **)apr_array_push(keep) = e;
+    }
+    s->held = keep;
+    if (!keep->nelts)
+        s->hold_after = -1;
+    else if (output_index > s->hold_after)
+        s->hold_after = output_index;
 }
 
 static void add_int(json_object *e, const char *k, int v)
@@ -289,12 +334,18 @@ void ci_sse_item(ci_sse *s, const ci_round_item *ri)
 
 /* ---- code calls --------------------------------------------------------- */
 
-static json_object *call_event(ci_sse *s, const char *type, const ci_call *c)
+static json_object *code_event(ci_sse *s, const char *type, const char *item_id,
+                               int output_index)
 {
     json_object *e = event(s, type);
-    add_int(e, "output_index", c->output_index);
-    add_str(e, "item_id", c->item_id);
+    add_int(e, "output_index", output_index);
+    add_str(e, "item_id", item_id);
     return e;
+}
+
+static json_object *call_event(ci_sse *s, const char *type, const ci_call *c)
+{
+    return code_event(s, type, c->item_id, c->output_index);
 }
 
 static json_object *call_head(ci_sse *s, const char *type, const void *ref)
@@ -305,14 +356,50 @@ static json_object *call_head(ci_sse *s, const char *type, const void *ref)
 void ci_sse_call_start(ci_sse *s, const ci_call *c)
 {
     json_object *item = announced(c->item, "code", json_object_new_string(""));
-    json_object *e;
 
     json_object_object_add(item, "outputs", json_object_new_array());
     item_event(s, "response.output_item.added", c->output_index, item);
     emit(s, call_event(s, "response.code_interpreter_call.in_progress", c));
     deltas(s, "response.code_interpreter_call_code.delta", call_head, c,
            ci_json_str(c->item, "code"), 0);
-    e = call_event(s, "response.code_interpreter_call_code.done", c);
+    ci_sse_call_ready(s, c);
+}
+
+void ci_sse_pass(ci_sse *s, json_object *ev)
+{
+    emit(s, ev);
+}
+
+void ci_sse_call_announce(ci_sse *s, const char *item_id, int output_index,
+                          const char *container_id)
+{
+    json_object *item = json_object_new_object();
+    add_str(item, "id", item_id);
+    add_str(item, "type", "code_interpreter_call");
+    add_str(item, "status", "in_progress");
+    add_str(item, "code", "");
+    add_str(item, "container_id", container_id);
+    json_object_object_add(item, "outputs", json_object_new_array());
+    item_event(s, "response.output_item.added", output_index, item);
+    emit(s, code_event(s, "response.code_interpreter_call.in_progress", item_id,
+                       output_index));
+}
+
+void ci_sse_call_code(ci_sse *s, const char *item_id, int output_index,
+                      const char *code, apr_size_t len)
+{
+    json_object *e;
+    if (!len)
+        return;
+    e = code_event(s, "response.code_interpreter_call_code.delta", item_id,
+                   output_index);
+    json_object_object_add(e, "delta", json_object_new_string_len(code, (int)len));
+    emit(s, e);
+}
+
+void ci_sse_call_ready(ci_sse *s, const ci_call *c)
+{
+    json_object *e = call_event(s, "response.code_interpreter_call_code.done", c);
     add_str(e, "code", ci_json_str(c->item, "code"));
     emit(s, e);
     emit(s, call_event(s, "response.code_interpreter_call.interpreting", c));

@@ -31,6 +31,31 @@ void ci_sse_item(ci_sse *s, const ci_round_item *ri);
  * code, container id), in_progress, code deltas, code.done, interpreting. */
 void ci_sse_call_start(ci_sse *s, const ci_call *call);
 
+/* ---- relayed rounds (the upstream streams, ci_relay.c) ---- */
+
+/* An upstream event passed on: its sequence_number replaced by the next of
+ * this stream (EV is consumed). */
+void ci_sse_pass(ci_sse *s, json_object *ev);
+
+/* Hold back the events of items past OUTPUT_INDEX (our call there runs
+ * before the client sees what the model wrote after it) ... */
+void ci_sse_hold_after(ci_sse *s, int output_index);
+/* ... until they are released, those of items up to OUTPUT_INDEX (INT_MAX:
+ * all), in the order they came. */
+void ci_sse_release(ci_sse *s, int output_index);
+
+/* A code call announced while the model writes it: output_item.added (in
+ * progress, empty code, CONTAINER_ID) and in_progress. */
+void ci_sse_call_announce(ci_sse *s, const char *item_id, int output_index,
+                          const char *container_id);
+
+/* Code the model has written so far, LEN bytes (whole UTF-8 characters). */
+void ci_sse_call_code(ci_sse *s, const char *item_id, int output_index,
+                      const char *code, apr_size_t len);
+
+/* A relayed code call, once its round is in: code.done and interpreting. */
+void ci_sse_call_ready(ci_sse *s, const ci_call *call);
+
 /* After the execution: completed and output_item.done with the item. */
 void ci_sse_call_done(ci_sse *s, const ci_call *call);
 

@@ -34,6 +34,11 @@ typedef struct answer_buf {
     int over;
     const char *content_type;
     const char *retry_after;
+    CURL *h;
+    const ci_upstream_opts *opts;
+    int streamed;         /* the body went to opts->sink */
+    int sink_stopped;     /* the sink asked to stop */
+    int decided;          /* streamed or not, decided at the first byte */
 } answer_buf;
 
 static apr_status_t curl_cleanup(void *data)
@@ -139,10 +144,31 @@ static void give_back(CURL *h, int reusable)
 
 /* ---- one call ------------------------------------------------------------ */
 
+/* A 200 event stream goes to the sink as it arrives, when there is one;
+ * anything else (an error answer, a plain JSON one) is kept whole. */
+static int goes_to_sink(answer_buf *b)
+{
+    long status = 0;
+    if (!b->decided) {
+        b->decided = 1;
+        curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status);
+        b->streamed = b->opts->sink && status == 200 && b->content_type &&
+                      !strncasecmp(b->content_type, "text/event-stream", 17);
+    }
+    return b->streamed;
+}
+
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     answer_buf *b = userdata;
     size_t n = size * nmemb;
+    if (goes_to_sink(b)) {
+        if (b->opts->sink(b->opts->sink_baton, ptr, n)) {
+            b->sink_stopped = 1;
+            return 0;
+        }
+        return n;
+    }
     if (ci_buf_append(&b->body, ptr, n) < 0) {
         b->over = 1;
         return 0;               /* makes curl stop with CURLE_WRITE_ERROR */
@@ -214,6 +240,8 @@ static apr_status_t map_curl_error(CURLcode rc, const answer_buf *b)
 {
     if (b->over)
         return APR_ENOSPC;
+    if (b->sink_stopped)
+        return APR_EOF;
     if (rc == CURLE_ABORTED_BY_CALLBACK)
         return APR_ECONNABORTED;
     if (rc == CURLE_OPERATION_TIMEDOUT)
@@ -239,6 +267,8 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     }
     memset(&b, 0, sizeof(b));
     ci_buf_init(&b.body, p, opts->max_body);
+    b.h = h;
+    b.opts = opts;
     list = header_list(headers);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_POST, 1L);
@@ -264,5 +294,6 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     ans->len = b.body.len;
     ans->content_type = b.content_type;
     ans->retry_after = b.retry_after;
+    ans->streamed = b.streamed;
     return APR_SUCCESS;
 }

@@ -21,6 +21,11 @@ typedef struct ci_upstream_opts {
      * non-zero aborts the call (APR_ECONNABORTED). */
     int (*progress)(void *baton);
     void *progress_baton;
+    /* When set, a 200 answer of type text/event-stream is handed to SINK as
+     * it arrives instead of being kept; non-zero stops the call
+     * (APR_EOF). Any other answer is kept as without it. */
+    int (*sink)(void *baton, const char *data, apr_size_t len);
+    void *sink_baton;
 } ci_upstream_opts;
 
 typedef struct ci_upstream_answer {
@@ -29,6 +34,7 @@ typedef struct ci_upstream_answer {
     apr_size_t len;
     const char *content_type;  /* NULL when absent */
     const char *retry_after;   /* NULL when absent */
+    int streamed;              /* the body went to the sink (body is empty) */
 } ci_upstream_answer;
 
 /* One-time libcurl set-up (parent, real post_config). */
@@ -41,7 +47,7 @@ apr_status_t ci_upstream_child_init(apr_pool_t *pchild);
 /* POST BODY to URL with HEADERS. APR_SUCCESS: ANS holds whatever status came
  * back. Otherwise *ERR says what failed (no secrets) and the status tells the
  * class: APR_TIMEUP (timed out), APR_ENOSPC (answer too large), APR_ECONNABORTED (progress
- * said stop), anything else
+ * said stop), APR_EOF (the sink said stop), anything else
  * (unreachable). */
 apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
                               const apr_table_t *headers, const char *body,

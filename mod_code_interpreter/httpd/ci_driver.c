@@ -3,6 +3,7 @@
  * pool, follow-ups with libcurl, and the client's answer (JSON, or the event
  * stream written round by round).
  */
+#include <limits.h>
 #include <apr_strings.h>
 #include <http_core.h>
 #include <http_protocol.h>
@@ -13,6 +14,7 @@
 #include "ci_driver.h"
 #include "ci_json.h"
 #include "ci_loop.h"
+#include "ci_relay.h"
 #include "ci_session.h"
 #include "ci_sse.h"
 #include "ci_state.h"
@@ -20,7 +22,7 @@
 #include "mod_code_interpreter.h"
 
 /* One run of the loop. */
-typedef struct driver {
+struct ci_driver {
     request_rec *r;
     ap_filter_t *f;
     ci_req_state *st;
@@ -33,13 +35,16 @@ typedef struct driver {
     const char *url;
     apr_table_t *headers;
     ci_error err;
-    int passthrough_status;       /* an upstream error answer to relay */
-    ci_upstream_answer relay;
+    int passthrough_status;       /* an upstream error answer to pass on */
+    ci_upstream_answer error_answer;
     ci_sse *sse;                  /* the client asked for a stream */
+    ci_relay *relay;              /* ... and the upstream streams to us */
+    int round_relayed;            /* this round's items went out as they came */
     int stream_started;           /* status and headers are gone */
     apr_time_t last_write;
     int timeout_is_deadline;      /* the follow-up's limit is the deadline */
-} driver;
+};
+typedef struct ci_driver driver;
 
 /* ---- time accounting ---------------------------------------------------- */
 
@@ -214,29 +219,41 @@ static void log_round(driver *dv, apr_size_t bytes)
                   ci_loop_rounds(dv->loop), bytes);
 }
 
+/* The events of item RI before its execution: all of them for a round that
+ * came whole; for a relayed one, those held back behind an earlier call,
+ * then code.done and interpreting for a call. */
+static int item_events(driver *dv, const ci_round_item *ri)
+{
+    if (!dv->sse)
+        return 0;
+    if (dv->round_relayed) {
+        ci_sse_release(dv->sse, ri->output_index);
+        if (ri->call)
+            ci_sse_call_ready(dv->sse, ri->call);
+    }
+    else if (ri->call)
+        ci_sse_call_start(dv->sse, ri->call);
+    else
+        ci_sse_item(dv->sse, ri);
+    return flush_events(dv, 0);
+}
+
 static int play_round(driver *dv)
 {
     const apr_array_header_t *items = ci_loop_round_items(dv->loop);
     int i;
     for (i = 0; i < items->nelts; i++) {
         const ci_round_item *ri = &APR_ARRAY_IDX(items, i, ci_round_item);
-        if (!ri->call) {
-            if (dv->sse) {
-                ci_sse_item(dv->sse, ri);
-                if (flush_events(dv, 0))
-                    return -1;
-            }
-            continue;
-        }
-        if (past_deadline(dv))
-            return deadline_error(dv);
-        if (client_gone(dv->r))     /* nobody to run it for */
-            return -1;
-        if (dv->sse) {
-            ci_sse_call_start(dv->sse, ri->call);
-            if (flush_events(dv, 0))
+        if (ri->call) {
+            if (past_deadline(dv))
+                return deadline_error(dv);
+            if (client_gone(dv->r))     /* nobody to run it for */
                 return -1;
         }
+        if (item_events(dv, ri))
+            return -1;
+        if (!ri->call)
+            continue;
         if (execute_call(dv, ri->call))
             return -1;
         if (dv->sse) {
@@ -244,6 +261,10 @@ static int play_round(driver *dv)
             if (flush_events(dv, 0))
                 return -1;
         }
+    }
+    if (dv->sse && dv->round_relayed) {
+        ci_sse_release(dv->sse, INT_MAX);   /* what no item of the round claimed */
+        return flush_events(dv, 0);
     }
     return 0;
 }
@@ -354,6 +375,50 @@ static int followup_failed(driver *dv, apr_status_t rv, const char *why)
     return -1;
 }
 
+/* ---- relayed rounds ------------------------------------------------------ */
+
+static int relay_failed(driver *dv)
+{
+    dv->err = *ci_relay_error(dv->relay);
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
+                  "CI0213: the upstream's stream of round %d failed: %s",
+                  ci_loop_rounds(dv->loop) + 1, dv->err.message);
+    return -1;
+}
+
+/* The round's stream is over: take the response it ended with. */
+static int take_relayed_round(driver *dv)
+{
+    ci_relay_status st = ci_relay_end(dv->relay);
+    if (st != CI_RELAY_ROUND_DONE)
+        return relay_failed(dv);
+    if (ci_loop_take_response(dv->loop, ci_relay_response(dv->relay), &dv->err))
+        return -1;
+    log_round(dv, 0);
+    /* A stream that went straight to its end (no response.created) passed
+     * nothing on: the round is played as if it had come whole. */
+    dv->round_relayed = ci_relay_started(dv->relay);
+    if (!dv->round_relayed) {
+        ci_sse_start(dv->sse, ci_loop_snapshot(dv->loop));
+        return flush_events(dv, 0);
+    }
+    return 0;
+}
+
+/* Bytes of a round's stream: relayed to the client as they come. Non-zero
+ * stops the upstream call (the round failed, or the client left). */
+static int relay_sink(void *baton, const char *data, apr_size_t len)
+{
+    driver *dv = baton;
+    ci_relay_status st;
+    module_resume(dv);
+    st = ci_relay_feed(dv->relay, data, len);
+    module_pause(dv);
+    if (flush_events(dv, 0))
+        return 1;
+    return st == CI_RELAY_FAILED;
+}
+
 /* Send the next round and take its answer. -1 on failure (dv->err or an
  * upstream error to relay). */
 static int follow_up(driver *dv, ci_next next)
@@ -378,6 +443,11 @@ static int follow_up(driver *dv, ci_next next)
     ap_log_rerror(APLOG_MARK, APLOG_TRACE1, 0, dv->r,
                   "CI0211: follow-up to %s: %" APR_SIZE_T_FMT " bytes", dv->url, len);
     upstream_opts(dv, &opts);
+    if (dv->relay) {
+        ci_relay_round(dv->relay);
+        opts.sink = relay_sink;
+        opts.sink_baton = dv;
+    }
     module_pause(dv);
     t0 = apr_time_now();
     rv = ci_upstream_post(dv->r->pool, dv->url, dv->headers, body, len, &opts, &ans, &why);
@@ -388,13 +458,18 @@ static int follow_up(driver *dv, ci_next next)
                   " us", ci_loop_rounds(dv->loop) + 1,
                   next == CI_NEXT_FINAL ? " (final, tool_choice none)" : "",
                   rv == APR_SUCCESS ? ans.status : 0, apr_time_now() - t0);
+    if (rv == APR_EOF)            /* the relay or the client stopped it */
+        return dv->r->connection->aborted ? -1 : relay_failed(dv);
     if (rv != APR_SUCCESS)
         return followup_failed(dv, rv, why);
+    if (ans.streamed)
+        return take_relayed_round(dv);
     if (ans.status != 200) {
         dv->passthrough_status = ans.status;
-        dv->relay = ans;
+        dv->error_answer = ans;
         return -1;
     }
+    dv->round_relayed = 0;
     if (ci_loop_take_round(dv->loop, ans.body, ans.len, &dv->err))
         return -1;
     log_round(dv, ans.len);
@@ -403,19 +478,10 @@ static int follow_up(driver *dv, ci_next next)
 
 /* ---- the loop ----------------------------------------------------------- */
 
-static int run_loop(driver *dv, const char *first, apr_size_t first_len)
+/* Play the round taken, then follow up while the model calls for it. */
+static int run_rounds(driver *dv)
 {
     ci_next next;
-    dv->loop = ci_loop_create(dv->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
-                              dv->st->container_id);
-    if (ci_loop_take_round(dv->loop, first, first_len, &dv->err))
-        return -1;
-    log_round(dv, first_len);
-    if (dv->sse) {
-        ci_sse_start(dv->sse, ci_loop_snapshot(dv->loop));
-        if (flush_events(dv, 0))
-            return -1;
-    }
     for (;;) {
         if (play_round(dv))
             return -1;
@@ -429,6 +495,20 @@ static int run_loop(driver *dv, const char *first, apr_size_t first_len)
         if (follow_up(dv, next))
             return -1;
     }
+}
+
+/* Round 1 came whole, as JSON. */
+static int run_loop(driver *dv, const char *first, apr_size_t first_len)
+{
+    if (ci_loop_take_round(dv->loop, first, first_len, &dv->err))
+        return -1;
+    log_round(dv, first_len);
+    if (dv->sse) {
+        ci_sse_start(dv->sse, ci_loop_snapshot(dv->loop));
+        if (flush_events(dv, 0))
+            return -1;
+    }
+    return run_rounds(dv);
 }
 
 /* ---- answering ---------------------------------------------------------- */
@@ -464,7 +544,7 @@ static apr_status_t send_body(driver *dv, int status, const char *type,
 static void relay_as_error(driver *dv)
 {
     const char *perr;
-    json_object *body = ci_json_parse(dv->r->pool, dv->relay.body, dv->relay.len, &perr);
+    json_object *body = ci_json_parse(dv->r->pool, dv->error_answer.body, dv->error_answer.len, &perr);
     json_object *e = ci_json_get(body, "error", json_type_object);
     const char *msg = ci_json_str(e, "message");
     ci_error_set(&dv->err, dv->passthrough_status,
@@ -504,13 +584,13 @@ static apr_status_t send_error(driver *dv)
     if (dv->stream_started && !dv->r->connection->aborted)
         return stream_error(dv);
     if (dv->passthrough_status) {
-        if (dv->relay.retry_after)
-            apr_table_setn(dv->r->headers_out, "Retry-After", dv->relay.retry_after);
+        if (dv->error_answer.retry_after)
+            apr_table_setn(dv->r->headers_out, "Retry-After", dv->error_answer.retry_after);
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r,
                       "CI0205: relaying the upstream's %d answer to a follow-up",
                       dv->passthrough_status);
-        return send_body(dv, dv->passthrough_status, dv->relay.content_type,
-                         dv->relay.body, dv->relay.len);
+        return send_body(dv, dv->passthrough_status, dv->error_answer.content_type,
+                         dv->error_answer.body, dv->error_answer.len);
     }
     if (dv->r->connection->aborted) {
         ap_remove_output_filter(dv->f);
@@ -555,26 +635,55 @@ static apr_status_t send_response(driver *dv)
     return send_body(dv, 200, "application/json", body, len);
 }
 
-apr_status_t ci_drive(ap_filter_t *f, ci_first_answer how, const char *body,
-                      apr_size_t len)
+ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
 {
-    driver dv;
-    memset(&dv, 0, sizeof(dv));
-    dv.r = f->r;
-    dv.f = f;
-    dv.st = ci_state_get(f->r);
-    dv.d = ci_dir_config(f->r);
-    dv.deadline_at = dv.st->started + ci_dir_deadline(dv.d);
-    if (dv.st->req->wants_stream)
-        dv.sse = ci_sse_create(f->r->pool);
-    module_resume(&dv);
+    driver *dv = apr_pcalloc(f->r->pool, sizeof(*dv));
+    apr_size_t max;
+    dv->r = f->r;
+    dv->f = f;
+    dv->st = ci_state_get(f->r);
+    dv->d = ci_dir_config(f->r);
+    dv->deadline_at = dv->st->started + ci_dir_deadline(dv->d);
+    dv->loop = ci_loop_create(f->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
+                              dv->st->container_id);
+    if (dv->st->req->wants_stream)
+        dv->sse = ci_sse_create(f->r->pool);
+    if (dv->sse && relayed) {
+        max = (apr_size_t)ci_dir_max_body(dv->d);
+        dv->relay = ci_relay_create(f->r->pool, dv->loop, dv->sse,
+                                    dv->st->container_id, max, max);
+    }
+    return dv;
+}
+
+apr_status_t ci_driver_relay(ci_driver *dv, const char *data, apr_size_t len)
+{
+    ci_relay_status st;
+    module_resume(dv);
+    st = ci_relay_feed(dv->relay, data, len);
+    module_pause(dv);
+    if (flush_events(dv, 0))
+        return APR_ECONNABORTED;
+    return st == CI_RELAY_FAILED ? APR_EGENERAL : APR_SUCCESS;
+}
+
+apr_status_t ci_driver_finish(ci_driver *dv, ci_first_answer how, const char *body,
+                              apr_size_t len)
+{
+    request_rec *r = dv->r;
+    module_resume(dv);
     if (how == CI_FIRST_TOO_LARGE)
-        ci_error_set(&dv.err, 502, CI_SERVER, NULL, "upstream_too_large", f->r->pool,
+        ci_error_set(&dv->err, 502, CI_SERVER, NULL, "upstream_too_large", r->pool,
                      "The model upstream's answer exceeds this server's limit.");
     else if (how == CI_FIRST_BROKEN)
-        ci_error_set(&dv.err, 502, CI_SERVER, NULL, "upstream_broken", f->r->pool,
+        ci_error_set(&dv->err, 502, CI_SERVER, NULL, "upstream_broken", r->pool,
                      "The model upstream's answer was cut short.");
-    if (how != CI_FIRST_OK || run_loop(&dv, body, len))
-        return send_error(&dv);
-    return send_response(&dv);
+    if (how == CI_FIRST_TOO_LARGE || how == CI_FIRST_BROKEN)
+        return send_error(dv);
+    if (r->connection->aborted)
+        return send_error(dv);
+    if (how == CI_FIRST_STREAMED ? take_relayed_round(dv) || run_rounds(dv)
+                                 : run_loop(dv, body, len))
+        return send_error(dv);
+    return send_response(dv);
 }

@@ -18,8 +18,11 @@
 const char ci_output_filter_name[] = "CODE_INTERPRETER_OUT";
 
 typedef struct out_ctx {
-    ci_buf body;            /* the first upstream answer */
+    ci_buf body;            /* the first upstream answer, when it is JSON */
+    ci_driver *dv;
     int over, broken, passthrough;
+    int relayed;            /* it is an event stream, relayed as it comes */
+    int relay_stopped;      /* the relay failed or the client left */
 } out_ctx;
 
 /* ---- the filter --------------------------------------------------------- */
@@ -37,17 +40,32 @@ static int should_pass_through(request_rec *r)
     return type && !ap_strcasestr(type, "json");
 }
 
-static void append(out_ctx *ctx, const char *data, apr_size_t n)
+/* The client asked for a stream, so we did: an event stream is relayed as
+ * it comes (a JSON answer is still taken whole). */
+static int is_event_stream(request_rec *r)
 {
+    const ci_req_state *st = ci_state_get(r);
+    return st && st->req->wants_stream && r->content_type &&
+           !strncasecmp(r->content_type, "text/event-stream", 17);
+}
+
+static void take(out_ctx *ctx, const char *data, apr_size_t n)
+{
+    if (ctx->relayed) {
+        if (!ctx->relay_stopped && ci_driver_relay(ctx->dv, data, n) != APR_SUCCESS)
+            ctx->relay_stopped = 1;   /* the rest is read and dropped */
+        return;
+    }
     if (!ctx->over && ci_buf_append(&ctx->body, data, n) < 0)
         ctx->over = 1;
 }
 
 static apr_status_t finish(ap_filter_t *f, out_ctx *ctx)
 {
-    return ci_drive(f, ctx->over ? CI_FIRST_TOO_LARGE
-                                 : ctx->broken ? CI_FIRST_BROKEN : CI_FIRST_OK,
-                    ci_buf_str(&ctx->body), ctx->body.len);
+    ci_first_answer how = ctx->over ? CI_FIRST_TOO_LARGE
+                          : ctx->broken ? CI_FIRST_BROKEN
+                          : ctx->relayed ? CI_FIRST_STREAMED : CI_FIRST_OK;
+    return ci_driver_finish(ctx->dv, how, ci_buf_str(&ctx->body), ctx->body.len);
 }
 
 static out_ctx *make_ctx(ap_filter_t *f)
@@ -59,7 +77,11 @@ static out_ctx *make_ctx(ap_filter_t *f)
     ci_buf_init(&ctx->body, r->pool, (apr_size_t)max);
     if (cl && apr_strtoff(&n, cl, NULL, 10) == APR_SUCCESS && n > 0 && n <= max)
         ci_buf_reserve(&ctx->body, (apr_size_t)n);  /* one allocation, no regrowth */
-    ctx->passthrough = !ci_state_get(r) || should_pass_through(r);
+    ctx->relayed = ci_state_get(r) && r->status == HTTP_OK && !r->header_only &&
+                   is_event_stream(r) && !apr_table_get(r->headers_out, "Content-Encoding");
+    ctx->passthrough = !ctx->relayed && (!ci_state_get(r) || should_pass_through(r));
+    if (!ctx->passthrough)
+        ctx->dv = ci_driver_create(f, ctx->relayed);
     f->ctx = ctx;
     return ctx;
 }
@@ -89,7 +111,7 @@ static apr_status_t ci_output_filter(ap_filter_t *f, apr_bucket_brigade *bb)
             ctx->broken = 1;
             continue;
         }
-        append(ctx, data, n);
+        take(ctx, data, n);
     }
     apr_brigade_cleanup(bb);
     return APR_SUCCESS;
