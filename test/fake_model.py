@@ -34,6 +34,13 @@ Actions (output items come out in order):
                                          of response.completed; otherwise 500
   {"stream_cut": K}                      stream: drop the connection after K
                                          events; otherwise a truncated body
+  {"stream_gate": true}                  stream: write each delta event only once
+                                         the test has seen every earlier one at
+                                         its client (POST /_gate {"acked": N},
+                                         N the deltas it has seen in all; GET
+                                         /_gate tells sent, acked, timeouts); a
+                                         delta waits at most 30 s, then the
+                                         stream is cut and a timeout counted
   {"hang_up": true}                      answer in full, then close the
                                          connection without saying so (no
                                          Connection: close), as an upstream
@@ -41,7 +48,7 @@ Actions (output items come out in order):
 Any action may carry "times": N; it then applies only to the first N requests
 that reach its round and is skipped afterwards (for retry tests).
 
-Control endpoints: GET /_requests, POST /_reset, GET /_health. Each recorded
+Control endpoints: GET /_requests, POST /_reset, GET /_health, GET/POST /_gate. Each recorded
 request carries "peer", the client's address:port (which connection it came
 on).
 """
@@ -66,8 +73,9 @@ _CALL_ID_RE = re.compile(r"^call_(\d+)_\d+$")
 _CALL_ACTIONS = ("call", "calls", "raw_call", "function")
 _KNOWN_ACTIONS = _CALL_ACTIONS + (
     "text", "big", "reasoning", "error", "garbage", "sleep", "stream_pause",
-    "stream_fail", "stream_cut", "hang_up",
+    "stream_fail", "stream_cut", "hang_up", "stream_gate",
 )
+GATE_WAIT = 30.0
 
 
 def echoed_tools(tools):
@@ -107,6 +115,25 @@ class State:
         self.items = {}           # item id -> item (for item_reference)
         self.serial = 0
         self.hits = {}            # (script, round, action index) -> count
+        # stream_gate: deltas written, deltas the test saw, waits that ran out
+        self.gate = {"sent": 0, "acked": 0, "timeouts": 0}
+        self.gate_changed = threading.Condition(self.lock)
+
+    def gate_wait(self):
+        """Before a gated delta: every earlier one must have been seen."""
+        with self.gate_changed:
+            ok = self.gate_changed.wait_for(
+                lambda: self.gate["acked"] >= self.gate["sent"], GATE_WAIT)
+            if not ok:
+                self.gate["timeouts"] += 1
+                return False
+            self.gate["sent"] += 1
+            return True
+
+    def gate_ack(self, acked):
+        with self.gate_changed:
+            self.gate["acked"] = acked
+            self.gate_changed.notify_all()
 
     def next_serial(self):
         with self.lock:
@@ -179,7 +206,8 @@ class Answer:
     """What to send back for one POST /v1/responses."""
 
     def __init__(self, status=200, body=b"", headers=None, response=None,
-                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None, hang_up=False):
+                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None, hang_up=False,
+                 gate=False):
         self.status = status
         self.body = body
         self.headers = headers or []
@@ -190,6 +218,7 @@ class Answer:
         self.fail = fail
         self.cut = cut
         self.hang_up = hang_up
+        self.gate = gate
 
 
 def normalize_input(state, raw):
@@ -410,6 +439,7 @@ def respond(state, body):
     fail = None
     cut = None
     hang_up = False
+    gate = False
     for action in active:
         kind = [k for k in action if k in _KNOWN_ACTIONS]
         if not kind:
@@ -424,6 +454,8 @@ def respond(state, body):
             cut = int(action["stream_cut"])
         if action.get("hang_up"):
             hang_up = True
+        if action.get("stream_gate"):
+            gate = True
 
     for action in active:
         if "error" in action:
@@ -520,7 +552,19 @@ def respond(state, body):
                 state.conversations.setdefault(conversation, []).extend(new_items + output)
 
     return Answer(200, _json_bytes(resp), response=resp, stream=stream, pause=pause,
-                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up)
+                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up, gate=gate)
+
+
+def _argument_chunks(arguments):
+    """A call's arguments in deltas, each holding some of the code: the
+    opening '{"code": "' rides with the first piece, the closing '"}' with
+    the last."""
+    pieces = _chunks(arguments)
+    while len(pieces) > 1 and len(pieces[0]) <= len('{"code": "'):
+        pieces[0:2] = [pieces[0] + pieces[1]]
+    while len(pieces) > 1 and len(pieces[-1]) <= 2:
+        pieces[-2:] = [pieces[-2] + pieces[-1]]
+    return pieces
 
 
 def stream_events(resp, fail=None):
@@ -556,7 +600,7 @@ def stream_events(resp, fail=None):
         elif itype == "function_call":
             ev("response.output_item.added", output_index=i,
                item=dict(item, arguments="", status="in_progress"))
-            for delta in _chunks(item["arguments"]):
+            for delta in _argument_chunks(item["arguments"]):
                 ev("response.function_call_arguments.delta", item_id=iid, output_index=i,
                    delta=delta)
             ev("response.function_call_arguments.done", item_id=iid, output_index=i,
@@ -685,6 +729,15 @@ class Handler(BaseHTTPRequestHandler):
                 data = list(state.requests)
             self._send(200, _json_bytes(data))
             return
+        if path == "/_gate" and self.command == "GET":
+            with state.lock:
+                data = dict(state.gate)
+            self._send(200, _json_bytes(data))
+            return
+        if path == "/_gate" and self.command == "POST":
+            state.gate_ack(int(json.loads(body or b"{}").get("acked", 0)))
+            self._send(200, b"{}")
+            return
         if path == "/_reset" and self.command == "POST":
             with state.lock:
                 state.requests.clear()
@@ -772,6 +825,10 @@ class Handler(BaseHTTPRequestHandler):
                     return
                 if n and answer.pause > 0:
                     time.sleep(answer.pause)
+                if answer.gate and etype.endswith(".delta") and \
+                        not self.server.state.gate_wait():
+                    self.close_connection = True
+                    return
                 frame = ("event: %s\ndata: %s\n\n" % (etype, json.dumps(data, ensure_ascii=False)))
                 self._write_chunk(frame.encode("utf-8"))
             self.wfile.write(b"0\r\n\r\n")
