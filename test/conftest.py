@@ -32,6 +32,10 @@ HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
 MODDIR = "/usr/lib/apache2/modules"
 PYTHON = "/usr/bin/python3"
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+# What a client sends along with every request (the model upstream, like
+# OpenAI, refuses a request without an API key).
+API_KEY = "sk-test-0123456789"
+CLIENT_HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY}
 
 
 def free_port():
@@ -210,9 +214,11 @@ TypesConfig /etc/mime.types
 
     # ---- requests ----
     def request(self, method, path, body=None, headers=None, timeout=120):
+        """HEADERS are added to CLIENT_HEADERS; a None value leaves one out."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        hdrs = {"Content-Type": "application/json"}
+        hdrs = dict(CLIENT_HEADERS)
         hdrs.update(headers or {})
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         if isinstance(body, str):
@@ -286,19 +292,26 @@ def model():
         def __init__(self):
             self.port = port
 
-        def _call(self, method, path):
+        def _call(self, method, path, body=None):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request(method, path)
+            conn.request(method, path, body=None if body is None else json.dumps(body))
             r = conn.getresponse()
             data = r.read()
             conn.close()
+            assert r.status in (200, 204), (method, path, r.status, data)
             return data
 
         def requests(self):
+            """Every request received since the last reset (see fake_model.py)."""
             return json.loads(self._call("GET", "/_requests"))
 
         def reset(self):
+            """Forget the requests, accept no extra parameter."""
             self._call("POST", "/_reset")
+
+        def allow_parameters(self, *names):
+            """Accept these top-level parameters besides CreateResponse's."""
+            self._call("POST", "/_control", {"extra_parameters": list(names)})
 
     yield Model()
     proc.kill()

@@ -41,9 +41,21 @@ Actions (output items come out in order):
 Any action may carry "times": N; it then applies only to the first N requests
 that reach its round and is skipped afterwards (for retry tests).
 
-Control endpoints: GET /_requests, POST /_reset, GET /_health. Each recorded
-request carries "peer", the client's address:port (which connection it came
-on).
+Like OpenAI, it refuses (before reading the script) a request without an
+``Authorization: Bearer <key>`` header (401; any key is accepted), a create
+whose Content-Type is not application/json (400, unsupported_content_type) and
+a create with a top-level parameter that CreateResponse does not define (400,
+unknown_parameter), unless the test allowed it (POST /_control).
+
+Control endpoints (no authentication):
+  GET /_requests    every request received, in order: "method", "path",
+                    "headers", "body_b64", "json", "peer" (the client's
+                    address:port, i.e. which connection it came on)
+  POST /_reset      forget the requests, clear /_control
+  POST /_control    {"extra_parameters": [names]}: top-level parameters to
+                    accept besides CreateResponse's (an OpenAI-compatible
+                    upstream that takes vendor extensions)
+  GET /_health
 """
 
 import argparse
@@ -58,6 +70,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_SCRIPT = [[{"text": "ok"}]]
+MISSING_KEY = ("You didn't provide an API key. You need to provide your API key in an "
+               "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+               "or as the password field (with blank username) if you're accessing the API "
+               "from your browser and are prompted for a username and password. You can "
+               "obtain an API key from https://platform.openai.com/account/api-keys.")
+# The top-level parameters of a create request: the properties of CreateResponse
+# in OpenAI's OpenAPI document (test_fake_model.py checks the list against it).
+CREATE_PARAMETERS = frozenset((
+    "background", "context_management", "conversation", "include", "input",
+    "instructions", "max_output_tokens", "max_tool_calls", "metadata", "model",
+    "moderation", "parallel_tool_calls", "previous_response_id", "prompt",
+    "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "reasoning",
+    "safety_identifier", "service_tier", "store", "stream", "stream_options",
+    "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+    "truncation", "user",
+))
 DONE_ROUND = [{"text": "done"}]
 TOOL_CHOICE_NONE_TEXT = "tool_choice none honoured"
 
@@ -107,11 +135,17 @@ class State:
         self.items = {}           # item id -> item (for item_reference)
         self.serial = 0
         self.hits = {}            # (script, round, action index) -> count
+        self.extra_parameters = set()
 
     def next_serial(self):
         with self.lock:
             self.serial += 1
             return self.serial
+
+    def reset(self):
+        with self.lock:
+            self.requests.clear()
+            self.extra_parameters = set()
 
 
 # ---------------------------------------------------------------- helpers
@@ -190,6 +224,29 @@ class Answer:
         self.fail = fail
         self.cut = cut
         self.hang_up = hang_up
+
+
+def check_authorization(value):
+    scheme, _, key = (value or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, MISSING_KEY)
+
+
+def check_content_type(value):
+    if (value or "").split(";", 1)[0].strip().lower() != "application/json":
+        raise ApiError(400, "Unsupported content type: '%s'. This API method only accepts "
+                       "'application/json' requests, but you specified the header "
+                       "'Content-Type: %s'. Please try again with a supported content type."
+                       % (value or "", value or ""), code="unsupported_content_type")
+
+
+def check_parameters(state, body):
+    with state.lock:
+        extra = set(state.extra_parameters)
+    for name in body:
+        if name not in CREATE_PARAMETERS and name not in extra:
+            raise ApiError(400, "Unknown parameter: '%s'." % name, name,
+                           code="unknown_parameter")
 
 
 def normalize_input(state, raw):
@@ -358,6 +415,7 @@ def respond(state, body):
     """Turn one parsed request body into an Answer (raises ApiError)."""
     if not isinstance(body, dict):
         raise ApiError(400, "Invalid type for body: expected an object.", None)
+    check_parameters(state, body)
     tools = check_tools(body)
     new_items = normalize_input(state, body.get("input"))
 
@@ -686,9 +744,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, _json_bytes(data))
             return
         if path == "/_reset" and self.command == "POST":
-            with state.lock:
-                state.requests.clear()
+            state.reset()
             self._send(204)
+            return
+        if path.startswith("/_"):
+            self._control(path, body)
             return
 
         try:
@@ -698,18 +758,27 @@ class Handler(BaseHTTPRequestHandler):
             bad_json = True
         else:
             bad_json = False
-        if not path.startswith("/_"):
-            with state.lock:
-                state.requests.append({
-                    "method": self.command,
-                    "path": self.path,
-                    "headers": [[k, v] for k, v in self.headers.items()],
-                    "body_b64": base64.b64encode(body).decode("ascii"),
-                    "json": parsed,
-                    "peer": "%s:%d" % self.client_address[:2],
-                })
+        with state.lock:
+            state.requests.append({
+                "method": self.command,
+                "path": self.path,
+                "headers": [[k, v] for k, v in self.headers.items()],
+                "body_b64": base64.b64encode(body).decode("ascii"),
+                "json": parsed,
+                "peer": "%s:%d" % self.client_address[:2],
+            })
 
+        try:
+            check_authorization(self.headers.get("Authorization"))
+        except ApiError as err:
+            self._send_error(err)
+            return
         if self.command == "POST" and path.rstrip("/") in ("/v1/responses", "/responses"):
+            try:
+                check_content_type(self.headers.get("Content-Type"))
+            except ApiError as err:
+                self._send_error(err)
+                return
             if bad_json or not body:
                 self._send_error(ApiError(
                     400, "We could not parse the JSON body of your request.", None))
@@ -727,6 +796,25 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, _json_bytes(stored["response"]))
             return
         self._send_error(ApiError(404, "Invalid URL (%s %s)" % (self.command, path), None))
+
+    def _control(self, path, body):
+        state = self.server.state
+        try:
+            values = json.loads(body.decode("utf-8")) if body else {}
+        except (ValueError, UnicodeDecodeError):
+            values = None
+        if path == "/_control" and self.command == "POST":
+            extra = values.get("extra_parameters") if isinstance(values, dict) else None
+            if set(values or {}) - {"extra_parameters"} or not isinstance(extra, list) \
+                    or not all(isinstance(n, str) for n in extra):
+                self._send(400, _json_bytes({"error": "want {\"extra_parameters\": [names]}"}))
+                return
+            with state.lock:
+                state.extra_parameters = set(extra)
+            self._send(200, _json_bytes({"extra_parameters": sorted(extra)}))
+        else:
+            self._send(404, _json_bytes({"error": "no control endpoint %s %s"
+                                                  % (self.command, path)}))
 
     def _create(self, parsed):
         try:

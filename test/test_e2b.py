@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, sanitizer_reports, script_input, start_helper
+from conftest import (CLIENT_HEADERS, TOOL, Httpd, base_conf, sanitizer_reports, script_input,
+                      start_helper)
 
 OUTPUTS = "code_interpreter_call.outputs"
 KEY = "e2b_" + secrets.token_hex(20)
@@ -611,7 +612,7 @@ def test_client_disconnect_stops_the_execution_and_deletes(e2b):
     conn.request("POST", "/e2b/v1/responses",
                  body=json.dumps(ci_body([[{"call": "import time\ntime.sleep(20)"}],
                                           [{"text": "{{last_output}}"}]])),
-                 headers={"Content-Type": "application/json"})
+                 headers=CLIENT_HEADERS)
     st = e2b.fake.wait(lambda s: len(s["executes"]) >= 1)
     assert len(st["executes"]) == 1
     conn.sock.shutdown(socket.SHUT_RDWR)
@@ -679,7 +680,7 @@ def test_delete_is_off_the_request_path(e2b):
     the next request on the same connection."""
     e2b.fake.control(delete_status=500)
     conn = http.client.HTTPConnection("127.0.0.1", e2b.server.port, timeout=30)
-    hdrs = {"Content-Type": "application/json"}
+    hdrs = CLIENT_HEADERS
     conn.request("POST", "/e2b/v1/responses", headers=hdrs, body=json.dumps(
         ci_body([[{"call": "print(42)"}], [{"text": "{{last_output}}"}]])))
     r = conn.getresponse()

@@ -21,6 +21,16 @@ CODE_TOOL = {
                    "required": ["code"]},
     "strict": False,
 }
+AUTH = {"Authorization": "Bearer sk-fake-model-test"}
+SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "spec",
+                    "openai-openapi.json")
+NO_KEY = {"error": {
+    "message": "You didn't provide an API key. You need to provide your API key in an "
+               "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+               "or as the password field (with blank username) if you're accessing the API "
+               "from your browser and are prompted for a username and password. You can "
+               "obtain an API key from https://platform.openai.com/account/api-keys.",
+    "type": "invalid_request_error", "param": None, "code": None}}
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +42,20 @@ def port():
 
 
 def request(port, method, path, body=None, headers=None, conn=None):
+    """HEADERS are added to an API key and, with a body, a JSON Content-Type;
+    a None value leaves one out."""
     own = conn is None
     if own:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    hdrs = dict(headers or {})
+    hdrs = dict(AUTH)
     data = None
     if body is not None:
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         if isinstance(data, str):
             data = data.encode()
-        hdrs.setdefault("Content-Type", "application/json")
+        hdrs["Content-Type"] = "application/json"
+    hdrs.update(headers or {})
+    hdrs = {k: v for k, v in hdrs.items() if v is not None}
     conn.request(method, path, body=data, headers=hdrs)
     resp = conn.getresponse()
     raw = resp.read()
@@ -214,6 +228,90 @@ def test_bad_json_and_unknown_paths(port):
     assert resp.status == 200 and raw == b"ok"
 
 
+# ------------------------------------------------ refused like OpenAI refuses
+
+def test_refuses_a_request_without_an_api_key(port):
+    request(port, "POST", "/_reset")
+    for headers in ({"Authorization": None}, {"Authorization": "Bearer "},
+                    {"Authorization": "Basic dXNlcjpwYXNz"}):
+        resp, raw = request(port, "POST", "/v1/responses", {"input": "hi"}, headers=headers)
+        assert resp.status == 401, headers
+        assert json.loads(raw) == NO_KEY
+    # reading a stored response needs one too
+    resp, raw = request(port, "GET", "/v1/responses/resp_x", headers={"Authorization": None})
+    assert resp.status == 401
+    assert json.loads(raw) == NO_KEY
+    # any key is taken
+    st, r = create(port, {"input": "hi"}, headers={"Authorization": "bearer sk-other"})
+    assert st == 200, r
+
+
+@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded"],
+                         ids=["none", "text-plain", "form"])
+def test_refuses_a_body_not_declared_json(port, ctype):
+    resp, raw = request(port, "POST", "/v1/responses", {"input": "hi"},
+                        headers={"Content-Type": ctype})
+    assert resp.status == 400
+    shown = ctype or ""
+    assert json.loads(raw) == {"error": {
+        "message": "Unsupported content type: '%s'. This API method only accepts "
+                   "'application/json' requests, but you specified the header "
+                   "'Content-Type: %s'. Please try again with a supported content type."
+                   % (shown, shown),
+        "type": "invalid_request_error", "param": None, "code": "unsupported_content_type"}}
+
+
+def test_takes_json_with_a_charset(port):
+    st, r = create(port, {"input": "hi"},
+                   headers={"Content-Type": "application/json; charset=utf-8"})
+    assert st == 200, r
+
+
+def test_refuses_unknown_parameters(port):
+    request(port, "POST", "/_reset")
+    body = {"model": "m", "input": "hi", "max_agentic_loops": 3, "x": 1}
+    st, err = create(port, body)
+    assert st == 400
+    assert err == {"error": {"message": "Unknown parameter: 'max_agentic_loops'.",
+                             "type": "invalid_request_error", "param": "max_agentic_loops",
+                             "code": "unknown_parameter"}}
+    # a test may allow vendor extensions, until the next reset
+    resp, raw = request(port, "POST", "/_control",
+                        {"extra_parameters": ["max_agentic_loops"]})
+    assert resp.status == 200 and json.loads(raw) == {"extra_parameters": ["max_agentic_loops"]}
+    st, err = create(port, body)
+    assert st == 400
+    assert err["error"]["param"] == "x" and err["error"]["message"] == "Unknown parameter: 'x'."
+    st, r = create(port, {"input": "hi", "max_agentic_loops": 3})
+    assert st == 200, r
+    request(port, "POST", "/_reset")
+    st, err = create(port, {"input": "hi", "max_agentic_loops": 3})
+    assert st == 400 and err["error"]["code"] == "unknown_parameter"
+    for bad in ({"extra_parameters": "x"}, {"extra_parameters": [1]}, {"other": []}, []):
+        resp, raw = request(port, "POST", "/_control", bad)
+        assert resp.status == 400, bad
+
+
+def test_known_parameters_are_those_of_create_response():
+    if not os.path.exists(SPEC):
+        pytest.skip("the OpenAPI spec is absent: %s" % SPEC)
+    with open(SPEC) as f:
+        schemas = json.load(f)["components"]["schemas"]
+    props = set()
+
+    def walk(schema):
+        if "$ref" in schema:
+            walk(schemas[schema["$ref"].rsplit("/", 1)[1]])
+            return
+        for key in ("allOf", "anyOf", "oneOf"):
+            for sub in schema.get(key, []):
+                walk(sub)
+        props.update(schema.get("properties", {}))
+
+    walk(schemas["CreateResponse"])
+    assert fake_model.CREATE_PARAMETERS == props
+
+
 def test_no_script_answers_ok(port):
     st, r = create(port, {"input": "hello", "metadata": {"a": "b"}, "instructions": "be nice"})
     assert st == 200
@@ -283,8 +381,9 @@ def test_chunked_request_body(port):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     pieces = [body[i:i + 7] for i in range(0, len(body), 7)]
     conn.request("POST", "/v1/responses", body=iter(pieces), encode_chunked=True,
-                 headers={"Content-Type": "application/json",
-                          "Transfer-Encoding": "chunked", "X-Probe": "chunk-test"})
+                 headers=dict(AUTH, **{"Content-Type": "application/json",
+                                       "Transfer-Encoding": "chunked",
+                                       "X-Probe": "chunk-test"}))
     resp = conn.getresponse()
     data = json.loads(resp.read())
     assert resp.status == 200

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import CLIENT_HEADERS, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 RESTARTED = (" The interpreter was restarted: variables, imports and files from "
@@ -422,7 +422,7 @@ def test_previous_response_id_chains_on_final_round(httpd, model):
     assert status == 200
     # the id is the final round's: the upstream stored it with the answer
     conn = http.client.HTTPConnection("127.0.0.1", model.port, timeout=10)
-    conn.request("GET", "/v1/responses/" + first["id"])
+    conn.request("GET", "/v1/responses/" + first["id"], headers=CLIENT_HEADERS)
     stored = json.loads(conn.getresponse().read())
     conn.close()
     assert [o["type"] for o in stored["output"]] == ["message"]
@@ -492,7 +492,7 @@ def test_followups_keep_their_upstream_connection(httpd, model):
 
     def post(rounds):
         conn.request("POST", "/v1/responses", body=json.dumps(ci_body(rounds)),
-                     headers={"Content-Type": "application/json"})
+                     headers=CLIENT_HEADERS)
         resp = conn.getresponse()
         data = resp.read()
         assert resp.status == 200, data

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input, start_helper
+from conftest import CLIENT_HEADERS, TOOL, Httpd, base_conf, script_input, start_helper
 
 KEY_A = "e2b_reload_key_a_0123456789"
 KEY_B = "e2b_reload_key_b_9876543210"
@@ -186,7 +186,7 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
         body = json.dumps({"model": "m", "tools": [TOOL], "input": script_input(
             [[{"call": "print(1)"}], [{"text": "ok"}]])})
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("POST", "/e2b/v1/responses", body, {"Content-Type": "application/json"})
+        conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
         first = conn.getresponse()
         assert first.status == 200
         first.read()
@@ -194,8 +194,7 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
             f.write(KEY_B + "\n")
         server.graceful()
         try:
-            conn.request("POST", "/e2b/v1/responses", body,
-                         {"Content-Type": "application/json"})
+            conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
             again = conn.getresponse()
             assert again.status == 503
             assert json.loads(again.read())["error"]["code"] == "sandbox_reconfigured"

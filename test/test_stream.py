@@ -17,7 +17,8 @@ import warnings
 
 import pytest
 
-from conftest import SHARED_SPEC, TOOL, Httpd, base_conf, script_input, without_ids
+from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, Httpd, base_conf, script_input,
+                      without_ids)
 from fake_model import build_response_object
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -44,7 +45,7 @@ class SSE:
     def __init__(self, server, path, body, headers=None, timeout=60):
         self.t_sent = time.monotonic()
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
-        hdrs = {"Content-Type": "application/json"}
+        hdrs = dict(CLIENT_HEADERS)
         hdrs.update(headers or {})
         self.conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
         self.sock = self.conn.sock
