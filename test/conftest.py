@@ -73,6 +73,18 @@ def without_ids(resp):
     return walk(resp)
 
 
+def wait_until(predicate, what, timeout=30):
+    """Poll PREDICATE until it returns something true and return that; fail
+    naming WHAT when TIMEOUT seconds pass first (a bound, not a pace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "still waiting after %d s for %s" % (timeout, what)
+        time.sleep(0.02)
+
+
 def script_input(rounds, prefix=""):
     """The user message that scripts the fake model."""
     return prefix + "SCRIPT: " + json.dumps(rounds)
@@ -306,12 +318,19 @@ def model():
             return json.loads(self._call("GET", "/_requests"))
 
         def reset(self):
-            """Forget the requests, accept no extra parameter."""
+            """Forget the requests, open every gate, accept no extra parameter."""
             self._call("POST", "/_reset")
 
         def allow_parameters(self, *names):
             """Accept these top-level parameters besides CreateResponse's."""
             self._call("POST", "/_control", {"extra_parameters": list(names)})
+
+        def holds(self):
+            """The gates answers wait on now: {"waiting": [...], "expired": [...]}."""
+            return json.loads(self._call("GET", "/_holds"))
+
+        def release(self, gate):
+            self._call("POST", "/_release", {"gate": gate})
 
     yield Model()
     proc.kill()

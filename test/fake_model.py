@@ -29,7 +29,12 @@ Actions (output items come out in order):
   {"error": {"status", "body", "headers"}}  the whole answer is that error
   {"garbage": "<raw>"}                   200 application/json with that raw body
   {"sleep": s}                           wait s seconds before answering
-  {"stream_pause": s}                    wait s seconds between stream events
+  {"hold": "<gate>", "after"?: K}        wait until the test opens the gate
+                                         (POST /_release): a stream after its
+                                         first K events (default 0), a JSON
+                                         answer before it is sent. A gate still
+                                         shut after HOLD_LIMIT seconds drops the
+                                         connection without a word.
   {"stream_fail": "message"}             stream: error + response.failed instead
                                          of response.completed; otherwise 500
   {"stream_cut": K}                      stream: drop the connection after K
@@ -50,11 +55,15 @@ unknown_parameter), unless the test allowed it (POST /_control).
 Control endpoints (no authentication):
   GET /_requests    every request received, in order: "method", "path",
                     "headers", "body_b64", "json", "peer" (the client's
-                    address:port, i.e. which connection it came on)
-  POST /_reset      forget the requests, clear /_control
+                    address:port, i.e. which connection it came on), and once
+                    answered "status" and "answer" (the JSON body sent back; for
+                    a stream, the response of its terminal event)
+  POST /_reset      forget the requests, open every gate, clear /_control
   POST /_control    {"extra_parameters": [names]}: top-level parameters to
                     accept besides CreateResponse's (an OpenAI-compatible
                     upstream that takes vendor extensions)
+  POST /_release    {"gate": name}: open a gate (before or while it is waited on)
+  GET /_holds       {"waiting": [gates held now], "expired": [gates given up]}
   GET /_health
 """
 
@@ -70,6 +79,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_SCRIPT = [[{"text": "ok"}]]
+HOLD_LIMIT = 60.0
 MISSING_KEY = ("You didn't provide an API key. You need to provide your API key in an "
                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
                "or as the password field (with blank username) if you're accessing the API "
@@ -93,8 +103,7 @@ _ITEM_ID_RE = re.compile(r"^(?:fc|msg|rs)_(\d+)_\d+$")
 _CALL_ID_RE = re.compile(r"^call_(\d+)_\d+$")
 _CALL_ACTIONS = ("call", "calls", "raw_call", "function")
 _KNOWN_ACTIONS = _CALL_ACTIONS + (
-    "text", "big", "reasoning", "error", "garbage", "sleep", "stream_pause",
-    "stream_fail", "stream_cut", "hang_up",
+    "text", "big", "reasoning", "error", "garbage", "sleep", "stream_fail", "stream_cut", "hang_up", "hold",
 )
 
 
@@ -136,16 +145,42 @@ class State:
         self.serial = 0
         self.hits = {}            # (script, round, action index) -> count
         self.extra_parameters = set()
+        self.gates = {}           # gate name -> threading.Event
+        self.waiting = []         # gates held now (one entry per waiting answer)
+        self.expired = []         # gates given up after HOLD_LIMIT
 
     def next_serial(self):
         with self.lock:
             self.serial += 1
             return self.serial
 
+    def _gate(self, name):
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name):
+        self._gate(name).set()
+
+    def hold(self, name):
+        """Wait until gate NAME is opened; False when HOLD_LIMIT passed first."""
+        gate = self._gate(name)
+        with self.lock:
+            self.waiting.append(name)
+        opened = gate.wait(HOLD_LIMIT)
+        with self.lock:
+            self.waiting.remove(name)
+            if not opened:
+                self.expired.append(name)
+        return opened
+
     def reset(self):
         with self.lock:
             self.requests.clear()
             self.extra_parameters = set()
+            gates, self.gates = self.gates, {}
+            self.expired = []
+        for gate in gates.values():
+            gate.set()
 
 
 # ---------------------------------------------------------------- helpers
@@ -213,17 +248,19 @@ class Answer:
     """What to send back for one POST /v1/responses."""
 
     def __init__(self, status=200, body=b"", headers=None, response=None,
-                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None, hang_up=False):
+                 stream=False, sleep=0.0, fail=None, cut=None, hang_up=False,
+                 hold=None, hold_after=0):
         self.status = status
         self.body = body
         self.headers = headers or []
         self.response = response
         self.stream = stream
-        self.pause = pause
         self.sleep = sleep
         self.fail = fail
         self.cut = cut
         self.hang_up = hang_up
+        self.hold = hold
+        self.hold_after = hold_after
 
 
 def check_authorization(value):
@@ -464,24 +501,26 @@ def respond(state, body):
             active.append(action)
 
     sleep = 0.0
-    pause = 0.0
     fail = None
     cut = None
     hang_up = False
+    hold = None
+    hold_after = 0
     for action in active:
         kind = [k for k in action if k in _KNOWN_ACTIONS]
         if not kind:
             raise ApiError(400, "Unknown script action: %s" % json.dumps(action), "input")
         if "sleep" in action:
             sleep += float(action["sleep"])
-        if "stream_pause" in action:
-            pause = float(action["stream_pause"])
         if "stream_fail" in action:
             fail = str(action["stream_fail"])
         if "stream_cut" in action:
             cut = int(action["stream_cut"])
         if action.get("hang_up"):
             hang_up = True
+        if "hold" in action:
+            hold = str(action["hold"])
+            hold_after = int(action.get("after", 0))
 
     for action in active:
         if "error" in action:
@@ -492,11 +531,11 @@ def respond(state, body):
                                                "code": None}})
             raw = ebody.encode("utf-8") if isinstance(ebody, str) else _json_bytes(ebody)
             headers = [(k, str(v)) for k, v in (err.get("headers") or {}).items()]
-            return Answer(int(err.get("status", 500)), raw, headers, sleep=sleep)
+            return Answer(int(err.get("status", 500)), raw, headers, sleep=sleep, hold=hold)
         if "garbage" in action:
             g = action["garbage"]
             raw = g.encode("utf-8") if isinstance(g, str) else _json_bytes(g)
-            return Answer(200, raw, sleep=sleep)
+            return Answer(200, raw, sleep=sleep, hold=hold)
 
     tool_choice_none = body.get("tool_choice") == "none"
     outputs_after = [output_string(it.get("output")) for it in conv[start:]
@@ -565,7 +604,7 @@ def respond(state, body):
 
     if fail is not None and not stream:
         err = ApiError(500, fail, None, etype="server_error", code="server_error")
-        return Answer(500, _json_bytes(err.body()), sleep=sleep)
+        return Answer(500, _json_bytes(err.body()), sleep=sleep, hold=hold)
 
     if fail is None and cut is None:
         with state.lock:
@@ -577,8 +616,9 @@ def respond(state, body):
             if conversation is not None:
                 state.conversations.setdefault(conversation, []).extend(new_items + output)
 
-    return Answer(200, _json_bytes(resp), response=resp, stream=stream, pause=pause,
-                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up)
+    return Answer(200, _json_bytes(resp), response=resp, stream=stream,
+                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up, hold=hold,
+                  hold_after=hold_after)
 
 
 def stream_events(resp, fail=None):
@@ -703,7 +743,21 @@ class Handler(BaseHTTPRequestHandler):
             return data
         return b""
 
+    def _note_answer(self, status, answer):
+        """Record what the current request was answered (see GET /_requests)."""
+        record = getattr(self, "_record", None)
+        if record is not None:
+            with self.server.state.lock:
+                record["status"] = status
+                record["answer"] = answer
+
     def _send(self, status, body=b"", ctype="application/json", headers=()):
+        if ctype == "application/json":
+            try:
+                answer = json.loads(body.decode("utf-8")) if body else None
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                answer = None          # "garbage" answers are recorded as None
+            self._note_answer(status, answer)
         self.send_response(status)
         if status != 204:
             self.send_header("Content-Type", ctype)
@@ -726,6 +780,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- routing
 
     def _dispatch(self):
+        self._record = None
         try:
             body = self._read_body()
         except (ValueError, OSError):
@@ -758,15 +813,16 @@ class Handler(BaseHTTPRequestHandler):
             bad_json = True
         else:
             bad_json = False
+        self._record = {
+            "method": self.command,
+            "path": self.path,
+            "headers": [[k, v] for k, v in self.headers.items()],
+            "body_b64": base64.b64encode(body).decode("ascii"),
+            "json": parsed,
+            "peer": "%s:%d" % self.client_address[:2],
+        }
         with state.lock:
-            state.requests.append({
-                "method": self.command,
-                "path": self.path,
-                "headers": [[k, v] for k, v in self.headers.items()],
-                "body_b64": base64.b64encode(body).decode("ascii"),
-                "json": parsed,
-                "peer": "%s:%d" % self.client_address[:2],
-            })
+            state.requests.append(self._record)
 
         try:
             check_authorization(self.headers.get("Authorization"))
@@ -803,7 +859,17 @@ class Handler(BaseHTTPRequestHandler):
             values = json.loads(body.decode("utf-8")) if body else {}
         except (ValueError, UnicodeDecodeError):
             values = None
-        if path == "/_control" and self.command == "POST":
+        if path == "/_holds" and self.command == "GET":
+            with state.lock:
+                holds = {"waiting": list(state.waiting), "expired": list(state.expired)}
+            self._send(200, _json_bytes(holds))
+        elif path == "/_release" and self.command == "POST":
+            if not isinstance(values, dict) or not isinstance(values.get("gate"), str):
+                self._send(400, _json_bytes({"error": "want {\"gate\": name}"}))
+                return
+            state.release(values["gate"])
+            self._send(204)
+        elif path == "/_control" and self.command == "POST":
             extra = values.get("extra_parameters") if isinstance(values, dict) else None
             if set(values or {}) - {"extra_parameters"} or not isinstance(extra, list) \
                     or not all(isinstance(n, str) for n in extra):
@@ -816,6 +882,15 @@ class Handler(BaseHTTPRequestHandler):
             self._send(404, _json_bytes({"error": "no control endpoint %s %s"
                                                   % (self.command, path)}))
 
+    def _hold(self, answer):
+        """Wait for the answer's gate; False (and the connection dropped) when
+        it stayed shut."""
+        if self.server.state.hold(answer.hold):
+            return True
+        self.close_connection = True
+        self._note_answer(None, None)
+        return False
+
     def _create(self, parsed):
         try:
             answer = respond(self.server.state, parsed)
@@ -824,6 +899,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if answer.sleep > 0:
             time.sleep(answer.sleep)
+        if answer.hold is not None and not (answer.stream and answer.response is not None) \
+                and not self._hold(answer):
+            return
         if not answer.stream or answer.response is None:
             if answer.cut is not None and answer.response is not None:
                 self._send_truncated(answer)
@@ -837,6 +915,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_truncated(self, answer):
+        self._note_answer(200, None)
         self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -853,13 +932,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", "req_" + secrets.token_hex(8))
         self.end_headers()
+        self._note_answer(200, None if answer.cut is not None else events[-1][1]["response"])
         try:
             for n, (etype, data) in enumerate(events):
                 if answer.cut is not None and n >= answer.cut:
                     self.close_connection = True
                     return
-                if n and answer.pause > 0:
-                    time.sleep(answer.pause)
+                if answer.hold is not None and n == answer.hold_after and \
+                        not self._hold(answer):
+                    return
                 frame = ("event: %s\ndata: %s\n\n" % (etype, json.dumps(data, ensure_ascii=False)))
                 self._write_chunk(frame.encode("utf-8"))
             self.wfile.write(b"0\r\n\r\n")

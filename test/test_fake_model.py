@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -241,6 +242,10 @@ def test_refuses_a_request_without_an_api_key(port):
     resp, raw = request(port, "GET", "/v1/responses/resp_x", headers={"Authorization": None})
     assert resp.status == 401
     assert json.loads(raw) == NO_KEY
+    # refused before the script was read: the round was not used up
+    recs = json.loads(request(port, "GET", "/_requests")[1])
+    assert [r["status"] for r in recs] == [401] * 4
+    assert [r["answer"] for r in recs] == [NO_KEY] * 4
     # any key is taken
     st, r = create(port, {"input": "hi"}, headers={"Authorization": "bearer sk-other"})
     assert st == 200, r
@@ -312,6 +317,20 @@ def test_known_parameters_are_those_of_create_response():
     assert fake_model.CREATE_PARAMETERS == props
 
 
+def test_requests_record_what_was_answered(port):
+    request(port, "POST", "/_reset")
+    st, r = create(port, {"input": [script_msg([[{"call": "1"}]])], "tools": [CODE_TOOL]})
+    assert st == 200
+    st, err = create(port, {"input": "x", "previous_response_id": "resp_nope"})
+    assert st == 400
+    resp, raw = request(port, "POST", "/v1/responses",
+                        {"input": [script_msg([[{"text": "s"}]])], "stream": True})
+    final = parse_sse(raw)[-1]["response"]
+    recs = json.loads(request(port, "GET", "/_requests")[1])
+    assert [(rec["status"], rec["answer"]) for rec in recs] == [(200, r), (400, err),
+                                                                (200, final)]
+
+
 def test_no_script_answers_ok(port):
     st, r = create(port, {"input": "hello", "metadata": {"a": "b"}, "instructions": "be nice"})
     assert st == 200
@@ -361,19 +380,86 @@ def test_streaming_event_order(port):
     assert added[1]["item"]["status"] == "in_progress" and added[1]["item"]["content"] == []
 
 
-def test_stream_keepalive_and_pause(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    rounds = [[{"text": "a"}, {"stream_pause": 0.05}]]
-    t0 = time.time()
-    resp, raw = request(port, "POST", "/v1/responses",
-                        {"input": [script_msg(rounds)], "stream": True}, conn=conn)
+def holds(port):
+    resp, raw = request(port, "GET", "/_holds")
     assert resp.status == 200
-    n = len(parse_sse(raw))
-    assert time.time() - t0 >= 0.05 * (n - 1) * 0.9
+    return json.loads(raw)
+
+
+def release(port, gate):
+    resp, raw = request(port, "POST", "/_release", {"gate": gate})
+    assert resp.status == 204, raw
+
+
+def wait_held(port, gate):
+    deadline = time.monotonic() + 10
+    while gate not in holds(port)["waiting"]:
+        assert time.monotonic() < deadline, "nothing waits on gate %s: %s" % (gate, holds(port))
+        time.sleep(0.01)
+
+
+def test_held_stream_waits_for_its_gate_and_keeps_the_connection(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    rounds = [[{"text": "a"}, {"hold": "mid-stream", "after": 2}]]
+    conn.request("POST", "/v1/responses", headers=dict(AUTH, **{
+        "Content-Type": "application/json"}), body=json.dumps(
+            {"input": [script_msg(rounds)], "stream": True}))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    first = b""
+    while first.count(b"\n\n") < 2:
+        first += resp.readline()
+    assert [e["type"] for e in parse_sse(first)] == ["response.created",
+                                                     "response.in_progress"]
+    wait_held(port, "mid-stream")
+    release(port, "mid-stream")
+    events = [e["type"] for e in parse_sse(first + resp.read())]
+    assert events[2] == "response.output_item.added"
+    assert events[-1] == "response.completed"
+    assert holds(port) == {"waiting": [], "expired": []}
     # same connection still usable
     st, r = create(port, {"input": "x"}, conn=conn)
     assert st == 200
     conn.close()
+
+
+def test_held_json_answer_waits_for_its_gate(port):
+    got = {}
+    body = {"input": [script_msg([[{"text": "late"}, {"hold": "json"}]])]}
+    t = threading.Thread(target=lambda: got.setdefault("r", create(port, body)))
+    t.start()
+    wait_held(port, "json")
+    assert "r" not in got
+    release(port, "json")
+    t.join(10)
+    assert got["r"][0] == 200
+    assert got["r"][1]["output"][0]["content"][0]["text"] == "late"
+    # a gate opened before anything waits on it lets the answer through
+    release(port, "early")
+    st, r = create(port, {"input": [script_msg([[{"text": "x"}, {"hold": "early"}]])]})
+    assert st == 200
+
+
+def test_reset_opens_every_gate(port):
+    got = {}
+    body = {"input": [script_msg([[{"text": "freed"}, {"hold": "forgotten"}]])]}
+    t = threading.Thread(target=lambda: got.setdefault("r", create(port, body)))
+    t.start()
+    wait_held(port, "forgotten")
+    resp, _ = request(port, "POST", "/_reset")
+    assert resp.status == 204
+    t.join(10)
+    assert got["r"][0] == 200
+
+
+def test_gate_left_shut_drops_the_connection(port, monkeypatch):
+    monkeypatch.setattr(fake_model, "HOLD_LIMIT", 0.2)
+    request(port, "POST", "/_reset")
+    with pytest.raises(http.client.RemoteDisconnected):
+        create(port, {"input": [script_msg([[{"text": "never"}, {"hold": "shut"}]])]})
+    assert holds(port) == {"waiting": [], "expired": ["shut"]}
+    [rec] = json.loads(request(port, "GET", "/_requests")[1])
+    assert (rec["status"], rec["answer"]) == (None, None)
 
 
 def test_chunked_request_body(port):

@@ -18,7 +18,7 @@ import warnings
 import pytest
 
 from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, Httpd, base_conf, script_input,
-                      without_ids)
+                      wait_until, without_ids)
 from fake_model import build_response_object
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -745,14 +745,23 @@ def test_disconnect_stops_the_loop(httpd, model):
 # ------------------------------------------------------------- passthrough
 
 def test_passthrough_stream_is_not_buffered(httpd, model):
-    body = {"model": "m", "stream": True, "input": script_input([[{"stream_pause": 1}]])}
-    s = stream(httpd, "/v1/responses", body)
+    # The upstream holds the rest of its stream after two events until the
+    # client has read them: a buffered relay would never show them.
+    body = {"model": "m", "stream": True,
+            "input": script_input([[{"hold": "passthrough", "after": 2}]])}
+    s = SSE(httpd, "/v1/responses", body, timeout=30)
     assert s.status == 200
     assert s.headers.get("content-type", "").startswith("text/event-stream")
-    events = s.events()
-    assert types(events) == ["response.created", "response.in_progress",
-                             "response.completed"]
-    assert events[-1]["t"] - events[0]["t"] >= 1.0, [e["t"] - s.t_sent for e in events]
+    try:
+        s.until("response.in_progress")
+    except TimeoutError:
+        raise AssertionError("the first events did not arrive while the upstream held the "
+                             "rest of its stream: the relay buffers it") from None
+    wait_until(lambda: model.holds()["waiting"] == ["passthrough"], "the upstream's hold")
+    model.release("passthrough")
+    s.read_all()
+    assert types(s.events()) == ["response.created", "response.in_progress",
+                                 "response.completed"]
     seen = model.requests()
     assert len(seen) == 1 and seen[0]["json"]["stream"] is True
     assert "CI0101" not in httpd.log_since_mark()
