@@ -45,7 +45,9 @@ import linecache
 import os
 import queue
 import secrets
+import select
 import signal
+import socket
 import string
 import struct
 import sys
@@ -68,6 +70,7 @@ API_DEFAULT_TIMEOUT = 15
 # which does not override the data-plane URL never leaves the host.
 DEFAULT_DOMAIN = "localhost"
 HOLD_LIMIT = 60.0
+CLIENT_CHECK = 0.05   # how often a quiet execution stream looks for its client
 DEFAULT_KEEPALIVE = 5.0
 HUGE_LINE_BYTES = 64 * 1024
 GARBAGE_LINES = (b"not json at all\n", b'{"truncated":\n')
@@ -964,17 +967,33 @@ class Handler(BaseHTTPRequestHandler):
         self._stream(items, cut=sw.get("cut_stream", False), garbage=sw.get("garbage_lines", False),
                      slow=sw.get("slow_stream", 0))
 
-    @staticmethod
-    def _queue_items(q, interval):
+    def _queue_items(self, q, interval):
+        """The execution's items as they come, a keepalive after INTERVAL
+        seconds without one; stops (ConnectionResetError) as soon as the
+        client has closed the connection, as a server notices a peer gone."""
+        quiet = 0.0
         while True:
             try:
-                item = q.get(timeout=interval)
+                item = q.get(timeout=min(interval, CLIENT_CHECK))
             except queue.Empty:
-                yield {"type": "keepalive"}
+                if self._client_gone():
+                    raise ConnectionResetError("the client closed the connection")
+                quiet += CLIENT_CHECK
+                if quiet >= interval:
+                    quiet = 0.0
+                    yield {"type": "keepalive"}
                 continue
             if item is _DONE:
                 return
+            quiet = 0.0
             yield item
+
+    def _client_gone(self):
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _huge_items(self, sb, total):
         with self.server.lock:

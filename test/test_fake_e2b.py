@@ -570,3 +570,17 @@ def test_requests_carry_their_peer_and_ended_connections_are_listed(fake):
     assert peer not in st["closed"]
     c.conn.close()
     wait_state(fake, lambda s: peer in s["closed"], "the connection to end")
+
+
+def test_client_gone_ends_a_quiet_execution_stream(fake):
+    sb = fake.create()
+    fake.control(hold_execute="gone", keepalive_interval=60)
+    c = Client(fake.port)
+    c.conn.request("POST", "/execute", body=json.dumps({"code": "1"}),
+                   headers=dict(fake.exec_headers(sb), **{"Content-Type": "application/json"}))
+    wait_state(fake, lambda s: s["held"], "the held execution")
+    peer = "%s:%d" % c.conn.sock.getsockname()[:2]
+    c.conn.close()
+    # noticed while the code is still held, long before a keepalive would fail
+    st = wait_state(fake, lambda s: peer in s["closed"], "the stream to end")
+    assert [h["what"] for h in st["held"]] == ["execute"]
