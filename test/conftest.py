@@ -90,6 +90,70 @@ def script_input(rounds, prefix=""):
     return prefix + "SCRIPT: " + json.dumps(rounds)
 
 
+class FakeE2B:
+    """Control of a test/fake_e2b.py started with start_helper."""
+
+    def __init__(self, proc, port):
+        self.proc = proc
+        self.port = port
+        self.url = "http://127.0.0.1:%d" % port
+
+    def call(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        data = json.dumps(body).encode() if body is not None else None
+        hdrs = {"Content-Type": "application/json"} if data is not None else {}
+        hdrs.update(headers or {})
+        conn.request(method, path, body=data, headers=hdrs)
+        r = conn.getresponse()
+        raw = r.read()
+        conn.close()
+        return r.status, (json.loads(raw) if raw else None)
+
+    def state(self):
+        return self.call("GET", "/_state")[1]
+
+    def reset(self):
+        assert self.call("POST", "/_reset", {})[0] == 200
+
+    def control(self, **switches):
+        status, answer = self.call("POST", "/_control", switches)
+        assert status == 200, answer
+        return answer
+
+    def release(self, gate):
+        assert self.call("POST", "/_release", {"gate": gate})[0] == 200
+
+    def until(self, predicate, what, timeout=30):
+        """Poll the state until PREDICATE holds and return it; fail naming WHAT
+        when it does not within TIMEOUT seconds."""
+        found = {}
+
+        def check():
+            st = self.state()
+            found["st"] = st
+            return predicate(st)
+        wait_until(check, what, timeout)
+        return found["st"]
+
+    def wait(self, predicate, timeout=10):
+        """Poll the state until PREDICATE holds; returns the last state."""
+        deadline = time.time() + timeout
+        while True:
+            st = self.state()
+            if predicate(st) or time.time() > deadline:
+                return st
+            time.sleep(0.05)
+
+    def remove_leftovers(self):
+        """Delete, with the key that created them, the sandboxes a test made
+        the module leave behind (a forced delete status keeps them alive)."""
+        self.control(delete_status=None)
+        for sid, sb in self.state()["sandboxes"].items():
+            status, _ = self.call("DELETE", "/sandboxes/" + sid,
+                                  headers={"X-API-Key": sb["api_key"]})
+            assert status == 204
+
+
 # CI_SANITIZE=1: the module under test was built with ASan/UBSan; httpd is
 # started with the sanitizer runtime preloaded and its reports written under
 # the server root, and every test fails if one appears.
