@@ -780,6 +780,12 @@ class Handler(BaseHTTPRequestHandler):
     # -- routing
 
     def _dispatch(self):
+        try:
+            self._handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True     # the client left before the answer
+
+    def _handle(self):
         self._record = None
         try:
             body = self._read_body()

@@ -570,6 +570,18 @@ def test_command_line_ready_line():
         port = int(line.split()[1])
         st, r = create(port, {"input": "hi"})
         assert st == 200
+        # a client that leaves before its held answer is sent is no error
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/v1/responses", headers=dict(AUTH, **{
+            "Content-Type": "application/json"}), body=json.dumps(
+                {"input": [script_msg([[{"text": "x"}, {"hold": "left"}]])]}))
+        wait_held(port, "left")
+        conn.close()
+        release(port, "left")
+        deadline = time.monotonic() + 10
+        while json.loads(request(port, "GET", "/_requests")[1])[-1].get("status") is None:
+            assert time.monotonic() < deadline, "the held answer was never sent"
+            time.sleep(0.01)
     finally:
         proc.terminate()
         proc.wait(timeout=10)
