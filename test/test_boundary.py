@@ -385,29 +385,59 @@ CALL = {"call": "print(1)"}
 UPSTREAM_ERROR = {"error": {"message": "upstream says no", "type": "some_error", "param": None,
                             "code": "nope"}}
 
+
+def module_error(code, message):
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+
+
+CALLED = ("code_interpreter_call", "completed", None)
+DONE = ("message", "completed", "done")
+
+# name, location, script, status, what the client gets: the whole error body,
+# or the answer's output items as (type, status, the message's text or None)
 PATHS = [
-    ("success", "/v1/responses", [[CALL], [{"text": "done"}]], 200),
+    ("success", "/v1/responses", [[CALL], [{"text": "done"}]], 200, [CALLED, DONE]),
     ("raising-code", "/v1/responses", [[{"call": "raise RuntimeError('x')"}],
-                                       [{"text": "done"}]], 200),
+                                       [{"text": "done"}]], 200, [CALLED, DONE]),
     ("timeout", "/quick/v1/responses", [[{"call": "import time\ntime.sleep(10)"}],
-                                        [{"text": "done"}]], 200),
+                                        [{"text": "done"}]], 200,
+     [("code_interpreter_call", "failed", None), DONE]),
     ("upstream-4xx", "/v1/responses", [[CALL], [{"error": {"status": 400,
-                                                           "body": UPSTREAM_ERROR}}]], 400),
+                                                           "body": UPSTREAM_ERROR}}]], 400,
+     UPSTREAM_ERROR),
     ("upstream-5xx", "/v1/responses", [[CALL], [{"error": {"status": 503,
-                                                           "body": UPSTREAM_ERROR}}]], 503),
-    ("upstream-garbage", "/v1/responses", [[CALL], [{"garbage": "nope"}]], 502),
-    ("upstream-unreachable", "/unreachable/v1/responses", [[CALL], [{"text": "never"}]], 502),
-    ("loop-cap", "/capped/v1/responses", [[CALL]] * 6, 200),
+                                                           "body": UPSTREAM_ERROR}}]], 503,
+     UPSTREAM_ERROR),
+    ("upstream-garbage", "/v1/responses", [[CALL], [{"garbage": "nope"}]], 502,
+     module_error("bad_upstream_response", "The model upstream answered round 2 with "
+                  "something that is not a Responses API response: null expected at "
+                  "byte 1.")),
+    ("upstream-unreachable", "/unreachable/v1/responses", [[CALL], [{"text": "never"}]], 502,
+     module_error("upstream_unreachable",
+                  "The model upstream could not be reached for a follow-up call.")),
+    ("loop-cap", "/capped/v1/responses", [[CALL]] * 6, 200,
+     [CALLED, CALLED, ("message", "completed", "tool_choice none honoured")]),
     ("deadline", "/deadline/v1/responses", [[{"call": "import time\ntime.sleep(10)"}],
-                                            [{"text": "never"}]], 504),
+                                            [{"text": "never"}]], 504,
+     module_error("deadline_exceeded", "The request did not finish within this server's "
+                  "deadline of 2 seconds.")),
 ]
 
 
-@pytest.mark.parametrize("path,rounds,status", [pytest.param(p, r, s, id=n)
-                                                for n, p, r, s in PATHS])
-def test_every_path_destroys_the_sandbox(httpd, model, path, rounds, status):
+def outcome(answer):
+    if isinstance(answer, dict) and "output" in answer:
+        return [(o["type"], o["status"],
+                 o["content"][0]["text"] if o["type"] == "message" else None)
+                for o in answer["output"]]
+    return answer
+
+
+@pytest.mark.parametrize("path,rounds,status,expect",
+                         [pytest.param(p, r, s, e, id=n) for n, p, r, s, e in PATHS])
+def test_every_path_destroys_the_sandbox(httpd, model, path, rounds, status, expect):
     got, _, answer = httpd.post(path, ci_body(rounds))
     assert got == status, answer
+    assert outcome(answer) == expect
     assert httpd.wait_sandboxes_destroyed() == (1, 1)
     log = httpd.log_since_mark()
     started = [l for l in log.splitlines() if "CI0302:" in l]

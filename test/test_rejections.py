@@ -361,7 +361,8 @@ def test_tool_at_location_without_interception_is_not_converted(httpd, model):
                                  headers={"X-Code-Interpreter": "On"})
     # the upstream, which has no hosted tool, refuses it
     assert status == 400
-    assert error_of(body)["message"] == "Unsupported tool type: code_interpreter"
+    assert error_of(body) == {"message": "Unsupported tool type: code_interpreter",
+                              "type": "invalid_request_error", "param": "tools", "code": None}
     assert len(model.requests()) == 1
     assert "CI0101" not in httpd.log_since_mark()
 
