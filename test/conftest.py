@@ -179,6 +179,10 @@ def sanitizer_reports(root):
     return out
 
 
+# What httpd's parent logs once it has (re)read its configuration.
+RESUMING = "configured -- resuming normal operations"
+
+
 class Httpd:
     """One httpd server root. conf_body is inserted into the template."""
 
@@ -257,9 +261,22 @@ TypesConfig /etc/mime.types
         while os.path.exists(pidfile) and time.time() < deadline:
             time.sleep(0.05)
 
+    def _children(self, parent):
+        comm = os.path.basename(HTTPD)[:15]
+        return {pid for pid, (ppid, name, _) in proc_table().items()
+                if ppid == parent and name == comm}
+
     def graceful(self):
+        """Restart gracefully; return once httpd has read its configuration
+        again and a child of the new generation runs."""
+        with open(os.path.join(self.root, "httpd.pid")) as f:
+            parent = int(f.read().strip())
+        before = self._children(parent)
+        resumed = self.log().count(RESUMING)
         self.ctl("graceful")
-        time.sleep(1)
+        wait_until(lambda: self.log().count(RESUMING) > resumed,
+                   "httpd to read its configuration again")
+        wait_until(lambda: self._children(parent) - before, "a child of the new generation")
 
     def log(self):
         try:
