@@ -32,6 +32,10 @@ HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
 MODDIR = "/usr/lib/apache2/modules"
 PYTHON = "/usr/bin/python3"
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+# What a client sends along with every request (the model upstream, like
+# OpenAI, refuses a request without an API key).
+API_KEY = "sk-test-0123456789"
+CLIENT_HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY}
 
 
 def free_port():
@@ -69,9 +73,85 @@ def without_ids(resp):
     return walk(resp)
 
 
+def wait_until(predicate, what, timeout=30):
+    """Poll PREDICATE until it returns something true and return that; fail
+    naming WHAT when TIMEOUT seconds pass first (a bound, not a pace)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "still waiting after %d s for %s" % (timeout, what)
+        time.sleep(0.02)
+
+
 def script_input(rounds, prefix=""):
     """The user message that scripts the fake model."""
     return prefix + "SCRIPT: " + json.dumps(rounds)
+
+
+class FakeE2B:
+    """Control of a test/fake_e2b.py started with start_helper."""
+
+    def __init__(self, proc, port):
+        self.proc = proc
+        self.port = port
+        self.url = "http://127.0.0.1:%d" % port
+
+    def call(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        data = json.dumps(body).encode() if body is not None else None
+        hdrs = {"Content-Type": "application/json"} if data is not None else {}
+        hdrs.update(headers or {})
+        conn.request(method, path, body=data, headers=hdrs)
+        r = conn.getresponse()
+        raw = r.read()
+        conn.close()
+        return r.status, (json.loads(raw) if raw else None)
+
+    def state(self):
+        return self.call("GET", "/_state")[1]
+
+    def reset(self):
+        assert self.call("POST", "/_reset", {})[0] == 200
+
+    def control(self, **switches):
+        status, answer = self.call("POST", "/_control", switches)
+        assert status == 200, answer
+        return answer
+
+    def release(self, gate):
+        assert self.call("POST", "/_release", {"gate": gate})[0] == 200
+
+    def until(self, predicate, what, timeout=30):
+        """Poll the state until PREDICATE holds and return it; fail naming WHAT
+        when it does not within TIMEOUT seconds."""
+        found = {}
+
+        def check():
+            st = self.state()
+            found["st"] = st
+            return predicate(st)
+        wait_until(check, what, timeout)
+        return found["st"]
+
+    def wait(self, predicate, timeout=10):
+        """Poll the state until PREDICATE holds; returns the last state."""
+        deadline = time.time() + timeout
+        while True:
+            st = self.state()
+            if predicate(st) or time.time() > deadline:
+                return st
+            time.sleep(0.05)
+
+    def remove_leftovers(self):
+        """Delete, with the key that created them, the sandboxes a test made
+        the module leave behind (a forced delete status keeps them alive)."""
+        self.control(delete_status=None)
+        for sid, sb in self.state()["sandboxes"].items():
+            status, _ = self.call("DELETE", "/sandboxes/" + sid,
+                                  headers={"X-API-Key": sb["api_key"]})
+            assert status == 204
 
 
 # CI_SANITIZE=1: the module under test was built with ASan/UBSan; httpd is
@@ -97,6 +177,10 @@ def sanitizer_reports(root):
             with open(os.path.join(logdir, name), errors="replace") as f:
                 out.append(f.read())
     return out
+
+
+# What httpd's parent logs once it has (re)read its configuration.
+RESUMING = "configured -- resuming normal operations"
 
 
 class Httpd:
@@ -177,9 +261,22 @@ TypesConfig /etc/mime.types
         while os.path.exists(pidfile) and time.time() < deadline:
             time.sleep(0.05)
 
+    def _children(self, parent):
+        comm = os.path.basename(HTTPD)[:15]
+        return {pid for pid, (ppid, name, _) in proc_table().items()
+                if ppid == parent and name == comm}
+
     def graceful(self):
+        """Restart gracefully; return once httpd has read its configuration
+        again and a child of the new generation runs."""
+        with open(os.path.join(self.root, "httpd.pid")) as f:
+            parent = int(f.read().strip())
+        before = self._children(parent)
+        resumed = self.log().count(RESUMING)
         self.ctl("graceful")
-        time.sleep(1)
+        wait_until(lambda: self.log().count(RESUMING) > resumed,
+                   "httpd to read its configuration again")
+        wait_until(lambda: self._children(parent) - before, "a child of the new generation")
 
     def log(self):
         try:
@@ -210,9 +307,11 @@ TypesConfig /etc/mime.types
 
     # ---- requests ----
     def request(self, method, path, body=None, headers=None, timeout=120):
+        """HEADERS are added to CLIENT_HEADERS; a None value leaves one out."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        hdrs = {"Content-Type": "application/json"}
+        hdrs = dict(CLIENT_HEADERS)
         hdrs.update(headers or {})
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         if isinstance(body, str):
@@ -286,19 +385,33 @@ def model():
         def __init__(self):
             self.port = port
 
-        def _call(self, method, path):
+        def _call(self, method, path, body=None):
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request(method, path)
+            conn.request(method, path, body=None if body is None else json.dumps(body))
             r = conn.getresponse()
             data = r.read()
             conn.close()
+            assert r.status in (200, 204), (method, path, r.status, data)
             return data
 
         def requests(self):
+            """Every request received since the last reset (see fake_model.py)."""
             return json.loads(self._call("GET", "/_requests"))
 
         def reset(self):
+            """Forget the requests, open every gate, accept no extra parameter."""
             self._call("POST", "/_reset")
+
+        def allow_parameters(self, *names):
+            """Accept these top-level parameters besides CreateResponse's."""
+            self._call("POST", "/_control", {"extra_parameters": list(names)})
+
+        def holds(self):
+            """The gates answers wait on now: {"waiting": [...], "expired": [...]}."""
+            return json.loads(self._call("GET", "/_holds"))
+
+        def release(self, gate):
+            self._call("POST", "/_release", {"gate": gate})
 
     yield Model()
     proc.kill()

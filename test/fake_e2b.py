@@ -19,7 +19,17 @@ Test control (no authentication):
 * ``POST /_reset`` clears switches, sandboxes, counters and records.
 * ``POST /_expire`` with ``{"id": ...}`` (or ``{}`` for all) expires sandboxes
   now, as if their timeout had passed.
-* ``GET /_state`` returns what happened (see ``FakeE2BServer.snapshot``).
+* ``POST /_release`` with ``{"gate": name}`` opens a gate (before or while it is
+  waited on). The switches ``hold_execute`` and ``hold_delete`` name a gate:
+  an execution then runs its code (the stream has begun, keepalives flow) only
+  once that gate is open, a delete is answered only then. A gate still shut
+  after ``HOLD_LIMIT`` seconds gives up: the execution ends with an error line
+  named ``FakeHoldExpired``, the delete with a 500.
+* ``GET /_state`` returns what happened (see ``FakeE2BServer.snapshot``): among
+  others, every control-plane and execute request with the client's
+  address:port (``peer``), and ``closed``, the client addresses of the
+  connections that have ended since (a client that drops its connection
+  after a request shows there).
 
 Run: ``python3 test/fake_e2b.py --port 0 [--api-key KEY ...] [--verbose]``;
 prints ``READY <port>`` once listening. In-process: ``start()``.
@@ -35,7 +45,9 @@ import linecache
 import os
 import queue
 import secrets
+import select
 import signal
+import socket
 import string
 import struct
 import sys
@@ -53,6 +65,12 @@ ENVD_VERSION = "0.2.0"
 # The control plane's own default when a create body has no "timeout"
 # (the SDKs always send one, 300 s by default).
 API_DEFAULT_TIMEOUT = 15
+# Where sandboxes live, as the create answer says (``domain``): the data plane
+# of sandbox <id> is https://49999-<id>.<domain>. Loopback, so that a client
+# which does not override the data-plane URL never leaves the host.
+DEFAULT_DOMAIN = "localhost"
+HOLD_LIMIT = 60.0
+CLIENT_CHECK = 0.05   # how often a quiet execution stream looks for its client
 DEFAULT_KEEPALIVE = 5.0
 HUGE_LINE_BYTES = 64 * 1024
 GARBAGE_LINES = (b"not json at all\n", b'{"truncated":\n')
@@ -71,6 +89,10 @@ SWITCHES = {
     "keepalive_interval": float,
     "execute_status": int,
     "default_timeout": int,
+    "domain": str,
+    "create_without_domain": bool,
+    "hold_execute": str,
+    "hold_delete": str,
 }
 
 STATUS_MESSAGES = {
@@ -255,8 +277,10 @@ class FakeE2BServer(ThreadingHTTPServer):
     allow_reuse_address = True
     block_on_close = False
 
-    def __init__(self, address, api_keys=(DEFAULT_API_KEY,), verbose=False):
+    def __init__(self, address, api_keys=(DEFAULT_API_KEY,), verbose=False,
+                 domain=DEFAULT_DOMAIN):
         self.api_keys = set(api_keys)
+        self.domain = domain
         self.verbose = verbose
         self.lock = threading.RLock()
         self.thread = None
@@ -266,6 +290,10 @@ class FakeE2BServer(ThreadingHTTPServer):
     # -- state -------------------------------------------------------------
     def reset(self):
         with self.lock:
+            gates, self.gates = getattr(self, "gates", {}), {}
+            self.held = []            # {"gate", "what", "sandbox_id"} waiting now
+            self.hold_expired = []
+            self.closed = []
             self.switches = {}
             self.sandboxes = {}
             self.created = 0
@@ -278,6 +306,29 @@ class FakeE2BServer(ThreadingHTTPServer):
             self.leaks = []
             self.expired_ids = []
             self.issued_tokens = {}  # token -> kind, kept after the sandbox is gone
+        for gate in gates.values():
+            gate.set()
+
+    def _gate(self, name):
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name):
+        self._gate(name).set()
+
+    def hold(self, name, what, sandbox_id):
+        """Wait until gate NAME is opened; False when HOLD_LIMIT passed first."""
+        gate = self._gate(name)
+        entry = {"gate": name, "what": what, "sandbox_id": sandbox_id}
+        with self.lock:
+            self.held.append(entry)
+        opened = gate.wait(HOLD_LIMIT)
+        with self.lock:
+            if entry in self.held:
+                self.held.remove(entry)
+            if not opened:
+                self.hold_expired.append(entry)
+        return opened
 
     def switch(self, name, default=None):
         with self.lock:
@@ -296,6 +347,10 @@ class FakeE2BServer(ThreadingHTTPServer):
             if kind is bool:
                 if not isinstance(value, bool):
                     raise ValueError("switch %s wants true or false" % name)
+                coerced[name] = value
+            elif kind is str:
+                if not isinstance(value, str) or not value:
+                    raise ValueError("switch %s wants a string" % name)
                 coerced[name] = value
             else:
                 if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -344,6 +399,9 @@ class FakeE2BServer(ThreadingHTTPServer):
                 "executes": list(self.executes),
                 "timeouts": list(self.timeouts),
                 "leaks": list(self.leaks),
+                "held": [dict(h) for h in self.held],
+                "hold_expired": list(self.hold_expired),
+                "closed": list(self.closed),
                 "switches": dict(self.switches),
                 "sandboxes": {
                     sb.id: {
@@ -374,6 +432,12 @@ class FakeE2BServer(ThreadingHTTPServer):
                     sb.execution_count += 1
                     count = sb.execution_count
                 put({"type": "number_of_executions", "execution_count": count})
+                gate = self.switch("hold_execute")
+                if gate is not None and not self.hold(gate, "execute", sb.id):
+                    put({"type": "error", "name": "FakeHoldExpired",
+                         "value": "gate %s was not opened within %g s" % (gate, HOLD_LIMIT),
+                         "traceback": ""})
+                    return
                 env = dict(sb.env_vars)
                 env.update(env_vars or {})
                 if env:
@@ -452,6 +516,16 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         if self.server.verbose:
             sys.__stderr__.write("fake_e2b: %s - %s\n" % (self.address_string(), fmt % args))
+
+    def handle(self):
+        try:
+            super().handle()
+        finally:
+            with self.server.lock:
+                self.server.closed.append(self._peer())
+
+    def _peer(self):
+        return "%s:%d" % self.client_address[:2]
 
     def do_GET(self):
         self._dispatch()
@@ -574,6 +648,13 @@ class Handler(BaseHTTPRequestHandler):
         elif name == "_control" and self.command == "GET":
             with srv.lock:
                 self._json(200, dict(srv.switches))
+        elif name == "_release" and self.command == "POST":
+            values = self._json_body()
+            if not isinstance(values, dict) or not isinstance(values.get("gate"), str):
+                self._json(400, {"error": "want {\"gate\": name}"})
+                return
+            srv.release(values["gate"])
+            self._json(200, {})
         elif name == "_expire" and self.command == "POST":
             values = self._json_body() or {}
             srv.expire(values.get("id") if isinstance(values, dict) else None)
@@ -646,6 +727,7 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         body = self._json_body()
         record = {"id": None, "api_key": api_key, "path": self.route, "time": time.time(),
+                  "peer": self._peer(),
                   "body": body if body is not None else self.body.decode("utf-8", "replace"),
                   "headers": self._lower_headers(),
                   "chunked": "chunked" in self.headers.get("Transfer-Encoding", "").lower(),
@@ -654,6 +736,8 @@ class Handler(BaseHTTPRequestHandler):
             srv.creates.append(record)
             forced = srv.switches.get("create_status")
             without_token = srv.switches.get("create_without_token", False)
+            domain = None if srv.switches.get("create_without_domain") else \
+                srv.switches.get("domain", srv.domain)
             default_timeout = srv.switches.get("default_timeout", API_DEFAULT_TIMEOUT)
         if not authorized:
             record["status"] = 401
@@ -688,7 +772,7 @@ class Handler(BaseHTTPRequestHandler):
             "envdVersion": ENVD_VERSION,
             "alias": sb.template_id,
             "trafficAccessToken": sb.traffic_token,
-            "domain": None,
+            "domain": domain,
         }
         if sb.envd_token:
             reply["envdAccessToken"] = sb.envd_token
@@ -717,10 +801,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _delete(self, sid, api_key):
         srv = self.server
+        record = {"id": sid, "api_key": api_key, "status": None, "peer": self._peer()}
+        with srv.lock:
+            srv.deletes.append(record)
+            gate = srv.switches.get("hold_delete")
+        if gate is not None and not srv.hold(gate, "delete", sid):
+            record["status"] = 500
+            self._api_error(500, "gate %s was not opened within %g s" % (gate, HOLD_LIMIT))
+            return
         with srv.lock:
             forced = srv.switches.get("delete_status")
-            record = {"id": sid, "api_key": api_key, "status": None}
-            srv.deletes.append(record)
             if forced is not None:
                 status = forced
             elif sid in srv.sandboxes:
@@ -741,7 +831,7 @@ class Handler(BaseHTTPRequestHandler):
         srv = self.server
         body = self._json_body()
         timeout = body.get("timeout") if isinstance(body, dict) else None
-        record = {"id": sid, "timeout": timeout, "status": None}
+        record = {"id": sid, "timeout": timeout, "status": None, "peer": self._peer()}
         with srv.lock:
             srv.timeouts.append(record)
         if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0:
@@ -796,7 +886,7 @@ class Handler(BaseHTTPRequestHandler):
         headers = self._lower_headers()
         sid = headers.get("e2b-sandbox-id")
         record = {"sandbox_id": sid, "path": self.route, "headers": headers,
-                  "body": self._json_body(), "status": None}
+                  "body": self._json_body(), "status": None, "peer": self._peer()}
         with srv.lock:
             if parts == ["execute"]:
                 srv.executes.append(record)
@@ -877,17 +967,33 @@ class Handler(BaseHTTPRequestHandler):
         self._stream(items, cut=sw.get("cut_stream", False), garbage=sw.get("garbage_lines", False),
                      slow=sw.get("slow_stream", 0))
 
-    @staticmethod
-    def _queue_items(q, interval):
+    def _queue_items(self, q, interval):
+        """The execution's items as they come, a keepalive after INTERVAL
+        seconds without one; stops (ConnectionResetError) as soon as the
+        client has closed the connection, as a server notices a peer gone."""
+        quiet = 0.0
         while True:
             try:
-                item = q.get(timeout=interval)
+                item = q.get(timeout=min(interval, CLIENT_CHECK))
             except queue.Empty:
-                yield {"type": "keepalive"}
+                if self._client_gone():
+                    raise ConnectionResetError("the client closed the connection")
+                quiet += CLIENT_CHECK
+                if quiet >= interval:
+                    quiet = 0.0
+                    yield {"type": "keepalive"}
                 continue
             if item is _DONE:
                 return
+            quiet = 0.0
             yield item
+
+    def _client_gone(self):
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     def _huge_items(self, sb, total):
         with self.server.lock:
@@ -946,9 +1052,10 @@ class Handler(BaseHTTPRequestHandler):
         self._chunk((json.dumps(item) + "\n").encode("utf-8"))
 
 
-def start(port=0, api_keys=(DEFAULT_API_KEY,), host="127.0.0.1", verbose=False):
+def start(port=0, api_keys=(DEFAULT_API_KEY,), host="127.0.0.1", verbose=False,
+          domain=DEFAULT_DOMAIN):
     """Serve in a background thread; returns (server, port). server.stop() ends it."""
-    server = FakeE2BServer((host, port), api_keys=api_keys, verbose=verbose)
+    server = FakeE2BServer((host, port), api_keys=api_keys, verbose=verbose, domain=domain)
     server.thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                      name="fake-e2b", daemon=True)
     server.thread.start()
@@ -962,10 +1069,12 @@ def main(argv=None):
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--api-key", action="append", dest="api_keys",
                         help="an accepted API key (repeatable; default %s)" % DEFAULT_API_KEY)
+    parser.add_argument("--domain", default=DEFAULT_DOMAIN,
+                        help="the domain create answers name (default %s)" % DEFAULT_DOMAIN)
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
     server = FakeE2BServer((args.host, args.port), api_keys=args.api_keys or (DEFAULT_API_KEY,),
-                           verbose=args.verbose)
+                           verbose=args.verbose, domain=args.domain)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     sys.stdout.write("READY %d\n" % server.server_address[1])
     sys.stdout.flush()

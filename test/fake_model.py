@@ -29,7 +29,12 @@ Actions (output items come out in order):
   {"error": {"status", "body", "headers"}}  the whole answer is that error
   {"garbage": "<raw>"}                   200 application/json with that raw body
   {"sleep": s}                           wait s seconds before answering
-  {"stream_pause": s}                    wait s seconds between stream events
+  {"hold": "<gate>", "after"?: K}        wait until the test opens the gate
+                                         (POST /_release): a stream after its
+                                         first K events (default 0), a JSON
+                                         answer before it is sent. A gate still
+                                         shut after HOLD_LIMIT seconds drops the
+                                         connection without a word.
   {"stream_fail": "message"}             stream: error + response.failed instead
                                          of response.completed; otherwise 500
   {"stream_cut": K}                      stream: drop the connection after K
@@ -48,9 +53,27 @@ Actions (output items come out in order):
 Any action may carry "times": N; it then applies only to the first N requests
 that reach its round and is skipped afterwards (for retry tests).
 
-Control endpoints: GET /_requests, POST /_reset, GET /_health, GET/POST /_gate. Each recorded
-request carries "peer", the client's address:port (which connection it came
-on).
+Like OpenAI, it refuses (before reading the script) a request without an
+``Authorization: Bearer <key>`` header (401; any key is accepted), a create
+whose Content-Type is not application/json (400, unsupported_content_type) and
+a create with a top-level parameter that CreateResponse does not define (400,
+unknown_parameter), unless the test allowed it (POST /_control).
+
+Control endpoints (no authentication):
+  GET /_requests    every request received, in order: "method", "path",
+                    "headers", "body_b64", "json", "peer" (the client's
+                    address:port, i.e. which connection it came on), and once
+                    answered "status" and "answer" (the JSON body sent back; for
+                    a stream, the response of its terminal event)
+  POST /_reset      forget the requests, open every gate, clear /_control
+  POST /_control    {"extra_parameters": [names]}: top-level parameters to
+                    accept besides CreateResponse's (an OpenAI-compatible
+                    upstream that takes vendor extensions)
+  POST /_release    {"gate": name}: open a gate (before or while it is waited on)
+  GET /_holds       {"waiting": [gates held now], "expired": [gates given up]}
+  GET /_gate        stream_gate: {"sent", "acked", "timeouts"} deltas
+  POST /_gate       {"acked": N}: the test has seen N deltas at its client
+  GET /_health
 """
 
 import argparse
@@ -65,6 +88,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 DEFAULT_SCRIPT = [[{"text": "ok"}]]
+HOLD_LIMIT = 60.0
+MISSING_KEY = ("You didn't provide an API key. You need to provide your API key in an "
+               "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+               "or as the password field (with blank username) if you're accessing the API "
+               "from your browser and are prompted for a username and password. You can "
+               "obtain an API key from https://platform.openai.com/account/api-keys.")
+# The top-level parameters of a create request: the properties of CreateResponse
+# in OpenAI's OpenAPI document (test_fake_model.py checks the list against it).
+CREATE_PARAMETERS = frozenset((
+    "background", "context_management", "conversation", "include", "input",
+    "instructions", "max_output_tokens", "max_tool_calls", "metadata", "model",
+    "moderation", "parallel_tool_calls", "previous_response_id", "prompt",
+    "prompt_cache_key", "prompt_cache_options", "prompt_cache_retention", "reasoning",
+    "safety_identifier", "service_tier", "store", "stream", "stream_options",
+    "temperature", "text", "tool_choice", "tools", "top_logprobs", "top_p",
+    "truncation", "user",
+))
 DONE_ROUND = [{"text": "done"}]
 TOOL_CHOICE_NONE_TEXT = "tool_choice none honoured"
 
@@ -72,8 +112,8 @@ _ITEM_ID_RE = re.compile(r"^(?:fc|msg|rs)_(\d+)_\d+$")
 _CALL_ID_RE = re.compile(r"^call_(\d+)_\d+$")
 _CALL_ACTIONS = ("call", "calls", "raw_call", "function")
 _KNOWN_ACTIONS = _CALL_ACTIONS + (
-    "text", "big", "reasoning", "error", "garbage", "sleep", "stream_pause",
-    "stream_fail", "stream_cut", "hang_up", "stream_gate",
+    "text", "big", "reasoning", "error", "garbage", "sleep", "stream_fail", "stream_cut",
+    "hang_up", "hold", "stream_gate",
 )
 GATE_WAIT = 30.0
 
@@ -115,6 +155,10 @@ class State:
         self.items = {}           # item id -> item (for item_reference)
         self.serial = 0
         self.hits = {}            # (script, round, action index) -> count
+        self.extra_parameters = set()
+        self.gates = {}           # gate name -> threading.Event
+        self.waiting = []         # gates held now (one entry per waiting answer)
+        self.expired = []         # gates given up after HOLD_LIMIT
         # stream_gate: deltas written, deltas the test saw, waits that ran out
         self.gate = {"sent": 0, "acked": 0, "timeouts": 0}
         self.gate_changed = threading.Condition(self.lock)
@@ -139,6 +183,36 @@ class State:
         with self.lock:
             self.serial += 1
             return self.serial
+
+    def _gate(self, name):
+        with self.lock:
+            return self.gates.setdefault(name, threading.Event())
+
+    def release(self, name):
+        self._gate(name).set()
+
+    def hold(self, name):
+        """Wait until gate NAME is opened; False when HOLD_LIMIT passed first."""
+        gate = self._gate(name)
+        with self.lock:
+            self.waiting.append(name)
+        opened = gate.wait(HOLD_LIMIT)
+        with self.lock:
+            self.waiting.remove(name)
+            if not opened:
+                self.expired.append(name)
+        return opened
+
+    def reset(self):
+        with self.lock:
+            self.requests.clear()
+            self.extra_parameters = set()
+            gates, self.gates = self.gates, {}
+            self.expired = []
+            self.gate = {"sent": 0, "acked": 0, "timeouts": 0}
+            self.gate_changed.notify_all()
+        for gate in gates.values():
+            gate.set()
 
 
 # ---------------------------------------------------------------- helpers
@@ -206,19 +280,43 @@ class Answer:
     """What to send back for one POST /v1/responses."""
 
     def __init__(self, status=200, body=b"", headers=None, response=None,
-                 stream=False, pause=0.0, sleep=0.0, fail=None, cut=None, hang_up=False,
-                 gate=False):
+                 stream=False, sleep=0.0, fail=None, cut=None, hang_up=False,
+                 hold=None, hold_after=0, gate=False):
         self.status = status
         self.body = body
         self.headers = headers or []
         self.response = response
         self.stream = stream
-        self.pause = pause
         self.sleep = sleep
         self.fail = fail
         self.cut = cut
         self.hang_up = hang_up
         self.gate = gate
+        self.hold = hold
+        self.hold_after = hold_after
+
+
+def check_authorization(value):
+    scheme, _, key = (value or "").partition(" ")
+    if scheme.lower() != "bearer" or not key.strip():
+        raise ApiError(401, MISSING_KEY)
+
+
+def check_content_type(value):
+    if (value or "").split(";", 1)[0].strip().lower() != "application/json":
+        raise ApiError(400, "Unsupported content type: '%s'. This API method only accepts "
+                       "'application/json' requests, but you specified the header "
+                       "'Content-Type: %s'. Please try again with a supported content type."
+                       % (value or "", value or ""), code="unsupported_content_type")
+
+
+def check_parameters(state, body):
+    with state.lock:
+        extra = set(state.extra_parameters)
+    for name in body:
+        if name not in CREATE_PARAMETERS and name not in extra:
+            raise ApiError(400, "Unknown parameter: '%s'." % name, name,
+                           code="unknown_parameter")
 
 
 def normalize_input(state, raw):
@@ -387,6 +485,7 @@ def respond(state, body):
     """Turn one parsed request body into an Answer (raises ApiError)."""
     if not isinstance(body, dict):
         raise ApiError(400, "Invalid type for body: expected an object.", None)
+    check_parameters(state, body)
     tools = check_tools(body)
     new_items = normalize_input(state, body.get("input"))
 
@@ -435,19 +534,18 @@ def respond(state, body):
             active.append(action)
 
     sleep = 0.0
-    pause = 0.0
     fail = None
     cut = None
     hang_up = False
     gate = False
+    hold = None
+    hold_after = 0
     for action in active:
         kind = [k for k in action if k in _KNOWN_ACTIONS]
         if not kind:
             raise ApiError(400, "Unknown script action: %s" % json.dumps(action), "input")
         if "sleep" in action:
             sleep += float(action["sleep"])
-        if "stream_pause" in action:
-            pause = float(action["stream_pause"])
         if "stream_fail" in action:
             fail = str(action["stream_fail"])
         if "stream_cut" in action:
@@ -456,6 +554,9 @@ def respond(state, body):
             hang_up = True
         if action.get("stream_gate"):
             gate = True
+        if "hold" in action:
+            hold = str(action["hold"])
+            hold_after = int(action.get("after", 0))
 
     for action in active:
         if "error" in action:
@@ -466,11 +567,11 @@ def respond(state, body):
                                                "code": None}})
             raw = ebody.encode("utf-8") if isinstance(ebody, str) else _json_bytes(ebody)
             headers = [(k, str(v)) for k, v in (err.get("headers") or {}).items()]
-            return Answer(int(err.get("status", 500)), raw, headers, sleep=sleep)
+            return Answer(int(err.get("status", 500)), raw, headers, sleep=sleep, hold=hold)
         if "garbage" in action:
             g = action["garbage"]
             raw = g.encode("utf-8") if isinstance(g, str) else _json_bytes(g)
-            return Answer(200, raw, sleep=sleep)
+            return Answer(200, raw, sleep=sleep, hold=hold)
 
     tool_choice_none = body.get("tool_choice") == "none"
     outputs_after = [output_string(it.get("output")) for it in conv[start:]
@@ -539,7 +640,7 @@ def respond(state, body):
 
     if fail is not None and not stream:
         err = ApiError(500, fail, None, etype="server_error", code="server_error")
-        return Answer(500, _json_bytes(err.body()), sleep=sleep)
+        return Answer(500, _json_bytes(err.body()), sleep=sleep, hold=hold)
 
     if fail is None and cut is None:
         with state.lock:
@@ -551,8 +652,9 @@ def respond(state, body):
             if conversation is not None:
                 state.conversations.setdefault(conversation, []).extend(new_items + output)
 
-    return Answer(200, _json_bytes(resp), response=resp, stream=stream, pause=pause,
-                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up, gate=gate)
+    return Answer(200, _json_bytes(resp), response=resp, stream=stream,
+                  sleep=sleep, fail=fail, cut=cut, hang_up=hang_up, hold=hold,
+                  hold_after=hold_after, gate=gate)
 
 
 def _argument_chunks(arguments):
@@ -689,7 +791,21 @@ class Handler(BaseHTTPRequestHandler):
             return data
         return b""
 
+    def _note_answer(self, status, answer):
+        """Record what the current request was answered (see GET /_requests)."""
+        record = getattr(self, "_record", None)
+        if record is not None:
+            with self.server.state.lock:
+                record["status"] = status
+                record["answer"] = answer
+
     def _send(self, status, body=b"", ctype="application/json", headers=()):
+        if ctype == "application/json":
+            try:
+                answer = json.loads(body.decode("utf-8")) if body else None
+            except (ValueError, UnicodeDecodeError, RecursionError):
+                answer = None          # "garbage" answers are recorded as None
+            self._note_answer(status, answer)
         self.send_response(status)
         if status != 204:
             self.send_header("Content-Type", ctype)
@@ -712,6 +828,13 @@ class Handler(BaseHTTPRequestHandler):
     # -- routing
 
     def _dispatch(self):
+        try:
+            self._handle()
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True     # the client left before the answer
+
+    def _handle(self):
+        self._record = None
         try:
             body = self._read_body()
         except (ValueError, OSError):
@@ -739,9 +862,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"{}")
             return
         if path == "/_reset" and self.command == "POST":
-            with state.lock:
-                state.requests.clear()
+            state.reset()
             self._send(204)
+            return
+        if path.startswith("/_"):
+            self._control(path, body)
             return
 
         try:
@@ -751,18 +876,28 @@ class Handler(BaseHTTPRequestHandler):
             bad_json = True
         else:
             bad_json = False
-        if not path.startswith("/_"):
-            with state.lock:
-                state.requests.append({
-                    "method": self.command,
-                    "path": self.path,
-                    "headers": [[k, v] for k, v in self.headers.items()],
-                    "body_b64": base64.b64encode(body).decode("ascii"),
-                    "json": parsed,
-                    "peer": "%s:%d" % self.client_address[:2],
-                })
+        self._record = {
+            "method": self.command,
+            "path": self.path,
+            "headers": [[k, v] for k, v in self.headers.items()],
+            "body_b64": base64.b64encode(body).decode("ascii"),
+            "json": parsed,
+            "peer": "%s:%d" % self.client_address[:2],
+        }
+        with state.lock:
+            state.requests.append(self._record)
 
+        try:
+            check_authorization(self.headers.get("Authorization"))
+        except ApiError as err:
+            self._send_error(err)
+            return
         if self.command == "POST" and path.rstrip("/") in ("/v1/responses", "/responses"):
+            try:
+                check_content_type(self.headers.get("Content-Type"))
+            except ApiError as err:
+                self._send_error(err)
+                return
             if bad_json or not body:
                 self._send_error(ApiError(
                     400, "We could not parse the JSON body of your request.", None))
@@ -781,6 +916,44 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._send_error(ApiError(404, "Invalid URL (%s %s)" % (self.command, path), None))
 
+    def _control(self, path, body):
+        state = self.server.state
+        try:
+            values = json.loads(body.decode("utf-8")) if body else {}
+        except (ValueError, UnicodeDecodeError):
+            values = None
+        if path == "/_holds" and self.command == "GET":
+            with state.lock:
+                holds = {"waiting": list(state.waiting), "expired": list(state.expired)}
+            self._send(200, _json_bytes(holds))
+        elif path == "/_release" and self.command == "POST":
+            if not isinstance(values, dict) or not isinstance(values.get("gate"), str):
+                self._send(400, _json_bytes({"error": "want {\"gate\": name}"}))
+                return
+            state.release(values["gate"])
+            self._send(204)
+        elif path == "/_control" and self.command == "POST":
+            extra = values.get("extra_parameters") if isinstance(values, dict) else None
+            if set(values or {}) - {"extra_parameters"} or not isinstance(extra, list) \
+                    or not all(isinstance(n, str) for n in extra):
+                self._send(400, _json_bytes({"error": "want {\"extra_parameters\": [names]}"}))
+                return
+            with state.lock:
+                state.extra_parameters = set(extra)
+            self._send(200, _json_bytes({"extra_parameters": sorted(extra)}))
+        else:
+            self._send(404, _json_bytes({"error": "no control endpoint %s %s"
+                                                  % (self.command, path)}))
+
+    def _hold(self, answer):
+        """Wait for the answer's gate; False (and the connection dropped) when
+        it stayed shut."""
+        if self.server.state.hold(answer.hold):
+            return True
+        self.close_connection = True
+        self._note_answer(None, None)
+        return False
+
     def _create(self, parsed):
         try:
             answer = respond(self.server.state, parsed)
@@ -789,6 +962,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if answer.sleep > 0:
             time.sleep(answer.sleep)
+        if answer.hold is not None and not (answer.stream and answer.response is not None) \
+                and not self._hold(answer):
+            return
         if not answer.stream or answer.response is None:
             if answer.cut is not None and answer.response is not None:
                 self._send_truncated(answer)
@@ -802,6 +978,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_truncated(self, answer):
+        self._note_answer(200, None)
         self.close_connection = True
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -818,13 +995,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", "req_" + secrets.token_hex(8))
         self.end_headers()
+        self._note_answer(200, None if answer.cut is not None else events[-1][1]["response"])
         try:
             for n, (etype, data) in enumerate(events):
                 if answer.cut is not None and n >= answer.cut:
                     self.close_connection = True
                     return
-                if n and answer.pause > 0:
-                    time.sleep(answer.pause)
+                if answer.hold is not None and n == answer.hold_after and \
+                        not self._hold(answer):
+                    return
                 if answer.gate and etype.endswith(".delta") and \
                         not self.server.state.gate_wait():
                     self.close_connection = True

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import TOOL, Httpd, base_conf, script_input, wait_until
 
 SECRET = "sk-audit-secret-0123456789"
 
@@ -35,6 +35,7 @@ def test_one_line_per_execution(model, kind):
     target = path if kind == "file" else "|/bin/cat >> " + path
     server = start(model, name, target)
     try:
+        assert processes_of(server.root)     # (what the test below waits to see go)
         status, _, body = server.post("/v1/responses", {
             "model": "m", "tools": [TOOL],
             "input": script_input([[{"call": "print('hi')"}, {"call": "1/0"}],
@@ -73,9 +74,21 @@ def test_unwritable_audit_log_fails_start(model):
     server.ctl("start", check=False)
     message = ("CI0502: CodeInterpreterAuditLog '/nonexistent/dir/audit.log': the file "
                "cannot be opened for appending")
-    deadline = time.time() + 10
-    while message not in server.log():
-        assert time.time() < deadline, server.log()
-        time.sleep(0.05)
-    time.sleep(0.5)
+    wait_until(lambda: message in server.log(), "the refusal in the error log")
+    wait_until(lambda: not processes_of(server.root), "httpd to exit")
     assert not os.path.exists(os.path.join(server.root, "httpd.pid"))
+
+
+def processes_of(root):
+    """Processes whose command line names the server root ROOT."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % name, "rb") as f:
+                    args = f.read().split(b"\0")
+            except OSError:
+                continue
+            if root.encode() in args:
+                found.append(int(name))
+    return found

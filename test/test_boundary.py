@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, script_input
+from conftest import API_KEY, TOOL, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 PY_FUNCTION = {"type": "function", "name": "python",
@@ -157,7 +157,26 @@ CONTROL_HEADERS = {"X-Code-Interpreter-Sandbox": "quick", "X-Code-Interpreter": 
                    "X-Call-Id": "call_0001_0", "Accept": "text/event-stream"}
 
 
+def test_control_fields_reach_a_strict_upstream_untouched(httpd, model):
+    # OpenAI refuses parameters it does not define: the module passes them on
+    # as sent and relays the refusal; nothing runs.
+    status, _, answer = httpd.post("/capped/v1/responses",
+                                   ci_body([[{"call": "print(1)"}]], **CONTROL_FIELDS),
+                                   headers=CONTROL_HEADERS)
+    assert status == 400, answer
+    assert answer == {"error": {"message": "Unknown parameter: 'max_agentic_loops'.",
+                                "type": "invalid_request_error", "param": "max_agentic_loops",
+                                "code": "unknown_parameter"}}
+    [seen] = model.requests()
+    for key, value in CONTROL_FIELDS.items():
+        assert seen["json"][key] == value
+    assert "CI0302:" not in httpd.log_since_mark()
+
+
 def test_control_fields_and_headers_change_nothing(httpd, model):
+    # An OpenAI-compatible upstream that takes vendor parameters: the fields
+    # reach it and it answers, and still they steer nothing here.
+    model.allow_parameters(*CONTROL_FIELDS)
     rounds = [[{"call": "print(%d)" % i}] for i in range(6)]
     status, hdrs, answer = httpd.post("/capped/v1/responses",
                                       ci_body(rounds, include=[OUTPUTS], **CONTROL_FIELDS),
@@ -190,6 +209,7 @@ def test_control_fields_and_headers_change_nothing(httpd, model):
 
 
 def test_headers_cannot_turn_a_stream_into_json(httpd, model):
+    model.allow_parameters("_code_interpreter_stream")
     status, hdrs, data = httpd.request(
         "POST", "/v1/responses",
         ci_body([[{"call": "print(1)"}], [{"text": "done"}]], stream=True,
@@ -223,6 +243,7 @@ def test_fields_we_do_not_own_reach_the_upstream_as_sent(httpd, model):
         "x_vendor": {"list": [1, 2.5, -0.0, 1e2, 1E-7, "x", None, True, False, [], {}],
                      "text": "\u00e9/\U0001F600\u0000\t\"\\"},
     }
+    model.allow_parameters("x_vendor")       # a vendor parameter the upstream takes
     status, _, answer = httpd.post("/v1/responses", sent)
     assert status == 200, answer
     seen = model.requests()
@@ -262,7 +283,9 @@ def test_big_integers_are_refused_not_changed(httpd, model):
         "'123456789012345678901234567890' at byte %d is out of the range this server "
         "keeps exactly (64 bits)." % raw.index("123456789012345678901234567890"))
     assert model.requests() == []
-    # The largest exact integers pass through unchanged.
+    # The largest exact integers pass through unchanged (to an upstream that
+    # takes the vendor parameter).
+    model.allow_parameters("x_vendor")
     raw = ('{"model": "m", "tools": [{"type": "code_interpreter"}], "input": %s, '
            '"x_vendor": {"u64": 18446744073709551615, "i64": -9223372036854775808}}'
            % script)
@@ -276,6 +299,7 @@ def test_escapes_are_decoded_and_a_lone_surrogate_becomes_a_replacement(httpd, m
     script = json.dumps(script_input([[{"text": "ok"}]]))
     raw = ('{"model": "m", "tools": [{"type": "code_interpreter"}], "input": %s, '
            '"s": "\\u00e9\\/\\ud83d\\ude00\\u0000", "lone": "\\ud800"}' % script)
+    model.allow_parameters("s", "lone")       # vendor parameters the upstream takes
     status, _, answer = httpd.request("POST", "/v1/responses", raw)
     assert status == 200, answer
     up = base64.b64decode(model.requests()[0]["body_b64"])
@@ -295,6 +319,7 @@ def test_duplicate_keys_the_last_one_wins_for_everyone(httpd, model, first, last
     script = json.dumps(script_input([[{"text": "ok"}]]))
     raw = ('{"model": "m", "tools": %s, "input": %s, "x": 1, "tools": %s, "x": 2}'
            % (first, script, last))
+    model.allow_parameters("x")               # a vendor parameter the upstream takes
     status, _, data = httpd.request("POST", "/v1/responses", raw)
     assert status == 200, data
     seen = model.requests()
@@ -360,29 +385,59 @@ CALL = {"call": "print(1)"}
 UPSTREAM_ERROR = {"error": {"message": "upstream says no", "type": "some_error", "param": None,
                             "code": "nope"}}
 
+
+def module_error(code, message):
+    return {"error": {"message": message, "type": "server_error", "param": None, "code": code}}
+
+
+CALLED = ("code_interpreter_call", "completed", None)
+DONE = ("message", "completed", "done")
+
+# name, location, script, status, what the client gets: the whole error body,
+# or the answer's output items as (type, status, the message's text or None)
 PATHS = [
-    ("success", "/v1/responses", [[CALL], [{"text": "done"}]], 200),
+    ("success", "/v1/responses", [[CALL], [{"text": "done"}]], 200, [CALLED, DONE]),
     ("raising-code", "/v1/responses", [[{"call": "raise RuntimeError('x')"}],
-                                       [{"text": "done"}]], 200),
+                                       [{"text": "done"}]], 200, [CALLED, DONE]),
     ("timeout", "/quick/v1/responses", [[{"call": "import time\ntime.sleep(10)"}],
-                                        [{"text": "done"}]], 200),
+                                        [{"text": "done"}]], 200,
+     [("code_interpreter_call", "failed", None), DONE]),
     ("upstream-4xx", "/v1/responses", [[CALL], [{"error": {"status": 400,
-                                                           "body": UPSTREAM_ERROR}}]], 400),
+                                                           "body": UPSTREAM_ERROR}}]], 400,
+     UPSTREAM_ERROR),
     ("upstream-5xx", "/v1/responses", [[CALL], [{"error": {"status": 503,
-                                                           "body": UPSTREAM_ERROR}}]], 503),
-    ("upstream-garbage", "/v1/responses", [[CALL], [{"garbage": "nope"}]], 502),
-    ("upstream-unreachable", "/unreachable/v1/responses", [[CALL], [{"text": "never"}]], 502),
-    ("loop-cap", "/capped/v1/responses", [[CALL]] * 6, 200),
+                                                           "body": UPSTREAM_ERROR}}]], 503,
+     UPSTREAM_ERROR),
+    ("upstream-garbage", "/v1/responses", [[CALL], [{"garbage": "nope"}]], 502,
+     module_error("bad_upstream_response", "The model upstream answered round 2 with "
+                  "something that is not a Responses API response: null expected at "
+                  "byte 1.")),
+    ("upstream-unreachable", "/unreachable/v1/responses", [[CALL], [{"text": "never"}]], 502,
+     module_error("upstream_unreachable",
+                  "The model upstream could not be reached for a follow-up call.")),
+    ("loop-cap", "/capped/v1/responses", [[CALL]] * 6, 200,
+     [CALLED, CALLED, ("message", "completed", "tool_choice none honoured")]),
     ("deadline", "/deadline/v1/responses", [[{"call": "import time\ntime.sleep(10)"}],
-                                            [{"text": "never"}]], 504),
+                                            [{"text": "never"}]], 504,
+     module_error("deadline_exceeded", "The request did not finish within this server's "
+                  "deadline of 2 seconds.")),
 ]
 
 
-@pytest.mark.parametrize("path,rounds,status", [pytest.param(p, r, s, id=n)
-                                                for n, p, r, s in PATHS])
-def test_every_path_destroys_the_sandbox(httpd, model, path, rounds, status):
+def outcome(answer):
+    if isinstance(answer, dict) and "output" in answer:
+        return [(o["type"], o["status"],
+                 o["content"][0]["text"] if o["type"] == "message" else None)
+                for o in answer["output"]]
+    return answer
+
+
+@pytest.mark.parametrize("path,rounds,status,expect",
+                         [pytest.param(p, r, s, e, id=n) for n, p, r, s, e in PATHS])
+def test_every_path_destroys_the_sandbox(httpd, model, path, rounds, status, expect):
     got, _, answer = httpd.post(path, ci_body(rounds))
     assert got == status, answer
+    assert outcome(answer) == expect
     assert httpd.wait_sandboxes_destroyed() == (1, 1)
     log = httpd.log_since_mark()
     started = [l for l in log.splitlines() if "CI0302:" in l]
@@ -399,8 +454,9 @@ def test_client_disconnect_on_the_json_path_destroys_the_sandbox(httpd, model):
     s = socket.create_connection(("127.0.0.1", httpd.port), timeout=30)
     try:
         s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(raw)
-                  + raw)
+                  b"Authorization: Bearer %s\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % (API_KEY.encode(), len(raw)) + raw)
         assert wait_for(lambda: "CI0302:" in httpd.log_since_mark())
         assert wait_for(lambda: sandbox_processes(httpd))
     finally:

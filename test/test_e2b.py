@@ -13,11 +13,12 @@ import re
 import secrets
 import socket
 import threading
-import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, sanitizer_reports, script_input, start_helper
+from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, sanitizer_reports,
+                      script_input, start_helper, wait_until)
+from test_configtest import assert_syntax_error
 
 OUTPUTS = "code_interpreter_call.outputs"
 KEY = "e2b_" + secrets.token_hex(20)
@@ -41,53 +42,6 @@ NO_TOKEN = ("the E2B sandbox service created a sandbox without an access token "
 BODIES = []
 # Sandboxes a test let expire on the service on purpose (never deleted there).
 EXPIRED = set()
-
-
-class FakeE2B:
-    def __init__(self, proc, port):
-        self.proc = proc
-        self.port = port
-        self.url = "http://127.0.0.1:%d" % port
-
-    def call(self, method, path, body=None, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        data = json.dumps(body).encode() if body is not None else None
-        hdrs = {"Content-Type": "application/json"} if data is not None else {}
-        hdrs.update(headers or {})
-        conn.request(method, path, body=data, headers=hdrs)
-        r = conn.getresponse()
-        raw = r.read()
-        conn.close()
-        return r.status, (json.loads(raw) if raw else None)
-
-    def state(self):
-        return self.call("GET", "/_state")[1]
-
-    def reset(self):
-        assert self.call("POST", "/_reset", {})[0] == 200
-
-    def control(self, **switches):
-        status, answer = self.call("POST", "/_control", switches)
-        assert status == 200, answer
-        return answer
-
-    def wait(self, predicate, timeout=10):
-        """Poll the state until PREDICATE holds; returns the last state."""
-        deadline = time.time() + timeout
-        while True:
-            st = self.state()
-            if predicate(st) or time.time() > deadline:
-                return st
-            time.sleep(0.05)
-
-    def remove_leftovers(self):
-        """Delete, with the key that created them, the sandboxes a test made
-        the module leave behind (a forced delete status keeps them alive)."""
-        self.control(delete_status=None)
-        for sid, sb in self.state()["sandboxes"].items():
-            status, _ = self.call("DELETE", "/sandboxes/" + sid,
-                                  headers={"X-API-Key": sb["api_key"]})
-            assert status == 204
 
 
 class Env:
@@ -188,11 +142,14 @@ def run_one(env, code, path="/e2b/v1/responses"):
     return call, msg["content"][0]["text"]
 
 
-def deletes_settled(env, count, extra_wait=1.5):
-    """Wait for COUNT deletes, then long enough for a retry to show up."""
-    env.fake.wait(lambda s: len(s["deletes"]) >= count)
-    time.sleep(extra_wait)
-    return env.fake.state()
+def deletes_settled(env, count):
+    """Wait for COUNT deletes and for the connection of the last one to end:
+    the module's delete job closes its connection when it is done, so no
+    retry can follow."""
+    return env.fake.until(lambda s: len(s["deletes"]) >= count
+                          and s["deletes"][-1]["status"] is not None
+                          and s["deletes"][-1]["peer"] in s["closed"],
+                          "%d deletes, the last one's connection closed" % count)
 
 
 def module_problems(text):
@@ -253,7 +210,6 @@ def test_request_without_a_call_creates_no_sandbox(e2b, model):
     status, _, body = post(e2b, [[{"text": "no code today"}]])
     assert status == 200, body
     assert [i["type"] for i in body["output"]] == ["message"]
-    time.sleep(0.5)
     st = e2b.fake.state()
     assert (st["created"], st["creates"], st["executes"]) == (0, [], [])
 
@@ -408,20 +364,24 @@ def test_cut_stream_discards_the_sandbox_for_the_next_call(e2b):
     assert "CI0301: sandbox destroyed (restarted after a failed execution)" in log
 
 
-def test_slow_stream_times_out(e2b):
-    e2b.fake.control(slow_stream=6)
-    t0 = time.time()
+def test_execution_that_never_ends_times_out(e2b):
+    # The code is held until after the answer: only the timeout can end it.
+    e2b.fake.control(hold_execute="never")
     call, told = run_one(e2b, "print(42)")
-    took = time.time() - t0
     assert call["status"] == "failed"
     assert call["outputs"] == [{"type": "logs", "logs": TIMED_OUT}]
     assert told == TIMED_OUT + RESTARTED
-    assert 2.5 < took < 6, took
+    st = e2b.fake.state()
+    assert [h["what"] for h in st["held"]] == ["execute"]
+    # the module dropped the stream of the execution it gave up
+    e2b.fake.until(lambda s: s["executes"][0]["peer"] in s["closed"],
+                   "the module to drop the execution's stream")
+    e2b.fake.release("never")
 
 
 def test_output_before_a_timeout_is_kept(e2b):
-    e2b.fake.control(slow_stream=1.2)
-    call, told = run_one(e2b, "for i in range(10):\n    print(i)")
+    call, told = run_one(e2b, "print(0)\nprint(1)\nimport threading\n"
+                              "threading.Event().wait(60)\nprint(2)")
     assert call["status"] == "failed"
     assert call["outputs"] == [{"type": "logs", "logs": "0\n1\n" + TIMED_OUT}]
     assert told == "0\n1\n" + TIMED_OUT + RESTARTED
@@ -448,21 +408,25 @@ def test_output_past_the_hard_cap_stops_the_execution(e2b):
     assert told == logs["logs"] + RESTARTED
 
 
-def test_sandbox_expired_between_calls(e2b):
+def test_sandbox_expired_between_calls(e2b, model):
     result = {}
 
     def run():
         result["r"] = post(e2b, [[{"call": "x = 41"}],
-                                 [{"sleep": 1}, {"call": "print(x + 1)"}],
+                                 [{"hold": "expired"}, {"call": "print(x + 1)"}],
                                  [{"call": "print('x' in globals())"}],
                                  [{"text": "{{outputs}}"}]])
 
     t = threading.Thread(target=run)
     t.start()
-    st = e2b.fake.wait(lambda s: len(s["executes"]) >= 1)
+    # the first call has run and the model holds the second round back
+    wait_until(lambda: model.holds()["waiting"] == ["expired"], "the second round")
+    st = e2b.fake.state()
+    assert len(st["executes"]) == 1
     first = st["creates"][0]["id"]
     EXPIRED.add(first)
     assert e2b.fake.call("POST", "/_expire", {"id": first})[0] == 200
+    model.release("expired")
     t.join()
     status, _, body = result["r"]
     assert status == 200, body
@@ -596,8 +560,11 @@ def test_streamed_create_failure(e2b):
     assert status == 200
     events = sse_events(raw)
     errors = [e for e in events if e["type"] == "error"]
-    assert [(e["code"], e["message"]) for e in errors] == \
-        [("sandbox_unavailable", UNAVAILABLE)]
+    assert errors == [{
+        "type": "error", "sequence_number": len(events) - 2,
+        "code": "sandbox_unavailable", "message": UNAVAILABLE, "param": None,
+        "error": {"type": "server_error", "code": "sandbox_unavailable",
+                  "message": UNAVAILABLE, "param": None}}]
     assert events[-1]["type"] == "response.failed"
     assert events[-1]["response"]["error"] == {"code": "server_error",
                                                "message": UNAVAILABLE}
@@ -606,22 +573,36 @@ def test_streamed_create_failure(e2b):
 
 # ---------------------------------------------------------- interrupts and load
 
-def test_client_disconnect_stops_the_execution_and_deletes(e2b):
+def test_client_disconnect_stops_the_execution_and_deletes(e2b, model):
+    # The code is held for the whole test: only the disconnect (or the
+    # execution timeout, which the log tells apart) can stop it.
+    e2b.fake.control(hold_execute="disconnect")
     conn = http.client.HTTPConnection("127.0.0.1", e2b.server.port, timeout=10)
     conn.request("POST", "/e2b/v1/responses",
-                 body=json.dumps(ci_body([[{"call": "import time\ntime.sleep(20)"}],
+                 body=json.dumps(ci_body([[{"call": "print('never')"}],
                                           [{"text": "{{last_output}}"}]])),
-                 headers={"Content-Type": "application/json"})
-    st = e2b.fake.wait(lambda s: len(s["executes"]) >= 1)
-    assert len(st["executes"]) == 1
+                 headers=CLIENT_HEADERS)
+    st = e2b.fake.until(lambda s: s["held"], "the execution to start")
+    [execute] = st["executes"]
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
-    t0 = time.time()
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1, timeout=10)
-    took = time.time() - t0
-    assert [d["status"] for d in st["deletes"]] == [204]
-    # stopped by the disconnect, not by the 3 s execution timeout
-    assert took < 2, took
+    st = e2b.fake.until(lambda s: s["deletes"] and s["deletes"][0]["status"] is not None,
+                        "the sandbox to be deleted")
+    assert [(d["id"], d["status"]) for d in st["deletes"]] == [(execute["sandbox_id"], 204)]
+    # the module dropped the execution's stream, the code still held
+    assert [h["what"] for h in st["held"]] == ["execute"]
+    e2b.fake.until(lambda s: execute["peer"] in s["closed"],
+                   "the module to drop the execution's stream")
+    e2b.server.wait_sandboxes_destroyed()
+    log = e2b.server.log_since_mark()
+    # stopped by the disconnect: not recorded as a failed (timed out) call,
+    # no restart, no follow-up
+    assert "CI0206: client went away; loop stopped after round 1" in log
+    assert "CI0201" not in log
+    assert "restarted after a failed execution" not in log
+    assert "CI0301: sandbox destroyed (request ended) tool=cloud " in log
+    assert len(model.requests()) == 1
+    e2b.fake.release("disconnect")
 
 
 def test_parallel_requests_each_get_their_own_sandbox(e2b):
@@ -675,32 +656,37 @@ def test_delete_500_is_retried_once(e2b):
 
 
 def test_delete_is_off_the_request_path(e2b):
-    """A failing delete (two attempts half a second apart) does not hold up
-    the next request on the same connection."""
-    e2b.fake.control(delete_status=500)
+    """A delete the service does not answer does not hold up the next
+    request on the same connection: the fake holds the delete until both
+    answers are in."""
+    e2b.fake.control(hold_delete="delete")
     conn = http.client.HTTPConnection("127.0.0.1", e2b.server.port, timeout=30)
-    hdrs = {"Content-Type": "application/json"}
-    conn.request("POST", "/e2b/v1/responses", headers=hdrs, body=json.dumps(
+    conn.request("POST", "/e2b/v1/responses", headers=CLIENT_HEADERS, body=json.dumps(
         ci_body([[{"call": "print(42)"}], [{"text": "{{last_output}}"}]])))
     r = conn.getresponse()
     first = json.loads(r.read())
     assert r.status == 200, first
     assert first["output"][-1]["content"][0]["text"] == "42\n"
     sock = conn.sock
-    t0 = time.time()
-    conn.request("POST", "/e2b/v1/responses", headers=hdrs,
+    e2b.fake.until(lambda s: s["held"], "the delete to reach the service")
+    conn.request("POST", "/e2b/v1/responses", headers=CLIENT_HEADERS,
                  body=json.dumps(ci_body([[{"text": "no code"}]])))
-    r = conn.getresponse()
+    try:
+        r = conn.getresponse()
+    except TimeoutError:
+        raise AssertionError("the next request waited for the delete") from None
     second = json.loads(r.read())
-    took = time.time() - t0
     assert conn.sock is sock          # the same connection
     conn.close()
     assert r.status == 200, second
     assert second["output"][0]["content"][0]["text"] == "no code"
-    assert took < 0.4, took
-    st = deletes_settled(e2b, 2)
-    assert [d["status"] for d in st["deletes"]] == [500, 500]
-    e2b.fake.remove_leftovers()
+    st = e2b.fake.state()
+    [create] = st["creates"]
+    assert st["held"] == [{"gate": "delete", "what": "delete", "sandbox_id": create["id"]}]
+    assert [d["status"] for d in st["deletes"]] == [None]
+    e2b.fake.release("delete")
+    st = deletes_settled(e2b, 1)
+    assert [(d["id"], d["status"]) for d in st["deletes"]] == [(create["id"], 204)]
 
 
 # ---------------------------------------------------------- key rotation
@@ -736,17 +722,18 @@ def test_sandbox_in_flight_across_graceful_is_deleted_with_its_own_key(e2b):
     result = {}
 
     def run():
-        result["r"] = post(e2b, [[{"call": "import time\ntime.sleep(1.5)\nprint(7)"}],
-                                 [{"text": "{{last_output}}"}]],
+        result["r"] = post(e2b, [[{"call": "print(7)"}], [{"text": "{{last_output}}"}]],
                            path="/e2bfile/v1/responses")
 
     old = KEY_B if open(e2b.key_file).read().strip() == KEY_B else KEY_A
     new = KEY_A if old == KEY_B else KEY_B
+    e2b.fake.control(hold_execute="reload")
     t = threading.Thread(target=run)
     t.start()
-    e2b.fake.wait(lambda s: len(s["executes"]) >= 1)
+    e2b.fake.until(lambda s: s["held"], "the execution to start")
     write_key(e2b.key_file, new)
-    e2b.server.ctl("graceful")
+    e2b.server.graceful()
+    e2b.fake.release("reload")
     t.join()
     status, _, body = result["r"]
     assert status == 200, body
@@ -760,30 +747,32 @@ def test_sandbox_in_flight_across_graceful_is_deleted_with_its_own_key(e2b):
     ("env:E2B_NOT_SET_ANYWHERE",
      "api_key=env:E2B_NOT_SET_ANYWHERE: the environment variable is not set"),
     ("file:/nonexistent/e2b.key", "api_key=file:/nonexistent/e2b.key: the file cannot be read"),
-    ("file:EMPTY", "the file holds no key"),
+    ("file:EMPTY", "api_key=file:EMPTY: the file holds no key"),
 ])
 def test_unresolvable_key_fails_configtest(e2b, model, tmp_path, spec, message):
     if spec == "file:EMPTY":
         empty = tmp_path / "empty.key"
         empty.write_text("\n")
         spec = "file:%s" % empty
-    conf = base_conf(model.port, extra=sandbox_line("bad", spec, e2b.fake.url))
-    server = Httpd("e2bconf", conf)
+        message = message.replace("EMPTY", str(empty))
+    line = sandbox_line("bad", spec, e2b.fake.url)
+    server = Httpd("e2bconf", base_conf(model.port, extra=line))
     server.write_conf()
     out = server.configtest()
-    assert out.returncode != 0
-    assert message in out.stderr
+    assert_syntax_error(server, out, line, "CodeInterpreterSandbox bad: " + message)
     for key in ALL_KEYS:
         assert key not in out.stderr + out.stdout
 
 
 def test_literal_key_is_not_echoed_by_configtest_errors(e2b, model):
-    conf = base_conf(model.port, extra=sandbox_line("bad", KEY, e2b.fake.url, " bogus=1"))
-    server = Httpd("e2bconf", conf)
+    line = sandbox_line("bad", KEY, e2b.fake.url, " bogus=1")
+    server = Httpd("e2bconf", base_conf(model.port, extra=line))
     server.write_conf()
     out = server.configtest()
-    assert out.returncode != 0
-    assert "unknown key 'bogus' for provider e2b" in out.stderr
+    assert_syntax_error(server, out, line,
+                        "CodeInterpreterSandbox bad: unknown key 'bogus' for provider e2b: "
+                        "expected one of provider, timeout, max_output, api_key, api_base, "
+                        "template, lifetime, internet, sandbox_url")
     assert KEY not in out.stderr + out.stdout
 
 

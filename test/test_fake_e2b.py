@@ -112,7 +112,7 @@ def types(lines):
 def test_cli_prints_ready_and_accepts_repeated_keys():
     proc = subprocess.Popen(
         [sys.executable, os.path.join(os.path.dirname(__file__), "fake_e2b.py"),
-         "--port", "0", "--api-key", "k_one", "--api-key", "k_two"],
+         "--port", "0", "--api-key", "k_one", "--api-key", "k_two", "--domain", "e2b.test"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -120,7 +120,7 @@ def test_cli_prints_ready_and_accepts_repeated_keys():
         assert m, line
         c = Client(int(m.group(1)))
         for key in ("k_one", "k_two"):
-            c.create(key=key)
+            assert c.create(key=key)["domain"] == "e2b.test"
         status, reply, _ = c.json("POST", "/sandboxes", {"templateID": "t"}, key=KEY)
         assert status == 401
         assert reply == {"code": 401, "message": "Invalid API key"}
@@ -142,7 +142,8 @@ def test_create_on_both_paths_and_with_chunked_body(fake, server):
         assert sb["alias"] == "code-interpreter-v1"
         assert sb["templateID"] == "code-interpreter-v1"
         assert sb["envdAccessToken"] and sb["trafficAccessToken"]
-        assert sb["domain"] is None
+        # like the service, the answer names where sandboxes live: here, loopback
+        assert sb["domain"] == "localhost"
     assert a["sandboxID"] != b["sandboxID"]
     assert a["envdAccessToken"] != b["envdAccessToken"]
     st = fake.state()
@@ -212,15 +213,18 @@ def test_sandboxes_have_separate_kernels_and_run_concurrently(fake):
 
     def run(sb, name):
         c = Client(fake.port)
-        out[name] = c.execute(sb, "import time\ntime.sleep(0.6)\nprint(v)")
+        out[name] = c.execute(sb, "print(v)")
 
-    t0 = time.monotonic()
+    # both held at once: they run side by side
+    fake.control(hold_execute="both")
     threads = [threading.Thread(target=run, args=(a, "a")), threading.Thread(target=run, args=(b, "b"))]
     for t in threads:
         t.start()
+    wait_state(fake, lambda s: sorted(h["sandbox_id"] for h in s["held"]) ==
+               sorted([a["sandboxID"], b["sandboxID"]]), "both executions held")
+    fake.json("POST", "/_release", {"gate": "both"}, key=None)
     for t in threads:
         t.join()
-    assert time.monotonic() - t0 < 1.1
     assert [l["text"] for l in out["a"] if l["type"] == "stdout"] == ["a\n"]
     assert [l["text"] for l in out["b"] if l["type"] == "stdout"] == ["b\n"]
 
@@ -301,8 +305,10 @@ def test_delete_then_404(fake):
     assert resp.status == 502
     st = fake.state()
     assert st["deleted"] == 1 and st["live"] == []
-    assert st["deletes"] == [{"id": sb["sandboxID"], "api_key": KEY, "status": 204},
-                             {"id": sb["sandboxID"], "api_key": KEY, "status": 404}]
+    peer = "%s:%d" % fake.conn.sock.getsockname()[:2]
+    assert st["deletes"] == [
+        {"id": sb["sandboxID"], "api_key": KEY, "status": 204, "peer": peer},
+        {"id": sb["sandboxID"], "api_key": KEY, "status": 404, "peer": peer}]
 
 
 def test_timeout_inspect_list_and_expiry(fake):
@@ -453,3 +459,131 @@ def test_keep_alive_connection_reused(fake):
     fake.execute(sb, "1")
     fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
     assert fake.conn.sock is sock
+
+
+def test_switch_domain_and_create_without_domain(fake):
+    fake.control(domain="sandboxes.example")
+    assert fake.create()["domain"] == "sandboxes.example"
+    fake.control(create_without_domain=True)
+    assert fake.create()["domain"] is None
+    fake.control(create_without_domain=None, domain=None)
+    assert fake.create()["domain"] == "localhost"
+    status, body, _ = fake.json("POST", "/_control", {"domain": 5}, key=None)
+    assert (status, body) == (400, {"error": "switch domain wants a string"})
+
+
+def wait_state(fake, predicate, what):
+    deadline = time.monotonic() + 10
+    while True:
+        st = fake.state()
+        if predicate(st):
+            return st
+        assert time.monotonic() < deadline, "waited 10 s for %s: %s" % (what, st)
+        time.sleep(0.01)
+
+
+def test_held_execution_runs_its_code_once_released(fake):
+    sb = fake.create()
+    fake.control(hold_execute="go", keepalive_interval=0.05)
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault(
+        "lines", Client(fake.port).execute(sb, "print('ran')")))
+    t.start()
+    st = wait_state(fake, lambda s: s["held"], "the held execution")
+    assert st["held"] == [{"gate": "go", "what": "execute", "sandbox_id": sb["sandboxID"]}]
+    # the stream has begun and keeps alive while the code waits
+    st = wait_state(fake, lambda s: s["executes"][0]["status"] == 200, "the stream")
+    assert "lines" not in out
+    assert fake.json("POST", "/_release", {"gate": "go"}, key=None)[0] == 200
+    t.join(10)
+    lines = out["lines"]
+    assert types(lines)[0] == "number_of_executions"
+    assert types(lines)[-2:] == ["stdout", "end_of_execution"]
+    assert set(types(lines)[1:-2]) <= {"keepalive"}
+    assert fake.state()["held"] == []
+    # an open gate stays open
+    assert types(fake.execute(sb, "1")) == ["number_of_executions", "result",
+                                            "end_of_execution"]
+
+
+def test_held_delete_is_answered_once_released(fake):
+    sb = fake.create()
+    fake.control(hold_delete="del")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault(
+        "r", Client(fake.port).json("DELETE", "/sandboxes/" + sb["sandboxID"])[0]))
+    t.start()
+    st = wait_state(fake, lambda s: s["held"], "the held delete")
+    assert st["held"] == [{"gate": "del", "what": "delete", "sandbox_id": sb["sandboxID"]}]
+    assert [d["status"] for d in st["deletes"]] == [None]
+    assert st["live"] == [sb["sandboxID"]] and "r" not in out
+    fake.json("POST", "/_release", {"gate": "del"}, key=None)
+    t.join(10)
+    assert out["r"] == 204
+    st = fake.state()
+    assert [d["status"] for d in st["deletes"]] == [204] and st["live"] == []
+
+
+def test_gate_left_shut_gives_up(fake, monkeypatch):
+    monkeypatch.setattr(fake_e2b, "HOLD_LIMIT", 0.2)
+    sb = fake.create()
+    fake.control(hold_execute="never", hold_delete="never")
+    lines = fake.execute(sb, "print('ran')")
+    assert lines == [{"type": "number_of_executions", "execution_count": 1},
+                     {"type": "error", "name": "FakeHoldExpired",
+                      "value": "gate never was not opened within 0.2 s", "traceback": ""},
+                     {"type": "end_of_execution"}]
+    status, body, _ = fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert (status, body) == (500, {"code": 500,
+                                    "message": "gate never was not opened within 0.2 s"})
+    st = fake.state()
+    assert [h["what"] for h in st["hold_expired"]] == ["execute", "delete"]
+    assert st["live"] == [sb["sandboxID"]]
+
+
+def test_reset_opens_every_gate(fake, server):
+    sb = fake.create()
+    fake.control(hold_execute="forgotten")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault(
+        "lines", Client(fake.port).execute(sb, "print('freed')")))
+    t.start()
+    wait_state(fake, lambda s: s["held"], "the held execution")
+    server.reset()
+    t.join(10)
+    assert types(out["lines"])[-2:] == ["stdout", "end_of_execution"]
+    assert out["lines"][-2]["text"] == "freed\n"
+
+
+def test_release_wants_a_gate_name(fake):
+    status, body, _ = fake.json("POST", "/_release", {"gate": 1}, key=None)
+    assert (status, body) == (400, {"error": "want {\"gate\": name}"})
+
+
+def test_requests_carry_their_peer_and_ended_connections_are_listed(fake):
+    c = Client(fake.port)
+    sb = c.create()
+    c.execute(sb, "1")
+    c.json("POST", "/sandboxes/%s/timeout" % sb["sandboxID"], {"timeout": 30})
+    c.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    peer = "%s:%d" % c.conn.sock.getsockname()[:2]
+    st = fake.state()
+    assert [r["peer"] for k in ("creates", "executes", "timeouts", "deletes")
+            for r in st[k]] == [peer] * 4
+    assert peer not in st["closed"]
+    c.conn.close()
+    wait_state(fake, lambda s: peer in s["closed"], "the connection to end")
+
+
+def test_client_gone_ends_a_quiet_execution_stream(fake):
+    sb = fake.create()
+    fake.control(hold_execute="gone", keepalive_interval=60)
+    c = Client(fake.port)
+    c.conn.request("POST", "/execute", body=json.dumps({"code": "1"}),
+                   headers=dict(fake.exec_headers(sb), **{"Content-Type": "application/json"}))
+    wait_state(fake, lambda s: s["held"], "the held execution")
+    peer = "%s:%d" % c.conn.sock.getsockname()[:2]
+    c.conn.close()
+    # noticed while the code is still held, long before a keepalive would fail
+    st = wait_state(fake, lambda s: peer in s["closed"], "the stream to end")
+    assert [h["what"] for h in st["held"]] == ["execute"]

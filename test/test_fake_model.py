@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -21,6 +22,16 @@ CODE_TOOL = {
                    "required": ["code"]},
     "strict": False,
 }
+AUTH = {"Authorization": "Bearer sk-fake-model-test"}
+SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "spec",
+                    "openai-openapi.json")
+NO_KEY = {"error": {
+    "message": "You didn't provide an API key. You need to provide your API key in an "
+               "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+               "or as the password field (with blank username) if you're accessing the API "
+               "from your browser and are prompted for a username and password. You can "
+               "obtain an API key from https://platform.openai.com/account/api-keys.",
+    "type": "invalid_request_error", "param": None, "code": None}}
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +43,20 @@ def port():
 
 
 def request(port, method, path, body=None, headers=None, conn=None):
+    """HEADERS are added to an API key and, with a body, a JSON Content-Type;
+    a None value leaves one out."""
     own = conn is None
     if own:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    hdrs = dict(headers or {})
+    hdrs = dict(AUTH)
     data = None
     if body is not None:
         data = body if isinstance(body, (bytes, str)) else json.dumps(body)
         if isinstance(data, str):
             data = data.encode()
-        hdrs.setdefault("Content-Type", "application/json")
+        hdrs["Content-Type"] = "application/json"
+    hdrs.update(headers or {})
+    hdrs = {k: v for k, v in hdrs.items() if v is not None}
     conn.request(method, path, body=data, headers=hdrs)
     resp = conn.getresponse()
     raw = resp.read()
@@ -214,6 +229,108 @@ def test_bad_json_and_unknown_paths(port):
     assert resp.status == 200 and raw == b"ok"
 
 
+# ------------------------------------------------ refused like OpenAI refuses
+
+def test_refuses_a_request_without_an_api_key(port):
+    request(port, "POST", "/_reset")
+    for headers in ({"Authorization": None}, {"Authorization": "Bearer "},
+                    {"Authorization": "Basic dXNlcjpwYXNz"}):
+        resp, raw = request(port, "POST", "/v1/responses", {"input": "hi"}, headers=headers)
+        assert resp.status == 401, headers
+        assert json.loads(raw) == NO_KEY
+    # reading a stored response needs one too
+    resp, raw = request(port, "GET", "/v1/responses/resp_x", headers={"Authorization": None})
+    assert resp.status == 401
+    assert json.loads(raw) == NO_KEY
+    # refused before the script was read: the round was not used up
+    recs = json.loads(request(port, "GET", "/_requests")[1])
+    assert [r["status"] for r in recs] == [401] * 4
+    assert [r["answer"] for r in recs] == [NO_KEY] * 4
+    # any key is taken
+    st, r = create(port, {"input": "hi"}, headers={"Authorization": "bearer sk-other"})
+    assert st == 200, r
+
+
+@pytest.mark.parametrize("ctype", [None, "text/plain", "application/x-www-form-urlencoded"],
+                         ids=["none", "text-plain", "form"])
+def test_refuses_a_body_not_declared_json(port, ctype):
+    resp, raw = request(port, "POST", "/v1/responses", {"input": "hi"},
+                        headers={"Content-Type": ctype})
+    assert resp.status == 400
+    shown = ctype or ""
+    assert json.loads(raw) == {"error": {
+        "message": "Unsupported content type: '%s'. This API method only accepts "
+                   "'application/json' requests, but you specified the header "
+                   "'Content-Type: %s'. Please try again with a supported content type."
+                   % (shown, shown),
+        "type": "invalid_request_error", "param": None, "code": "unsupported_content_type"}}
+
+
+def test_takes_json_with_a_charset(port):
+    st, r = create(port, {"input": "hi"},
+                   headers={"Content-Type": "application/json; charset=utf-8"})
+    assert st == 200, r
+
+
+def test_refuses_unknown_parameters(port):
+    request(port, "POST", "/_reset")
+    body = {"model": "m", "input": "hi", "max_agentic_loops": 3, "x": 1}
+    st, err = create(port, body)
+    assert st == 400
+    assert err == {"error": {"message": "Unknown parameter: 'max_agentic_loops'.",
+                             "type": "invalid_request_error", "param": "max_agentic_loops",
+                             "code": "unknown_parameter"}}
+    # a test may allow vendor extensions, until the next reset
+    resp, raw = request(port, "POST", "/_control",
+                        {"extra_parameters": ["max_agentic_loops"]})
+    assert resp.status == 200 and json.loads(raw) == {"extra_parameters": ["max_agentic_loops"]}
+    st, err = create(port, body)
+    assert st == 400
+    assert err["error"]["param"] == "x" and err["error"]["message"] == "Unknown parameter: 'x'."
+    st, r = create(port, {"input": "hi", "max_agentic_loops": 3})
+    assert st == 200, r
+    request(port, "POST", "/_reset")
+    st, err = create(port, {"input": "hi", "max_agentic_loops": 3})
+    assert st == 400 and err["error"]["code"] == "unknown_parameter"
+    for bad in ({"extra_parameters": "x"}, {"extra_parameters": [1]}, {"other": []}, []):
+        resp, raw = request(port, "POST", "/_control", bad)
+        assert resp.status == 400, bad
+
+
+def test_known_parameters_are_those_of_create_response():
+    if not os.path.exists(SPEC):
+        pytest.skip("the OpenAPI spec is absent: %s" % SPEC)
+    with open(SPEC) as f:
+        schemas = json.load(f)["components"]["schemas"]
+    props = set()
+
+    def walk(schema):
+        if "$ref" in schema:
+            walk(schemas[schema["$ref"].rsplit("/", 1)[1]])
+            return
+        for key in ("allOf", "anyOf", "oneOf"):
+            for sub in schema.get(key, []):
+                walk(sub)
+        props.update(schema.get("properties", {}))
+
+    walk(schemas["CreateResponse"])
+    assert fake_model.CREATE_PARAMETERS == props
+
+
+def test_requests_record_what_was_answered(port):
+    request(port, "POST", "/_reset")
+    st, r = create(port, {"input": [script_msg([[{"call": "1"}]])], "tools": [CODE_TOOL]})
+    assert st == 200
+    st, err = create(port, {"input": "x", "previous_response_id": "resp_nope"})
+    assert st == 400
+    resp, raw = request(port, "POST", "/v1/responses",
+                        {"input": [script_msg([[{"text": "s"}]])], "stream": True})
+    final = parse_sse(raw)[-1]["response"]
+    recs = json.loads(request(port, "GET", "/_requests")[1])
+    assert [(rec["status"], rec["answer"]) for rec in recs] == [(200, r), (400, err),
+                                                                (200, final)]
+
+
 def test_no_script_answers_ok(port):
     st, r = create(port, {"input": "hello", "metadata": {"a": "b"}, "instructions": "be nice"})
     assert st == 200
@@ -263,19 +380,86 @@ def test_streaming_event_order(port):
     assert added[1]["item"]["status"] == "in_progress" and added[1]["item"]["content"] == []
 
 
-def test_stream_keepalive_and_pause(port):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    rounds = [[{"text": "a"}, {"stream_pause": 0.05}]]
-    t0 = time.time()
-    resp, raw = request(port, "POST", "/v1/responses",
-                        {"input": [script_msg(rounds)], "stream": True}, conn=conn)
+def holds(port):
+    resp, raw = request(port, "GET", "/_holds")
     assert resp.status == 200
-    n = len(parse_sse(raw))
-    assert time.time() - t0 >= 0.05 * (n - 1) * 0.9
+    return json.loads(raw)
+
+
+def release(port, gate):
+    resp, raw = request(port, "POST", "/_release", {"gate": gate})
+    assert resp.status == 204, raw
+
+
+def wait_held(port, gate):
+    deadline = time.monotonic() + 10
+    while gate not in holds(port)["waiting"]:
+        assert time.monotonic() < deadline, "nothing waits on gate %s: %s" % (gate, holds(port))
+        time.sleep(0.01)
+
+
+def test_held_stream_waits_for_its_gate_and_keeps_the_connection(port):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    rounds = [[{"text": "a"}, {"hold": "mid-stream", "after": 2}]]
+    conn.request("POST", "/v1/responses", headers=dict(AUTH, **{
+        "Content-Type": "application/json"}), body=json.dumps(
+            {"input": [script_msg(rounds)], "stream": True}))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    first = b""
+    while first.count(b"\n\n") < 2:
+        first += resp.readline()
+    assert [e["type"] for e in parse_sse(first)] == ["response.created",
+                                                     "response.in_progress"]
+    wait_held(port, "mid-stream")
+    release(port, "mid-stream")
+    events = [e["type"] for e in parse_sse(first + resp.read())]
+    assert events[2] == "response.output_item.added"
+    assert events[-1] == "response.completed"
+    assert holds(port) == {"waiting": [], "expired": []}
     # same connection still usable
     st, r = create(port, {"input": "x"}, conn=conn)
     assert st == 200
     conn.close()
+
+
+def test_held_json_answer_waits_for_its_gate(port):
+    got = {}
+    body = {"input": [script_msg([[{"text": "late"}, {"hold": "json"}]])]}
+    t = threading.Thread(target=lambda: got.setdefault("r", create(port, body)))
+    t.start()
+    wait_held(port, "json")
+    assert "r" not in got
+    release(port, "json")
+    t.join(10)
+    assert got["r"][0] == 200
+    assert got["r"][1]["output"][0]["content"][0]["text"] == "late"
+    # a gate opened before anything waits on it lets the answer through
+    release(port, "early")
+    st, r = create(port, {"input": [script_msg([[{"text": "x"}, {"hold": "early"}]])]})
+    assert st == 200
+
+
+def test_reset_opens_every_gate(port):
+    got = {}
+    body = {"input": [script_msg([[{"text": "freed"}, {"hold": "forgotten"}]])]}
+    t = threading.Thread(target=lambda: got.setdefault("r", create(port, body)))
+    t.start()
+    wait_held(port, "forgotten")
+    resp, _ = request(port, "POST", "/_reset")
+    assert resp.status == 204
+    t.join(10)
+    assert got["r"][0] == 200
+
+
+def test_gate_left_shut_drops_the_connection(port, monkeypatch):
+    monkeypatch.setattr(fake_model, "HOLD_LIMIT", 0.2)
+    request(port, "POST", "/_reset")
+    with pytest.raises(http.client.RemoteDisconnected):
+        create(port, {"input": [script_msg([[{"text": "never"}, {"hold": "shut"}]])]})
+    assert holds(port) == {"waiting": [], "expired": ["shut"]}
+    [rec] = json.loads(request(port, "GET", "/_requests")[1])
+    assert (rec["status"], rec["answer"]) == (None, None)
 
 
 def test_chunked_request_body(port):
@@ -283,8 +467,9 @@ def test_chunked_request_body(port):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     pieces = [body[i:i + 7] for i in range(0, len(body), 7)]
     conn.request("POST", "/v1/responses", body=iter(pieces), encode_chunked=True,
-                 headers={"Content-Type": "application/json",
-                          "Transfer-Encoding": "chunked", "X-Probe": "chunk-test"})
+                 headers=dict(AUTH, **{"Content-Type": "application/json",
+                                       "Transfer-Encoding": "chunked",
+                                       "X-Probe": "chunk-test"}))
     resp = conn.getresponse()
     data = json.loads(resp.read())
     assert resp.status == 200
@@ -385,6 +570,18 @@ def test_command_line_ready_line():
         port = int(line.split()[1])
         st, r = create(port, {"input": "hi"})
         assert st == 200
+        # a client that leaves before its held answer is sent is no error
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("POST", "/v1/responses", headers=dict(AUTH, **{
+            "Content-Type": "application/json"}), body=json.dumps(
+                {"input": [script_msg([[{"text": "x"}, {"hold": "left"}]])]}))
+        wait_held(port, "left")
+        conn.close()
+        release(port, "left")
+        deadline = time.monotonic() + 10
+        while json.loads(request(port, "GET", "/_requests")[1])[-1].get("status") is None:
+            assert time.monotonic() < deadline, "the held answer was never sent"
+            time.sleep(0.01)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

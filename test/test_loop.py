@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import CLIENT_HEADERS, TOOL, Httpd, base_conf, script_input
 
 OUTPUTS = "code_interpreter_call.outputs"
 RESTARTED = (" The interpreter was restarted: variables, imports and files from "
@@ -50,6 +50,11 @@ def upstream_inputs(req):
     """The input items of one recorded upstream request."""
     inp = req["json"]["input"]
     return [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
+
+
+def issued_calls(req):
+    """The function_call items the model answered REQ with (its own record)."""
+    return [o for o in req["answer"]["output"] if o["type"] == "function_call"]
 
 
 def fc_outputs(req):
@@ -96,9 +101,11 @@ def test_one_call_logs_and_function_output(httpd, model):
     assert text_of(msg) == "got 45\n"
     seen = model.requests()
     assert len(seen) == 2
-    first_call = [i for i in seen[1]["json"]["input"] if i.get("type") == "function_call"]
-    assert len(first_call) == 1 and first_call[0]["name"] == "python"
-    assert fc_outputs(seen[1]) == [(first_call[0]["call_id"], "45\n")]
+    # the model's call goes back to it as it made it, with the output under its call_id
+    [issued] = issued_calls(seen[0])
+    assert issued["name"] == "python"
+    assert [i for i in upstream_inputs(seen[1]) if i.get("type") == "function_call"] == [issued]
+    assert fc_outputs(seen[1]) == [(issued["call_id"], "45\n")]
     assert sandboxes_started(httpd) == 1
 
 
@@ -134,8 +141,10 @@ def test_two_calls_in_one_round_share_state_and_order(httpd, model):
     types = [i.get("type", "message") for i in items]
     assert types == ["message", "function_call", "function_call",
                      "function_call_output", "function_call_output"]
-    call_ids = [i["call_id"] for i in items if i.get("type") == "function_call"]
-    assert fc_outputs(seen[1]) == [(call_ids[0], "first\n"), (call_ids[1], "10\n")]
+    issued = issued_calls(seen[0])
+    assert [i for i in items if i.get("type") == "function_call"] == issued
+    assert fc_outputs(seen[1]) == [(issued[0]["call_id"], "first\n"),
+                                   (issued[1]["call_id"], "10\n")]
     assert json.loads(text_of(msg)) == ["first\n", "10\n"]
     assert sandboxes_started(httpd) == 1
 
@@ -289,11 +298,13 @@ def test_client_function_in_same_round_ends_loop(httpd, model):
     assert call["type"] == "code_interpreter_call"
     assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    # the client's call reaches it as the model made it
+    [seen] = model.requests()
+    assert [c["name"] for c in issued_calls(seen)] == ["python", "get_weather"]
+    assert issued_calls(seen)[1] == fc
     assert fc["type"] == "function_call"
     assert fc["name"] == "get_weather"
     assert json.loads(fc["arguments"]) == {"city": "Paris"}
-    assert fc["call_id"].startswith("call_")
-    assert len(model.requests()) == 1
     assert body["tools"] == echoed([TOOL, WEATHER])
 
 
@@ -422,7 +433,7 @@ def test_previous_response_id_chains_on_final_round(httpd, model):
     assert status == 200
     # the id is the final round's: the upstream stored it with the answer
     conn = http.client.HTTPConnection("127.0.0.1", model.port, timeout=10)
-    conn.request("GET", "/v1/responses/" + first["id"])
+    conn.request("GET", "/v1/responses/" + first["id"], headers=CLIENT_HEADERS)
     stored = json.loads(conn.getresponse().read())
     conn.close()
     assert [o["type"] for o in stored["output"]] == ["message"]
@@ -492,7 +503,7 @@ def test_followups_keep_their_upstream_connection(httpd, model):
 
     def post(rounds):
         conn.request("POST", "/v1/responses", body=json.dumps(ci_body(rounds)),
-                     headers={"Content-Type": "application/json"})
+                     headers=CLIENT_HEADERS)
         resp = conn.getresponse()
         data = resp.read()
         assert resp.status == 200, data

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input, start_helper
+from conftest import CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, script_input, start_helper
 
 KEY_A = "e2b_reload_key_a_0123456789"
 KEY_B = "e2b_reload_key_b_9876543210"
@@ -19,21 +19,7 @@ KEY_B = "e2b_reload_key_b_9876543210"
 @pytest.fixture(scope="module")
 def e2b():
     proc, port = start_helper("fake_e2b.py", "--api-key", KEY_A, "--api-key", KEY_B)
-
-    class Fake:
-        def call(self, method, path, body=None):
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            conn.request(method, path, body=json.dumps(body) if body is not None else None)
-            data = conn.getresponse().read()
-            conn.close()
-            return json.loads(data) if data else None
-
-        def state(self):
-            return self.call("GET", "/_state")
-
-    fake = Fake()
-    fake.port = port
-    yield fake
+    yield FakeE2B(proc, port)
     proc.kill()
     proc.wait()
 
@@ -62,7 +48,7 @@ def server(model, e2b, request):
         f.write(KEY_A + "\n")
     server.key_file = key_file
     server.write_conf(conf(model.port, e2b.port, key_file))
-    e2b.call("POST", "/_reset")
+    e2b.reset()
     server.start()
     yield server
     server.stop()
@@ -82,91 +68,135 @@ def wait_for(cond, timeout, what):
         time.sleep(0.1)
 
 
+RECONFIGURED = {"error": {
+    "message": "The server is reloading its configuration; retry the request.",
+    "type": "server_error", "param": None, "code": "sandbox_reconfigured"}}
+
+
+def served(status, body):
+    """Whether one_request's answer is the right one."""
+    return (status == 200 and isinstance(body, dict)
+            and [o.get("type") for o in body.get("output") or []] ==
+            ["code_interpreter_call", "message"]
+            and body["output"][0]["status"] == "completed"
+            and body["output"][1]["content"][0]["text"] == "1\n")
+
+
 def test_load_during_three_reloads(server, model, e2b):
-    failures, done = [], []
+    requests = []              # every request: when it was sent, and what came of it
     stop = threading.Event()
+
+    def attempt():
+        try:
+            status, headers, body = one_request(server)
+        except Exception as exc:          # counted: a failure like any other
+            return repr(exc)
+        if (status, body) == (503, RECONFIGURED) and headers.get("retry-after") == "1" \
+                and headers.get("connection") == "close":
+            return "refused"              # by an older child, caught in a reload
+        return (status, body)
 
     def client():
         while not stop.is_set():
-            status, _, body = one_request(server)
-            if status != 200 or body["output"][0]["status"] != "completed":
-                failures.append((status, body))
-            done.append(status)
+            sent = time.time()
+            # a refused request is retried (at once: its new connection
+            # reaches a child of the new generation), as a client would
+            outcomes = [attempt()]
+            while outcomes[-1] == "refused" and len(outcomes) < 4:
+                outcomes.append(attempt())
+            ok = isinstance(outcomes[-1], tuple) and served(*outcomes[-1])
+            requests.append({"sent": sent, "answered": time.time(), "ok": ok,
+                             "what": outcomes, "refused": outcomes.count("refused"),
+                             "container": ok and outcomes[-1][1]["output"][0]["container_id"]})
+
+    def served_since(t, n=40):
+        return sum(1 for r in list(requests) if r["sent"] >= t and r["ok"]) >= n
 
     threads = [threading.Thread(target=client) for _ in range(4)]
     for t in threads:
         t.start()
+    # Each reload: (when it began, when it was done, the key current after it;
+    # None once the e2b tool is removed).
     reloads = []
     try:
-        # Each reload: (when it began, when it was done, the key it retired).
-        time.sleep(4)
-        began = time.time()
-        with open(server.key_file, "w") as f:
-            f.write(KEY_B + "\n")
-        server.graceful()                      # rotate A -> B
-        reloads.append((began, time.time(), KEY_A))
-        time.sleep(5)
-        began = time.time()
-        with open(server.key_file, "w") as f:
-            f.write(KEY_A + "\n")
-        server.graceful()                      # and back
-        reloads.append((began, time.time(), KEY_B))
-        time.sleep(5)
-        began = time.time()
-        server.write_conf(conf(model.port, e2b.port, server.key_file, with_e2b=False))
-        server.graceful()                      # the e2b tool removed
-        reloads.append((began, time.time(), None))
-        time.sleep(6)
+        since = time.time()
+        for key in (KEY_B, KEY_A, None):
+            wait_for(lambda: served_since(since), 60, "requests served before the reload")
+            began = time.time()
+            if key is None:
+                server.write_conf(conf(model.port, e2b.port, server.key_file, with_e2b=False))
+            else:
+                with open(server.key_file, "w") as f:
+                    f.write(key + "\n")
+            server.graceful()
+            since = time.time()
+            reloads.append((began, since, key))
+        wait_for(lambda: served_since(since), 60, "requests served after the last reload")
     finally:
         stop.set()
         for t in threads:
             t.join()
-    assert failures == []
-    assert len(done) > 20
+    failures = [r["what"] for r in requests if not r["ok"]]
+    assert failures == [], "%d of %d requests failed: %s" % (
+        len(failures), len(requests), failures[:5])
+    # every refusal came from an older child, and only after a reload began
+    refused = [r for r in requests if r["refused"]]
+    assert sum(r["refused"] for r in refused) == server.log().count(
+        "CI0104: sandbox tool cloud was reconfigured by a reload; refused in this older child")
+    assert all(r["answered"] > reloads[0][0] for r in refused), refused
     wait_for(lambda: e2b.state()["live"] == [], 30, "sandboxes left behind")
     state = e2b.state()
     assert state["created"] == state["deleted"]
-    creates = state["creates"]
-    # No create with a retired key from a request accepted after the reload
-    # that retired it (requests are short: none two seconds after it).
-    for (_, done_at, retired), (next_began, _, _) in zip(reloads[:2], reloads[1:]):
-        window = [c for c in creates if done_at + 2 < c["time"] < next_began]
-        assert window, "no sandbox was created between two reloads"
-        late = [c for c in window if c["api_key"] == retired]
-        assert late == [], "created with a retired key after the reload: %s" % [
-            (round(c["time"] - done_at, 2), c["api_key"][-4:]) for c in late][:5]
-    # After the tool was removed, nothing is created on E2B at all.
-    assert [c for c in creates if c["time"] > reloads[2][1] + 2] == []
+    key_of = {c["body"]["metadata"]["request"]: c["api_key"] for c in state["creates"]}
+    assert len(key_of) == state["created"]
+    assert set(key_of) <= {r["container"] for r in requests}
+    # Each request created its sandbox with a key current at some moment
+    # between its sending and its answer (none once the tool was removed):
+    # never with a key retired by a reload done before it was sent.
+    spans, start, old = [], float("-inf"), KEY_A
+    for began, done, key in reloads:
+        spans += [(start, began, {old}), (began, done, {old, key})]
+        start, old = done, key
+    spans.append((start, float("inf"), {old}))
+    wrong = []
+    for r in requests:
+        keys = set().union(*(k for lo, hi, k in spans if lo < r["answered"] and hi > r["sent"]))
+        if key_of.get(r["container"]) not in keys:
+            wrong.append((r["sent"], r["answered"], key_of.get(r["container"]), sorted(
+                map(str, keys))))
+    assert wrong == [], "created with the wrong key (reloads %s): %s" % (reloads, wrong[:5])
 
 
 def test_killed_child_sandbox_is_deleted(server, model, e2b):
     result = {}
-    t = threading.Thread(target=lambda: result.setdefault(
-        "r", _swallow(lambda: one_request(server, "import time\ntime.sleep(25)"))))
+
+    def run():
+        try:
+            result["r"] = one_request(server)
+        except ConnectionError as exc:     # what the death of the child must look like
+            result["r"] = exc
+
+    e2b.control(hold_execute="killed")     # the code runs until the child is gone
+    t = threading.Thread(target=run)
     t.start()
-    wait_for(lambda: e2b.state()["live"] != [] and e2b.state()["executes"], 15,
-             "the execution never started")
+    e2b.until(lambda s: s["held"], "the execution to start")
     started = [l for l in server.log().splitlines() if "CI0302:" in l]
     pid = int(re.search(r"\[pid (\d+):", started[-1]).group(1))
     os.kill(pid, signal.SIGKILL)
+    t.join()
+    # the client saw its connection die, without an answer
+    assert isinstance(result["r"], ConnectionError), result["r"]
     wait_for(lambda: e2b.state()["live"] == [], 30, "the orphaned sandbox was not deleted")
     state = e2b.state()
-    assert [d["api_key"] for d in state["deletes"]] == [KEY_A]
+    assert [(d["api_key"], d["status"]) for d in state["deletes"]] == [(KEY_A, 204)]
     # (The reaper logs once the DELETE has been answered: the fake records it
     # a moment before.)
     wait_for(lambda: "CI0403:" in server.log(), 10, "no CI0403 line")
     assert "CI0403: deleted remote sandbox of container" in server.log()
-    t.join()
+    e2b.release("killed")
     # The server keeps serving.
     status, _, body = one_request(server)
-    assert status == 200 and body["output"][0]["status"] == "completed"
-
-
-def _swallow(fn):
-    try:
-        return fn()
-    except Exception as exc:          # the connection dies with the child
-        return exc
+    assert served(status, body), (status, body)
 
 
 def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
@@ -180,32 +210,34 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
         f.write(KEY_A + "\n")
     server.write_conf(conf(model.port, e2b.port, key_file).replace(
         "StartServers 2", "StartServers 2\nKeepAliveTimeout 30"))
-    e2b.call("POST", "/_reset")
+    e2b.reset()
     server.start()
     try:
         body = json.dumps({"model": "m", "tools": [TOOL], "input": script_input(
             [[{"call": "print(1)"}], [{"text": "ok"}]])})
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("POST", "/e2b/v1/responses", body, {"Content-Type": "application/json"})
+        conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
         first = conn.getresponse()
         assert first.status == 200
         first.read()
         with open(key_file, "w") as f:
             f.write(KEY_B + "\n")
         server.graceful()
-        try:
-            conn.request("POST", "/e2b/v1/responses", body,
-                         {"Content-Type": "application/json"})
-            again = conn.getresponse()
-            assert again.status == 503
-            assert json.loads(again.read())["error"]["code"] == "sandbox_reconfigured"
-        except (http.client.RemoteDisconnected, ConnectionError):
-            pass                        # the old child closed instead of answering
+        # the old child answers on the kept connection: a refusal to retry,
+        # and the connection closed so that the retry reaches a new child
+        conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
+        again = conn.getresponse()
+        assert again.status == 503
+        assert json.loads(again.read()) == {"error": {
+            "message": "The server is reloading its configuration; retry the request.",
+            "type": "server_error", "param": None, "code": "sandbox_reconfigured"}}
+        assert again.getheader("Retry-After") == "1"
+        assert again.getheader("Connection") == "close"
         conn.close()
-        wait_for(lambda: "CI0104: sandbox tool cloud was reconfigured by a reload" in
-                 server.log(), 10, "the old child did not refuse")
+        assert "CI0104: sandbox tool cloud was reconfigured by a reload; refused in this " \
+            "older child" in server.log()
         status, _, answer = one_request(server)      # a new connection: a new child
-        assert status == 200 and answer["output"][0]["status"] == "completed"
+        assert served(status, answer), (status, answer)
         wait_for(lambda: e2b.state()["live"] == [], 15, "sandboxes left behind")
         assert [c["api_key"] for c in e2b.state()["creates"]] == [KEY_A, KEY_B]
     finally:

@@ -3,8 +3,9 @@
 What a client reading the event stream sees: the HTTP headers, the SSE
 framing, the order of the events per item, their shapes against the published
 OpenAPI schema and against a recorded real stream, the final response compared
-with the JSON path, and the timing: events leave before the code runs,
-keepalive comments while it runs, an early disconnect stops the loop.
+with the JSON path, and the order against the code (shown by holding the code
+in the fake E2B sandbox, not by the clock): events leave before the code
+finishes, keepalive comments while it runs, an early disconnect stops the loop.
 """
 import gzip
 import http.client
@@ -12,12 +13,12 @@ import json
 import os
 import socket
 import subprocess
-import time
 import warnings
 
 import pytest
 
-from conftest import SHARED_SPEC, TOOL, Httpd, base_conf, script_input, without_ids
+from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, FakeE2B, Httpd, base_conf,
+                      script_input, start_helper, wait_until, without_ids)
 from fake_model import build_response_object
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -35,16 +36,14 @@ WEATHER = {
 class SSE:
     """One streamed answer, read incrementally.
 
-    records: in arrival order, {"kind": "event"|"comment", "t": monotonic
-    arrival time, ...}; an event record has "event" (the event: field),
-    "data" (parsed JSON), "raw" (the data: text) and "lines" (the block's
-    lines); a comment record has "text".
+    records: in arrival order, {"kind": "event"|"comment", ...}; an event
+    record has "event" (the event: field), "data" (parsed JSON), "raw" (the
+    data: text) and "lines" (the block's lines); a comment record has "text".
     """
 
     def __init__(self, server, path, body, headers=None, timeout=60):
-        self.t_sent = time.monotonic()
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
-        hdrs = {"Content-Type": "application/json"}
+        hdrs = dict(CLIENT_HEADERS)
         hdrs.update(headers or {})
         self.conn.request("POST", path, body=json.dumps(body).encode(), headers=hdrs)
         self.sock = self.conn.sock
@@ -66,7 +65,6 @@ class SSE:
         """Read until the next event or comment; None at the end of the stream."""
         while not self.eof:
             line = self.resp.readline()
-            now = time.monotonic()
             if not line:
                 self.eof = True
                 if self._block:
@@ -76,7 +74,7 @@ class SSE:
                 self.bad_lines.append(("line ending", line))
             text = line.rstrip(b"\r\n").decode("utf-8")
             if text.startswith(":"):
-                rec = {"kind": "comment", "t": now, "text": text}
+                rec = {"kind": "comment", "text": text}
                 self.records.append(rec)
                 return rec
             if text:
@@ -85,7 +83,7 @@ class SSE:
             if not self._block:
                 continue          # the blank line that ends a comment
             block, self._block = self._block, []
-            rec = {"kind": "event", "t": now, "lines": block, "event": None,
+            rec = {"kind": "event", "lines": block, "event": None,
                    "raw": None, "data": None}
             for ln in block:
                 if ln.startswith("event: "):
@@ -355,8 +353,21 @@ def sandboxes_of(server):
     return mine
 
 
+E2B_KEY = "e2b_stream_test_key"
+
+
 @pytest.fixture(scope="session")
-def stream_httpd(model):
+def stream_e2b():
+    """The fake E2B service behind /e2b/ and /e2bka/: its gates hold the code
+    until a test has seen what it waits for."""
+    proc, port = start_helper("fake_e2b.py", "--api-key", E2B_KEY)
+    yield FakeE2B(proc, port)
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(scope="session")
+def stream_httpd(model, stream_e2b):
     up = "http://127.0.0.1:%d" % model.port
     extra = f"""
 <Location /gz/v1/responses>
@@ -367,9 +378,15 @@ def stream_httpd(model):
   # before the upstream sees it): only no-gzip can keep a stream plain
   SetEnv force-gzip 1
 </Location>
-<Location /ka/v1/responses>
+CodeInterpreterSandbox cloud provider=e2b api_key={E2B_KEY} api_base={stream_e2b.url} \
+    sandbox_url={stream_e2b.url} timeout=60
+<Location /e2b/v1/responses>
   ProxyPass {up}/v1/responses
-  CodeInterpreter On
+  CodeInterpreter cloud
+</Location>
+<Location /e2bka/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter cloud
   CodeInterpreterKeepalive 1
 </Location>
 """
@@ -379,15 +396,19 @@ def stream_httpd(model):
 
 
 @pytest.fixture
-def sserver(stream_httpd, model):
-    """The stream server, with the same after-test checks as the main one."""
+def sserver(stream_httpd, stream_e2b, model):
+    """The stream server, with the same after-test checks as the main one,
+    and none of the fake E2B's sandboxes left."""
     model.reset()
+    stream_e2b.reset()
     stream_httpd.mark()
     yield stream_httpd
     started, destroyed = stream_httpd.wait_sandboxes_destroyed()
     text = stream_httpd.log_since_mark()
     assert "exit signal" not in text, text
     assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
+    stream_e2b.until(lambda s: not s["live"] and s["created"] == s["deleted"],
+                     "the fake E2B's sandboxes to be deleted")
 
 
 # ------------------------------------------------------------- headers, framing
@@ -496,17 +517,16 @@ def test_followup_failure_ends_with_error_and_failed(httpd, model):
     assert shape(s.events()) == START + CALL + FAILED
     events = [e["data"] for e in s.events()]
     err, failed = events[-2], events[-1]
-    for key in ("code", "message", "param"):
-        assert key in err, err
-    assert isinstance(err["message"], str) and err["message"]
-    assert set(err["error"]) >= {"type", "code", "message", "param"}
-    assert err["error"]["message"] == err["message"]
-    assert err["error"]["code"] == err["code"]
-    assert err["error"]["param"] == err["param"]
+    # the upstream's own error, relayed: its type, code and param, its message quoted
+    message = ("The model upstream answered a follow-up call with status 500: The server "
+               "had an error while processing your request.")
+    assert err == {"type": "error", "sequence_number": len(events) - 2,
+                   "code": None, "message": message, "param": None,
+                   "error": {"type": "server_error", "code": None, "message": message,
+                             "param": None}}
     resp = failed["response"]
     assert resp["status"] == "failed"
-    assert resp["error"]["code"] == "server_error"
-    assert resp["error"]["message"]
+    assert resp["error"] == {"code": "server_error", "message": message}
     assert [i["type"] for i in resp["output"]] == ["code_interpreter_call"]
     assert resp["output"][0]["status"] == "completed"
     assert len(model.requests()) == 2
@@ -691,72 +711,104 @@ def test_completed_response_equals_the_json_answer(httpd, model):
     assert streamed["output"][1]["container_id"].startswith("cntr_")
 
 
-# ------------------------------------------------------------- timing
+# ------------------------------------------------- order against the code
 
-def test_interpreting_arrives_before_the_code_finishes(httpd, model):
-    code = 'import time; time.sleep(2); print("done")'
-    s = stream(httpd, "/v1/responses",
-               stream_body([[{"call": code}], [{"text": "{{last_output}}"}]]))
-    check_stream(s)
-    at = {}
-    for e in s.events():
-        at.setdefault(e["event"], e["t"])
-    gap = at["response.code_interpreter_call.completed"] - \
-        at["response.code_interpreter_call.interpreting"]
-    assert gap >= 1.5, "interpreting came only %.2f s before completed" % gap
-    assert at["response.created"] <= at["response.code_interpreter_call.interpreting"]
+def read_until(s, etype, why):
+    """s.until(ETYPE), failing with WHY when the stream stays silent."""
+    try:
+        return s.until(etype)
+    except TimeoutError:
+        raise AssertionError("%s did not arrive: %s" % (etype, why)) from None
 
 
-def test_keepalive_comments_while_the_code_runs(sserver, model):
-    code = "import time; time.sleep(3); print('done')"
-    s = stream(sserver, "/ka/v1/responses",
-               stream_body([[{"call": code}], [{"text": "{{last_output}}"}]]))
+def test_interpreting_arrives_before_the_code_finishes(sserver, stream_e2b, model):
+    # The sandbox holds the code until the client has seen interpreting: the
+    # event cannot wait for the code to finish.
+    stream_e2b.control(hold_execute="interpreting")
+    s = SSE(sserver, "/e2b/v1/responses",
+            stream_body([[{"call": 'print("done")'}], [{"text": "{{last_output}}"}]]),
+            timeout=30)
+    read_until(s, "response.code_interpreter_call.interpreting",
+               "it waits for the code, which is held until it arrives")
+    # (interpreting may leave before the sandbox is asked to run the code)
+    st = stream_e2b.until(lambda st: st["held"], "the code to be held in the sandbox")
+    assert [h["what"] for h in st["held"]] == ["execute"]
+    stream_e2b.release("interpreting")
+    s.read_all()
+    items = check_stream(s)
+    assert shape(s.events()) == START + CALL + MESSAGE + END
+    assert items[0]["outputs"] == [{"type": "logs", "logs": "done\n"}]
+    assert items[1]["content"][0]["text"] == "done\n"
+
+
+def test_keepalive_comments_while_the_code_runs(sserver, stream_e2b, model):
+    # The code is held until the client has heard a keepalive comment.
+    stream_e2b.control(hold_execute="keepalive")
+    s = SSE(sserver, "/e2bka/v1/responses",
+            stream_body([[{"call": "print('done')"}], [{"text": "{{last_output}}"}]]),
+            timeout=30)
+    read_until(s, "response.code_interpreter_call.interpreting", "the stream is stuck")
+    stream_e2b.until(lambda st: st["held"], "the code to be held in the sandbox")
+    try:
+        rec = s.next_record()
+    except TimeoutError:
+        raise AssertionError("no keepalive while the code runs") from None
+    assert (rec["kind"], rec.get("text")) == ("comment", ": keepalive"), rec
+    stream_e2b.release("keepalive")
+    s.read_all()
     check_stream(s)
     kinds = [(r["kind"], r.get("event") or r.get("text")) for r in s.records]
     start = kinds.index(("event", "response.code_interpreter_call.interpreting"))
     end = kinds.index(("event", "response.code_interpreter_call.completed"))
     between = [k for k in kinds[start + 1:end] if k[0] == "comment"]
-    assert between, kinds
-    assert all(text == ": keepalive" for _, text in between), between
+    assert between and all(text == ": keepalive" for _, text in between), kinds
     assert all(r["text"] == ": keepalive" for r in s.comments())
 
 
 def test_disconnect_stops_the_loop(httpd, model):
-    code = "import time\ntime.sleep(5)\nprint('late')"
+    # The code never finishes on its own: only the disconnect (or the
+    # execution timeout, which the log tells apart) can stop it.
+    code = "import threading\nthreading.Event().wait()"
     s = SSE(httpd, "/v1/responses",
             stream_body([[{"call": code}], [{"text": "never"}]]))
     s.until("response.code_interpreter_call.interpreting")
     # (interpreting leaves before the sandbox is asked to run the code)
-    seen = time.monotonic()
-    while not sandboxes_of(httpd) and time.monotonic() < seen + 3:
-        time.sleep(0.05)
-    assert sandboxes_of(httpd), "no sandbox is running the code"
+    wait_until(lambda: sandboxes_of(httpd), "a sandbox running the code")
     s.abort()
-    closed = time.monotonic()
-    # The sandbox goes away well before the code would have finished.
-    while sandboxes_of(httpd) and time.monotonic() < closed + 3.5:
-        time.sleep(0.1)
-    assert not sandboxes_of(httpd), "the sandbox outlived the client"
-    # And the upstream never hears of a second round.
-    while time.monotonic() < closed + 6.5:
-        assert len(model.requests()) == 1, model.requests()
-        time.sleep(0.25)
+    wait_until(lambda: not sandboxes_of(httpd), "the sandbox to go with the client")
+    wait_until(lambda: "CI0206" in httpd.log_since_mark(), "the loop to stop")
     started, destroyed = httpd.wait_sandboxes_destroyed()
     assert started == destroyed == 1
-    assert "CI0206" in httpd.log_since_mark()      # the client went away
+    log = httpd.log_since_mark()
+    assert "CI0206: client went away; loop stopped after round 1" in log
+    # interrupted, not timed out: no failed call recorded, no restart
+    assert "CI0201" not in log
+    assert "restarted after a failed execution" not in log
+    assert "CI0301: sandbox destroyed (request ended)" in log
+    # and the loop stopped: the upstream never heard of a second round
+    assert len(model.requests()) == 1, model.requests()
 
 
 # ------------------------------------------------------------- passthrough
 
 def test_passthrough_stream_is_not_buffered(httpd, model):
-    body = {"model": "m", "stream": True, "input": script_input([[{"stream_pause": 1}]])}
-    s = stream(httpd, "/v1/responses", body)
+    # The upstream holds the rest of its stream after two events until the
+    # client has read them: a buffered relay would never show them.
+    body = {"model": "m", "stream": True,
+            "input": script_input([[{"hold": "passthrough", "after": 2}]])}
+    s = SSE(httpd, "/v1/responses", body, timeout=30)
     assert s.status == 200
     assert s.headers.get("content-type", "").startswith("text/event-stream")
-    events = s.events()
-    assert types(events) == ["response.created", "response.in_progress",
-                             "response.completed"]
-    assert events[-1]["t"] - events[0]["t"] >= 1.0, [e["t"] - s.t_sent for e in events]
+    try:
+        s.until("response.in_progress")
+    except TimeoutError:
+        raise AssertionError("the first events did not arrive while the upstream held the "
+                             "rest of its stream: the relay buffers it") from None
+    wait_until(lambda: model.holds()["waiting"] == ["passthrough"], "the upstream's hold")
+    model.release("passthrough")
+    s.read_all()
+    assert types(s.events()) == ["response.created", "response.in_progress",
+                                 "response.completed"]
     seen = model.requests()
     assert len(seen) == 1 and seen[0]["json"]["stream"] is True
     assert "CI0101" not in httpd.log_since_mark()

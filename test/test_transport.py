@@ -40,13 +40,16 @@ def test_environment_proxies_are_ignored(transport, model):
 
 
 def test_upstream_timeout_gives_504(transport, model):
+    # The follow-up is held until after the answer: only the timeout ends it.
     model.reset()
     status, headers, answer = transport.post("/slow/v1/responses", body(
-        [[{"call": "print(1)"}], [{"sleep": 3}, {"text": "late"}]]))
+        [[{"call": "print(1)"}], [{"hold": "slow"}, {"text": "late"}]]))
     assert status == 504
-    assert answer["error"] == {
+    assert answer == {"error": {
         "message": "The model upstream did not answer a follow-up call in time.",
-        "type": "server_error", "param": None, "code": "upstream_timeout"}
+        "type": "server_error", "param": None, "code": "upstream_timeout"}}
+    assert model.holds()["waiting"] == ["slow"]
+    model.release("slow")
 
 
 def test_configured_proxy_is_used(transport, model):
@@ -56,7 +59,7 @@ def test_configured_proxy_is_used(transport, model):
     status, _, answer = transport.post("/proxied/v1/responses", body(
         [[{"call": "print(1)"}], [{"text": "never"}]]))
     assert status == 502
-    assert answer["error"]["code"] == "upstream_unreachable"
-    assert answer["error"]["message"] == ("The model upstream could not be reached for "
-                                          "a follow-up call.")
+    assert answer == {"error": {
+        "message": "The model upstream could not be reached for a follow-up call.",
+        "type": "server_error", "param": None, "code": "upstream_unreachable"}}
     assert len(model.requests()) == 1
