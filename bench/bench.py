@@ -633,6 +633,7 @@ class Client:
                                                            timeout=timeout)
                 self.conn.request("POST", path, body=body,
                                   headers={"Content-Type": "application/json",
+                                           "Authorization": "Bearer sk-bench",
                                            "X-Bench-Id": rid})
                 resp = self.conn.getresponse()
             except (BrokenPipeError, ConnectionResetError,
@@ -788,7 +789,8 @@ def run_micro(prog, files, iterations, cold):
 def post_direct(port, body):
     """POST to the model upstream itself (not through httpd)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    c.request("POST", "/v1/responses", body=body, headers={"Content-Type": "application/json"})
+    c.request("POST", "/v1/responses", body=body,
+              headers={"Content-Type": "application/json", "Authorization": "Bearer sk-bench"})
     data = c.getresponse().read()
     c.close()
     return data

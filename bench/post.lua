@@ -6,6 +6,7 @@ wrk.method = "POST"
 wrk.body = f:read("*a")
 f:close()
 wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Authorization"] = "Bearer sk-bench"
 
 function done(summary, latency, requests)
    local e = summary.errors

@@ -160,7 +160,7 @@ def drive(server):
                               [{"text": "never"}]])).encode()
     started = server.log().count("CI0302:")
     s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-valgrind\r\n"
               b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
     deadline = time.time() + 60
     while server.log().count("CI0302:") == started and time.time() < deadline:
