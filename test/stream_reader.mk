@@ -5,6 +5,8 @@
 #   make -f test/stream_reader.mk fuzz-regress   replay the fuzz corpora and regressions once
 #   make -f test/stream_reader.mk fuzz-run       fuzz each target for FUZZ_SECONDS (default 30)
 #   make -f test/stream_reader.mk all            the three
+#   make -f test/stream_reader.mk coverage       line and branch coverage of the new
+#                                                sources by the fuzz corpora
 #   make -f test/stream_reader.mk clean
 #
 # Everything is built into test/fuzz/build/stream-readers/ (ignored by
@@ -39,7 +41,7 @@ FCFLAGS := -g -O1 $(SAN) -std=gnu11 -Wall -Wextra -Werror $(INC) -I$(FUZZ) \
 export UBSAN_OPTIONS ?= print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS  ?= detect_leaks=1
 
-.PHONY: all check fuzz fuzz-regress fuzz-run clean
+.PHONY: all check fuzz fuzz-regress fuzz-run coverage clean
 
 all: check fuzz-regress fuzz-run
 
@@ -80,6 +82,31 @@ fuzz-run: fuzz
 	    if [ $$rc -ne 0 ]; then echo "$$t: FAILED (exit $$rc), see $(BUILD)/$$t.log"; \
 	        grep -m 3 -E 'ERROR: |runtime error|fuzz check failed' $(BUILD)/$$t.log; fail=1; fi; \
 	done; exit $$fail
+
+# Source coverage of ci_<t>.c by corpus/<t>, regressions/<t> and the corpus
+# kept from fuzz-run; one process per input.
+COVFLAGS      := -g -O1 -fsanitize=fuzzer -fprofile-instr-generate -fcoverage-mapping \
+                 -std=gnu11 $(INC) -I$(FUZZ) $(shell pkg-config --cflags $(PKGS))
+LLVM_PROFDATA ?= llvm-profdata
+LLVM_COV      ?= llvm-cov
+
+$(BUILD)/cov/fuzz_%: $(FUZZ)/fuzz_%.c $(FUZZ)/fuzz_common.h $(SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(COVFLAGS) $< $(SRC) $(LIBS) -ldl -o $@
+
+coverage: $(patsubst %,$(BUILD)/cov/fuzz_%,$(TARGETS))
+	@for t in $(TARGETS); do \
+	    rm -rf $(BUILD)/cov/$$t && mkdir -p $(BUILD)/cov/$$t; \
+	    find $(BUILD)/corpus/$$t $(FUZZ)/corpus/$$t $(FUZZ)/regressions/$$t -type f 2>/dev/null | \
+	        LLVM_PROFILE_FILE=$(BUILD)/cov/$$t/%p.profraw \
+	        xargs -r -n 1 $(BUILD)/cov/fuzz_$$t >/dev/null 2>&1; \
+	    $(LLVM_PROFDATA) merge -sparse $(BUILD)/cov/$$t/*.profraw \
+	        -o $(BUILD)/cov/$$t.profdata || exit 1; \
+	    echo "== $$t"; \
+	    $(LLVM_COV) report $(BUILD)/cov/fuzz_$$t -instr-profile=$(BUILD)/cov/$$t.profdata \
+	        $(TOP)/mod_code_interpreter/core/ci_$$t.c | grep -E '^/.*ci_' | sed 's|.*/||' | \
+	        awk '{print $$1, "lines", $$(NF-3), "branches", $$NF}'; \
+	done
 
 clean:
 	rm -rf $(BUILD)
