@@ -71,7 +71,9 @@ Control endpoints (no authentication):
                     upstream that takes vendor extensions)
   POST /_release    {"gate": name}: open a gate (before or while it is waited on)
   GET /_holds       {"waiting": [gates held now], "expired": [gates given up]}
-  GET /_gate        stream_gate: {"sent", "acked", "timeouts"} deltas
+  GET /_gate        stream_gate: {"sent", "acked", "timeouts", "abandoned"}:
+                    deltas written and seen, waits that ran out, streams
+                    whose reader left while a delta waited
   POST /_gate       {"acked": N}: the test has seen N deltas at its client
   GET /_health
 """
@@ -81,6 +83,8 @@ import base64
 import json
 import re
 import secrets
+import select
+import socket
 import sys
 import threading
 import time
@@ -160,17 +164,24 @@ class State:
         self.waiting = []         # gates held now (one entry per waiting answer)
         self.expired = []         # gates given up after HOLD_LIMIT
         # stream_gate: deltas written, deltas the test saw, waits that ran out
-        self.gate = {"sent": 0, "acked": 0, "timeouts": 0}
+        self.gate = {"sent": 0, "acked": 0, "timeouts": 0, "abandoned": 0}
         self.gate_changed = threading.Condition(self.lock)
 
-    def gate_wait(self):
-        """Before a gated delta: every earlier one must have been seen."""
+    def gate_wait(self, sock):
+        """Before a gated delta: every earlier one must have been seen. Gives
+        up when the reader of this stream (SOCK's peer) has gone away
+        ("abandoned") or after GATE_WAIT seconds ("timeouts")."""
+        deadline = time.monotonic() + GATE_WAIT
         with self.gate_changed:
-            ok = self.gate_changed.wait_for(
-                lambda: self.gate["acked"] >= self.gate["sent"], GATE_WAIT)
-            if not ok:
-                self.gate["timeouts"] += 1
-                return False
+            while self.gate["acked"] < self.gate["sent"]:
+                if _peer_closed(sock):
+                    self.gate["abandoned"] += 1
+                    return False
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.gate["timeouts"] += 1
+                    return False
+                self.gate_changed.wait(min(left, 0.05))
             self.gate["sent"] += 1
             return True
 
@@ -209,13 +220,22 @@ class State:
             self.extra_parameters = set()
             gates, self.gates = self.gates, {}
             self.expired = []
-            self.gate = {"sent": 0, "acked": 0, "timeouts": 0}
+            self.gate = {"sent": 0, "acked": 0, "timeouts": 0, "abandoned": 0}
             self.gate_changed.notify_all()
         for gate in gates.values():
             gate.set()
 
 
 # ---------------------------------------------------------------- helpers
+
+def _peer_closed(sock):
+    """Whether the other end of SOCK has closed it (readable, nothing to read)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except (OSError, ValueError):
+        return True
+
 
 def _json_bytes(obj):
     return json.dumps(obj, ensure_ascii=False).encode("utf-8")
@@ -1005,7 +1025,7 @@ class Handler(BaseHTTPRequestHandler):
                         not self._hold(answer):
                     return
                 if answer.gate and etype.endswith(".delta") and \
-                        not self.server.state.gate_wait():
+                        not self.server.state.gate_wait(self.connection):
                     self.close_connection = True
                     return
                 frame = ("event: %s\ndata: %s\n\n" % (etype, json.dumps(data, ensure_ascii=False)))

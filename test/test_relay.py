@@ -9,6 +9,7 @@ stream and counts a timeout, and the test fails on what the client got.
 Nothing here reads the clock.
 """
 import json
+import time
 
 from conftest import TOOL
 from test_stream import LIFECYCLE, SSE, check_stream, recorded_gaps, schema_checker, \
@@ -149,3 +150,33 @@ def test_json_clients_still_get_whole_rounds(httpd, model):
     assert status == 200, body
     assert [r["json"]["stream"] for r in model.requests()] == [False, False]
     assert body["output"][-1]["content"][0]["text"] == "two"
+
+
+def test_a_client_that_leaves_stops_the_upstream_read(httpd, model):
+    """The client goes away while the model is writing round 2: the module
+    stops reading the upstream's stream (the fake, holding its next delta,
+    sees its reader leave) instead of reading the round to its end."""
+    model.reset()
+    httpd.mark()
+    rounds = [[{"call": "print(7)"}],
+              [{"text": "a long answer that the client will not wait for",
+                "stream_gate": True}]]
+    s = SSE(httpd, "/v1/responses", stream_body(rounds))
+    s.until("response.output_text.delta")     # round 2 has begun
+    s.abort()
+    deadline_polls = 600                       # bounded: 30 s of 0.05 s polls
+    for _ in range(deadline_polls):
+        g = gate(model)
+        if g["abandoned"] or g["timeouts"]:
+            break
+        time.sleep(0.05)
+    assert (g["abandoned"], g["timeouts"], g["sent"]) == (1, 0, 1), g
+    wait_log(httpd, "CI0206: client went away")
+
+
+def wait_log(server, text, polls=600):
+    for _ in range(polls):
+        if text in server.log_since_mark():
+            return
+        time.sleep(0.05)
+    raise AssertionError("no log line %r" % text)
