@@ -242,3 +242,39 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
         assert [c["api_key"] for c in e2b.state()["creates"]] == [KEY_A, KEY_B]
     finally:
         server.stop()
+
+
+def test_reaper_says_deleted_only_once_it_is(server, model, e2b):
+    """A dead child's sandbox whose delete fails: the reaper logs the failure
+    (CI0405) and tries again, never a CI0403 "deleted" line, until a delete
+    succeeds."""
+    result = {}
+
+    def run():
+        try:
+            result["r"] = one_request(server)
+        except ConnectionError as exc:
+            result["r"] = exc
+
+    e2b.control(hold_execute="orphan", delete_status=500)
+    t = threading.Thread(target=run)
+    t.start()
+    e2b.until(lambda s: s["held"], "the execution to start")
+    started = [l for l in server.log().splitlines() if "CI0302:" in l]
+    pid = int(re.search(r"\[pid (\d+):", started[-1]).group(1))
+    os.kill(pid, signal.SIGKILL)
+    t.join()
+    assert isinstance(result["r"], ConnectionError), result["r"]
+    wait_for(lambda: "CI0405:" in server.log(), 30, "no CI0405 line")
+    [line] = [l for l in server.log().splitlines() if "CI0405:" in l][:1]
+    assert "could not be deleted (the E2B sandbox service answered HTTP 500); " \
+           "trying again" in line
+    assert "CI0403:" not in server.log()
+    assert e2b.state()["live"] != []
+    # The service recovers: the next attempt deletes it, and only then CI0403.
+    e2b.control(delete_status=None)
+    wait_for(lambda: e2b.state()["live"] == [], 30, "the orphaned sandbox was not deleted")
+    wait_for(lambda: "CI0403:" in server.log(), 10, "no CI0403 line")
+    assert all(d["status"] == 500 for d in e2b.state()["deletes"][:-1])
+    assert e2b.state()["deletes"][-1]["status"] == 204
+    e2b.release("orphan")
