@@ -167,7 +167,9 @@ def test_load_during_three_reloads(server, model, e2b):
     assert wrong == [], "created with the wrong key (reloads %s): %s" % (reloads, wrong[:5])
 
 
-def test_killed_child_sandbox_is_deleted(server, model, e2b):
+def kill_child_mid_execution(server, e2b, gate):
+    """Kill -9 the child running a request's code (held by the fake E2B at
+    GATE); the client must see its connection die, without an answer."""
     result = {}
 
     def run():
@@ -176,7 +178,7 @@ def test_killed_child_sandbox_is_deleted(server, model, e2b):
         except ConnectionError as exc:     # what the death of the child must look like
             result["r"] = exc
 
-    e2b.control(hold_execute="killed")     # the code runs until the child is gone
+    e2b.control(hold_execute=gate)        # the code runs until the child is gone
     t = threading.Thread(target=run)
     t.start()
     e2b.until(lambda s: s["held"], "the execution to start")
@@ -184,8 +186,11 @@ def test_killed_child_sandbox_is_deleted(server, model, e2b):
     pid = int(re.search(r"\[pid (\d+):", started[-1]).group(1))
     os.kill(pid, signal.SIGKILL)
     t.join()
-    # the client saw its connection die, without an answer
     assert isinstance(result["r"], ConnectionError), result["r"]
+
+
+def test_killed_child_sandbox_is_deleted(server, model, e2b):
+    kill_child_mid_execution(server, e2b, "killed")
     wait_for(lambda: e2b.state()["live"] == [], 30, "the orphaned sandbox was not deleted")
     state = e2b.state()
     assert [(d["api_key"], d["status"]) for d in state["deletes"]] == [(KEY_A, 204)]
@@ -248,23 +253,8 @@ def test_reaper_says_deleted_only_once_it_is(server, model, e2b):
     """A dead child's sandbox whose delete fails: the reaper logs the failure
     (CI0405) and tries again, never a CI0403 "deleted" line, until a delete
     succeeds."""
-    result = {}
-
-    def run():
-        try:
-            result["r"] = one_request(server)
-        except ConnectionError as exc:
-            result["r"] = exc
-
-    e2b.control(hold_execute="orphan", delete_status=500)
-    t = threading.Thread(target=run)
-    t.start()
-    e2b.until(lambda s: s["held"], "the execution to start")
-    started = [l for l in server.log().splitlines() if "CI0302:" in l]
-    pid = int(re.search(r"\[pid (\d+):", started[-1]).group(1))
-    os.kill(pid, signal.SIGKILL)
-    t.join()
-    assert isinstance(result["r"], ConnectionError), result["r"]
+    e2b.control(delete_status=500)
+    kill_child_mid_execution(server, e2b, "orphan")
     wait_for(lambda: "CI0405:" in server.log(), 30, "no CI0405 line")
     [line] = [l for l in server.log().splitlines() if "CI0405:" in l][:1]
     assert "could not be deleted (the E2B sandbox service answered HTTP 500); " \
