@@ -40,22 +40,7 @@
 /* helpers                                                                  */
 /* ======================================================================== */
 
-static int pool_setup(void **state)
-{
-    apr_pool_t *p;
-    if (apr_pool_create(&p, NULL) != APR_SUCCESS)
-        return -1;
-    *state = p;
-    return 0;
-}
-
-static int pool_teardown(void **state)
-{
-    apr_pool_destroy(*state);
-    return 0;
-}
-
-#define TEST(f) cmocka_unit_test_setup_teardown(f, pool_setup, pool_teardown)
+#include "unit_pool.h"
 
 /* JSON written with single quotes for readability: every ' becomes ". */
 static char *J(apr_pool_t *p, const char *s)

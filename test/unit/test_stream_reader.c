@@ -34,22 +34,7 @@
 /* helpers                                                                  */
 /* ======================================================================== */
 
-static int pool_setup(void **state)
-{
-    apr_pool_t *p;
-    if (apr_pool_create(&p, NULL) != APR_SUCCESS)
-        return -1;
-    *state = p;
-    return 0;
-}
-
-static int pool_teardown(void **state)
-{
-    apr_pool_destroy(*state);
-    return 0;
-}
-
-#define TEST(f) cmocka_unit_test_setup_teardown(f, pool_setup, pool_teardown)
+#include "unit_pool.h"
 
 /* A small deterministic generator (xorshift64*), so failures reproduce. */
 static uint64_t rnd_state = 0x9E3779B97F4A7C15ULL;
