@@ -59,8 +59,10 @@ def test_one_line_per_execution(model, kind):
     assert second["code"] == "1/0" and second["status"] == "completed"
     assert (first["outcome"], second["outcome"]) == ("completed", "error")
     assert set(first) == {"time", "request_id", "client", "tool", "container_id",
-                          "call_id", "code", "output_bytes", "images", "status",
-                          "outcome", "failure", "duration_ms"}
+                          "owner", "call_id", "code", "output_bytes", "images",
+                          "status", "outcome", "failure", "duration_ms"}
+    # the caller, as a keyed hash (test_owner.py checks the hash itself)
+    assert first["owner"].startswith("own_") and SECRET not in first["owner"]
     with open(path) as f:
         assert SECRET not in f.read()
 

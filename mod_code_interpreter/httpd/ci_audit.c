@@ -10,6 +10,7 @@
 #include "ci_audit.h"
 #include "ci_dirconf.h"
 #include "ci_json.h"
+#include "ci_state.h"
 #include "mod_code_interpreter.h"
 
 static apr_file_t *audit_file;           /* this generation's log, or NULL */
@@ -83,6 +84,7 @@ void ci_audit_execution(request_rec *r, const char *tool, const char *container,
     add_string(line, "client", r->useragent_ip);
     add_string(line, "tool", tool);
     add_string(line, "container_id", container);
+    add_string(line, "owner", ci_state_get(r)->owner);
     add_string(line, "call_id", call->item_id);
     add_string(line, "code", call->code);
     json_object_object_add(line, "output_bytes", json_object_new_int64((int64_t)res->text_len));

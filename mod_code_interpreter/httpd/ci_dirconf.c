@@ -6,6 +6,7 @@
 #include <http_core.h>
 #include <http_log.h>
 #include "ci_audit.h"
+#include "ci_owner.h"
 #include "ci_dirconf.h"
 #include "ci_sandbox.h"
 #include "mod_code_interpreter.h"
@@ -63,6 +64,8 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->queue_limit = add->queue_limit != CI_UNSET ? add->queue_limit : base->queue_limit;
     c->max_sandboxes = add->max_sandboxes != CI_UNSET ? add->max_sandboxes
                                                       : base->max_sandboxes;
+    c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
+    c->secret = add->secret ? add->secret : base->secret;
     return c;
 }
 
@@ -98,6 +101,7 @@ void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     PICKP(ca_file);
     PICKP(client_cert);
     PICKP(client_key);
+    PICKP(owner);
     c->proxy_set = add->proxy_set || base->proxy_set;
     c->proxy = add->proxy_set ? add->proxy : base->proxy;
     return c;
@@ -388,6 +392,10 @@ const command_rec ci_directives[] = {
                    "client certificate (PEM) and optional key for the upstream"),
     AP_INIT_TAKE1("CodeInterpreterProxy", set_proxy, OFF(proxy), DIR_CONF,
                   "outbound proxy URL for follow-ups, or none (the default)"),
+    AP_INIT_TAKE1("CodeInterpreterSecret", ci_owner_set_secret, NULL, RSRC_CONF,
+                  "file:PATH holding the server secret (owner hashes, sealing)"),
+    AP_INIT_TAKE1("CodeInterpreterOwner", ci_owner_set_expr, NULL, DIR_CONF,
+                  "expression naming a request's owner (default: its Authorization)"),
     { NULL }
 };
 

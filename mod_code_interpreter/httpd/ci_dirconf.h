@@ -10,7 +10,9 @@
 #include <apr_hash.h>
 #include <httpd.h>
 #include <http_config.h>
+#include <ap_expr.h>
 #include "ci_config.h"
+#include "ci_crypto.h"
 #include "ci_sandbox.h"
 
 #define CI_UNSET -1
@@ -23,6 +25,7 @@ typedef struct ci_server_conf {
     int queue_limit;
     int max_sandboxes;
     const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
+    ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */
@@ -42,6 +45,7 @@ typedef struct ci_dir_conf {
     const char *client_key;
     const char *proxy;
     int proxy_set;
+    ap_expr_info_t *owner;           /* CodeInterpreterOwner, NULL: Authorization */
 } ci_dir_conf;
 
 extern const command_rec ci_directives[];

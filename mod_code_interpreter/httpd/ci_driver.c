@@ -71,6 +71,8 @@ static void set_notes(driver *dv)
                    apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->upstream_time));
     apr_table_setn(r->notes, "ci-module-us",
                    apr_psprintf(r->pool, "%" APR_TIME_T_FMT, dv->st->module_time));
+    if (dv->st->owner)
+        apr_table_setn(r->notes, "ci-owner", dv->st->owner);
 }
 
 /* ---- streaming ---------------------------------------------------------- */

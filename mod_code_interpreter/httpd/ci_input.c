@@ -14,6 +14,7 @@
 #include "ci_input.h"
 #include "ci_loop.h"
 #include "ci_output.h"
+#include "ci_owner.h"
 #include "ci_registry.h"
 #include "ci_state.h"
 #include "mod_code_interpreter.h"
@@ -179,6 +180,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
     st->req = req;
     st->sandbox = sandbox;
     st->container_id = ci_mint_id(r->pool, "cntr_", 24);
+    st->owner = ci_owner_of(r);     /* now: before mod_headers may change a header */
     st->started = apr_time_now();
     apr_table_unset(r->headers_in, "Accept-Encoding");
     replay(r, req->body, req->body_len);

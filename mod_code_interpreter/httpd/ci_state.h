@@ -16,6 +16,7 @@ typedef struct ci_req_state {
     const ci_sandbox_def *sandbox;
     const char *container_id;  /* server-minted "cntr_...": what the client
                                   sees and what logs and the registry name */
+    const char *owner;         /* keyed hash of the caller (ci_owner.h), or NULL */
     apr_time_t started;
     apr_interval_time_t module_time;   /* time spent in the module's own work */
 } ci_req_state;

@@ -15,6 +15,7 @@
 #include "ci_input.h"
 #include "ci_log.h"
 #include "ci_output.h"
+#include "ci_owner.h"
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
@@ -80,7 +81,8 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                      "be initialised");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK)
+    if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK ||
+        ci_owner_post_config(pconf, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
     return probe_sandboxes(ptemp, s);
 }

@@ -1,0 +1,88 @@
+/* ci_owner.c - the keyed owner of a request, and the server secret. */
+#include <string.h>
+#include <ap_expr.h>
+#include <apr_strings.h>
+#include <http_log.h>
+#include "ci_dirconf.h"
+#include "ci_owner.h"
+#include "mod_code_interpreter.h"
+
+#define RETAINED_SECRET "mod_code_interpreter_secret"
+
+static const ci_secret *secret;     /* this generation's, after post_config */
+
+const char *ci_owner_set_secret(cmd_parms *cmd, void *dummy, const char *spec)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY), *path;
+    ci_secret *s;
+    if (err)
+        return err;
+    if (strncmp(spec, "file:", 5) || !spec[5])
+        return apr_psprintf(cmd->pool, "%s: '%s' is not valid: expected file:PATH",
+                            cmd->cmd->name, spec);
+    path = ap_server_root_relative(cmd->pool, spec + 5);
+    if (!path || (err = ci_secret_read(cmd->pool, path, &s)))
+        return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name,
+                            err ? err : "the path is not valid");
+    c->secret = s;
+    return NULL;
+}
+
+const char *ci_owner_set_expr(cmd_parms *cmd, void *conf, const char *expr)
+{
+    ci_dir_conf *d = conf;
+    const char *err = NULL;
+    d->owner = ap_expr_parse_cmd(cmd, expr, AP_EXPR_FLAG_STRING_RESULT, &err, NULL);
+    if (err)
+        return apr_psprintf(cmd->pool, "%s: '%s' is not a valid expression: %s",
+                            cmd->cmd->name, expr, err);
+    return NULL;
+}
+
+/* Without CodeInterpreterSecret: random bytes made once by the parent, kept
+ * in its retained memory (never shared memory) across graceful restarts. */
+static const ci_secret *kept_secret(apr_pool_t *pconf)
+{
+    unsigned char *bytes = ap_retained_data_get(RETAINED_SECRET);
+    if (!bytes) {
+        bytes = ap_retained_data_create(RETAINED_SECRET, CI_SECRET_MIN);
+        if (apr_generate_random_bytes(bytes, CI_SECRET_MIN) != APR_SUCCESS)
+            return NULL;
+    }
+    return ci_secret_create(pconf, bytes, CI_SECRET_MIN);
+}
+
+int ci_owner_post_config(apr_pool_t *pconf, server_rec *s)
+{
+    ci_server_conf *c = ci_server_config(s);
+    secret = c->secret ? c->secret : kept_secret(pconf);
+    if (!secret) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "CI0701: no server secret could "
+                     "be made (the system's random source failed)");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return OK;
+}
+
+const ci_secret *ci_owner_secret(void)
+{
+    return secret;
+}
+
+const char *ci_owner_of(request_rec *r)
+{
+    ci_dir_conf *d = ci_dir_config(r);
+    const char *err = NULL, *who;
+    if (d->owner) {
+        who = ap_expr_str_exec(r, d->owner, &err);
+        if (err) {
+            ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0702: CodeInterpreterOwner "
+                          "could not be evaluated: %s", err);
+            return NULL;
+        }
+    }
+    else
+        who = apr_table_get(r->headers_in, "Authorization");
+    return who ? ci_owner_key(r->pool, secret, who, strlen(who)) : NULL;
+}
