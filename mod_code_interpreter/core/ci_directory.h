@@ -1,0 +1,128 @@
+/*
+ * ci_directory.h - the directory of containers on one node: records, who
+ * owns them, when they expire, the response ids that lead to them, and the
+ * items the module returned (so that an item_reference to one can be
+ * resolved and a chain through a round can be completed). A data structure
+ * with no I/O and no locks: its host (the container supervisor, one thread)
+ * serialises every call. Several nodes use Redis instead, with the same
+ * semantics.
+ *
+ * Owners are keyed hashes (ci_crypto.h); nothing here compares anything but
+ * those. Every lookup takes the caller's owner: another owner's container
+ * reads exactly like an unknown one.
+ *
+ * Time is passed in (apr_time_t now) so that expiry is tested without
+ * waiting.
+ */
+#ifndef CI_DIRECTORY_H
+#define CI_DIRECTORY_H
+
+#include <apr_pools.h>
+#include <apr_tables.h>
+#include <apr_time.h>
+
+typedef enum {
+    CI_CNTR_RUNNING = 0,
+    CI_CNTR_EXPIRED,
+    CI_CNTR_DELETED
+} ci_cntr_status;
+
+typedef struct ci_container {
+    const char *id;              /* "cntr_" + 48 hex digits */
+    const char *owner;           /* keyed hash */
+    const char *name;
+    const char *tool;            /* the CodeInterpreterSandbox it runs on */
+    const char *memory_limit;    /* "1g", "4g", ... */
+    const char *handle;          /* the provider's reference (opaque), or NULL
+                                    before the sandbox exists (lazy creation) */
+    apr_time_t created_at;
+    apr_time_t last_active_at;
+    int idle_minutes;            /* expires_after.minutes */
+    ci_cntr_status status;
+    int busy;                    /* an execution runs in it */
+} ci_container;
+
+typedef struct ci_directory ci_directory;
+
+typedef struct ci_directory_limits {
+    int max_containers;          /* live (running) containers on the node */
+    int max_per_owner;           /* live containers of one owner */
+    apr_interval_time_t retention;  /* how long expired/deleted records and
+                                       remembered items stay answerable */
+    apr_size_t max_items_bytes;  /* remembered items, all owners, in bytes */
+} ci_directory_limits;
+
+/* A directory; its memory is its own (created under P, destroyed with it). */
+ci_directory *ci_directory_create(apr_pool_t *p, const ci_directory_limits *limits);
+
+typedef enum {
+    CI_DIR_OK = 0,
+    CI_DIR_NOT_FOUND,            /* unknown, long gone, or another owner's */
+    CI_DIR_EXPIRED,              /* the caller's, expired (or deleted) */
+    CI_DIR_OWNER_FULL,           /* the owner's cap, and none of its own idle */
+    CI_DIR_NODE_FULL,            /* the node's cap, and none of the owner's idle */
+    CI_DIR_NO_OWNER              /* an empty owner keeps nothing */
+} ci_dir_status;
+
+/* A new running container of OWNER. At a cap, the owner's own least
+ * recently used idle container is expired to make room (never another
+ * owner's): its record goes to *EVICTED (NULL when none) so that the host
+ * destroys its sandbox. The record is the directory's; copy what you keep. */
+ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
+                                            const char *name, const char *tool,
+                                            const char *memory_limit, int idle_minutes,
+                                            apr_time_t now, ci_container **out,
+                                            ci_container **evicted);
+
+/* The container ID of OWNER: OK (running), EXPIRED, or NOT_FOUND. */
+ci_dir_status ci_directory_get(ci_directory *d, const char *id, const char *owner,
+                               ci_container **out);
+
+/* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
+void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);
+
+/* It was used: last_active_at = NOW, which moves its expiry. */
+void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now);
+
+/* Delete it (the host destroys the sandbox first). */
+void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
+
+/* Expire every running container idle past its expiry at NOW; returns them
+ * (ci_container *) for the host to destroy their sandboxes, and forgets the
+ * records and items whose retention has run out. Memory of the array from
+ * P. A busy container is not expired while it runs. */
+apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_pool_t *p);
+
+/* When the next container expires (0: none running). */
+apr_time_t ci_directory_next_expiry(const ci_directory *d);
+
+/* OWNER's containers, newest first (or oldest: ASCENDING), after the one
+ * AFTER (NULL: from the start), at most LIMIT, only those named NAME when
+ * NAME is not NULL. *HAS_MORE says whether more follow. Expired and deleted
+ * ones are listed too, with their status (as OpenAI lists them). */
+apr_array_header_t *ci_directory_list(ci_directory *d, const char *owner,
+                                      const char *after, int limit, int ascending,
+                                      const char *name, int *has_more, apr_pool_t *p);
+
+/* Live (running) containers: on the node, of OWNER. */
+int ci_directory_live(const ci_directory *d);
+int ci_directory_live_of(const ci_directory *d, const char *owner);
+
+/* ---- what the module returned ---- */
+
+/* RESPONSE_ID (a response returned to OWNER) used container CONTAINER_ID. */
+void ci_directory_map_response(ci_directory *d, const char *response_id,
+                               const char *owner, const char *container_id);
+/* The container RESPONSE_ID led to, for OWNER; NULL when none. */
+const char *ci_directory_response_container(ci_directory *d, const char *response_id,
+                                            const char *owner);
+
+/* Remember ITEM (our item ITEM_ID, returned to OWNER, as TEXT: what the
+ * upstream needs in its place). Oldest items go first past the byte bound. */
+void ci_directory_remember(ci_directory *d, const char *item_id, const char *owner,
+                           const char *container_id, const char *text, apr_time_t now);
+/* What ITEM_ID stands for, for OWNER; NULL when it was never returned to
+ * OWNER or is forgotten. */
+const char *ci_directory_recall(ci_directory *d, const char *item_id, const char *owner);
+
+#endif
