@@ -351,8 +351,34 @@ static int translate_call(apr_pool_t *p, json_object *item, int index,
 
 /* INPUT as an array of items with code_interpreter_call history translated
  * into function_call + function_call_output pairs. */
+/* An item_reference to one of our items ("ci_..."): what it stands for
+ * (the upstream's own function call and our output), spliced into ITEMS.
+ * 0, 1 when it is not ours to resolve (it passes as it is), -1 with ERR. */
+static int resolve_reference(apr_pool_t *p, const ci_rewrite_opts *o,
+                             json_object *item, json_object *items, ci_error *err)
+{
+    const char *id = ci_json_str(item, "id"), *text, *perr;
+    json_object *stands;
+    int k, n;
+    if (!o->recall || !id || strncmp(id, "ci_", 3))
+        return 1;
+    text = o->recall(o->recall_baton, id);
+    stands = text ? ci_json_parse(p, text, strlen(text), &perr) : NULL;
+    if (!json_object_is_type(stands, json_type_array)) {
+        /* As OpenAI answers an id it never returned to this caller. */
+        ci_error_set(err, 400, CI_INVALID, "input", NULL, p,
+                     "Item with id '%s' not found.", id);
+        return -1;
+    }
+    n = (int)json_object_array_length(stands);
+    for (k = 0; k < n; k++)
+        json_object_array_add(items, json_object_get(json_object_array_get_idx(stands, k)));
+    return 0;
+}
+
 static json_object *translate_input(apr_pool_t *p, json_object *input,
-                                    const char *fname, ci_error *err)
+                                    const ci_rewrite_opts *o, const char *fname,
+                                    ci_error *err)
 {
     json_object *items = json_object_new_array();
     int i, n;
@@ -373,6 +399,15 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
             bad_type(p, err, apr_psprintf(p, "input[%d]", i), "an object");
             json_object_put(items);
             return NULL;
+        }
+        if (ci_json_is_type(item, "item_reference")) {
+            int rc = resolve_reference(p, o, item, items, err);
+            if (rc < 0) {
+                json_object_put(items);
+                return NULL;
+            }
+            if (rc == 0)
+                continue;
         }
         if (!ci_json_is_type(item, "code_interpreter_call")) {
             json_object_array_add(items, json_object_get(item));
@@ -454,7 +489,7 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
     json_object_object_get_ex(root, "input", &input);
-    req->input = ci_json_own(p, translate_input(p, input, req->function_name, err));
+    req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name, err));
     if (!req->input)
         return -1;
     json_object_object_add(root, "input", json_object_get(req->input));

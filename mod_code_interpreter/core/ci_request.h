@@ -21,6 +21,12 @@
 typedef struct ci_rewrite_opts {
     const char *function_name;        /* the function the model sees */
     const char *function_description; /* NULL: ci_default_description() */
+    /* What our item ITEM_ID, returned earlier to this caller, stands for: a
+     * JSON array of the items the upstream needs in its place (its function
+     * call and our output), or NULL when it was never returned to this
+     * caller. NULL: item_references pass through as they are. */
+    const char *(*recall)(void *baton, const char *item_id);
+    void *recall_baton;
 } ci_rewrite_opts;
 
 typedef enum {

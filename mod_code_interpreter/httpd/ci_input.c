@@ -197,7 +197,7 @@ static int ci_fixups(request_rec *r)
 {
     ci_dir_conf *d = ci_dir_config(r);
     const ci_sandbox_def *sandbox;
-    ci_rewrite_opts opts;
+    ci_rewrite_opts opts = { 0 };
     ci_request *req = NULL;
     ci_error err;
     char *body = NULL;

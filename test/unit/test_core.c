@@ -169,7 +169,7 @@ static json_object *member(json_object *o, const char *key)
 #define CI_TOOL "{'type':'code_interpreter','container':{'type':'auto'}}"
 #define F_TOOL "{'type':'function','name':'f','parameters':{'type':'object'}}"
 
-static const ci_rewrite_opts OPTS = {"python", NULL};
+static const ci_rewrite_opts OPTS = { .function_name = "python" };
 
 static ci_req_verdict rewrite_raw(apr_pool_t *p, const char *body, apr_size_t len,
                                   const ci_rewrite_opts *o, ci_request **req,
@@ -705,7 +705,8 @@ static void test_rewrite_replaces_tool(void **state)
 static void test_rewrite_opts(void **state)
 {
     apr_pool_t *p = *state;
-    static const ci_rewrite_opts o = {"run_code", "Custom description."};
+    static const ci_rewrite_opts o = { .function_name = "run_code",
+                                      .function_description = "Custom description." };
     /* with another function name, a client function "python" is no clash */
     ci_request *req = INTERCEPT_OPTS(p,
         "{'input':[{'type':'code_interpreter_call','id':'ci_1','code':'1+1',"
@@ -747,6 +748,59 @@ static void test_rewrite_stream(void **state)
     req = INTERCEPT(p, "{'stream':null,'tools':[" CI_TOOL "]}");
     assert_int_equal(req->wants_stream, 0);
     assert_json(p, member(req->root, "stream"), "false");
+}
+
+/* What the directory would answer: ci_known stands for a call and its
+ * output; nothing else was returned to this caller. */
+static const char *recall_known(void *baton, const char *item_id)
+{
+    *(int *)baton += 1;
+    if (strcmp(item_id, "ci_known"))
+        return NULL;
+    return "[{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"call_1\","
+           "\"name\":\"python\",\"arguments\":\"{\\\"code\\\":\\\"x = 1\\\"}\"},"
+           "{\"type\":\"function_call_output\",\"call_id\":\"call_1\","
+           "\"output\":\"(no output)\"}]";
+}
+
+static void test_rewrite_item_references(void **state)
+{
+    apr_pool_t *p = *state;
+    int asked = 0;
+    ci_rewrite_opts o = { .function_name = "python", .recall = recall_known,
+                          .recall_baton = &asked };
+    ci_request *req;
+    ci_error err;
+    const char *b;
+    json_object *in;
+
+    /* ours: replaced by what the upstream needs; others' ids pass through */
+    req = INTERCEPT_OPTS(p, "{'tools':[" CI_TOOL "],'input':["
+                            "{'type':'item_reference','id':'msg_1'},"
+                            "{'type':'item_reference','id':'ci_known'},"
+                            "{'role':'user','content':'go on'}]}", &o);
+    in = req->input;
+    assert_int_equal(json_object_array_length(in), 4);
+    assert_string_equal(ci_json_str(json_object_array_get_idx(in, 0), "id"), "msg_1");
+    assert_string_equal(ci_json_str(json_object_array_get_idx(in, 1), "type"),
+                        "function_call");
+    assert_string_equal(ci_json_str(json_object_array_get_idx(in, 2), "type"),
+                        "function_call_output");
+    assert_string_equal(ci_json_str(json_object_array_get_idx(in, 3), "role"), "user");
+    assert_int_equal(asked, 1);
+
+    /* an id of ours this caller never got: OpenAI's answer */
+    b = J(p, "{'tools':[" CI_TOOL "],'input':[{'type':'item_reference','id':'ci_other'}]}");
+    assert_int_equal(rewrite_raw(p, b, strlen(b), &o, &req, &err), CI_REQ_ERROR);
+    assert_int_equal(err.status, 400);
+    assert_string_equal(err.type, "invalid_request_error");
+    assert_string_equal(err.param, "input");
+    assert_null(err.code);
+    assert_string_equal(err.message, "Item with id 'ci_other' not found.");
+
+    /* without a directory, references pass through untouched */
+    req = INTERCEPT(p, "{'tools':[" CI_TOOL "],'input':[{'type':'item_reference','id':'ci_x'}]}");
+    assert_string_equal(ci_json_str(json_object_array_get_idx(req->input, 0), "id"), "ci_x");
 }
 
 static void test_rewrite_include(void **state)
@@ -2810,6 +2864,7 @@ int main(void)
         TEST(test_rewrite_opts),
         TEST(test_rewrite_stream),
         TEST(test_rewrite_include),
+        TEST(test_rewrite_item_references),
         TEST(test_rewrite_flags),
         TEST(test_rewrite_client_tools),
         TEST(test_rewrite_tool_choice),
