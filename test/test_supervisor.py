@@ -12,12 +12,15 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import TOOL, Httpd, base_conf, sanitizer_reports, script_input
 from procstat import proc_table
 
-SLOW = "import time\nprint('started', flush=True)\ntime.sleep(120)"
+# The code runs once a "sleep" process exists below the sandbox.
+SLOW = "import subprocess\nsubprocess.run(['sleep', '120'])"
 LOST = ("The interpreter process died during the execution (out of memory, "
         "a crash, or it exited).")
+RESTARTED = (" The interpreter was restarted: variables, imports and files from "
+             "earlier calls are gone.")
 
 
 def conf(model_port, warm=0):
@@ -44,6 +47,8 @@ def server(model, request):
     server = Httpd("sup-" + request.node.name[:24], conf(model.port, warm)).start()
     yield server
     server.stop()
+    reports = sanitizer_reports(server.root)
+    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
 
 def wait_for(cond, what, timeout=30):
@@ -132,12 +137,13 @@ def start_slow(server):
 
 
 def wait_busy_sandbox(sup):
-    """The one sandbox (bubblewrap) of SUP once its code runs: the kernel's
-    python below it has started (its 'started' line is printed first)."""
+    """The one sandbox (bubblewrap) of SUP once SLOW runs in it: its sleep
+    process exists."""
     def busy():
         boxes = [p for p, comm in sandboxes_of(sup).items() if comm == "bwrap"]
-        if len(boxes) == 1 and any(proc_table()[p][1].startswith("python")
-                                   for p in descendants(boxes[0]) if p in proc_table()):
+        table = proc_table()
+        if len(boxes) == 1 and any(table[p][1] == "sleep" for p in descendants(boxes[0])
+                                   if p in table):
             return boxes[0]
         return None
     return wait_for(busy, "a sandbox running code below supervisor %d" % sup)
@@ -162,7 +168,7 @@ def test_child_killed_mid_execution_leaves_no_sandbox(server, model):
     t, answers = start_slow(server)
     box = wait_busy_sandbox(sup)
     doomed = descendants(sup)
-    assert box in doomed and len(doomed) >= 2       # bwrap, and python inside
+    assert box in doomed and len(doomed) >= 3       # bwrap, python, sleep
     [child] = children(server)
     server.mark()
     os.kill(child, 9)
@@ -193,6 +199,8 @@ def test_supervisor_killed_takes_its_sandboxes_and_is_respawned(server, model):
     assert status == 200
     call = body["output"][0]
     assert call["status"] == "failed"
+    assert call["outputs"] == [{"type": "logs", "logs": LOST}]
+    assert body["output"][1]["content"][0]["text"] == LOST + RESTARTED
     new = wait_for(lambda: [p for p in supervisors(server) if p != sup],
                    "a new supervisor")
     assert len(new) == 1 and not running(sup)
@@ -314,3 +322,44 @@ def test_a_process_of_the_same_user_that_is_not_a_child_is_refused(server, model
     status, _, body = post(server, "print(6 * 7)")
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+
+
+def test_requests_keep_working_across_graceful_restarts(server, model):
+    sup = supervisor(server)
+    stop = threading.Event()
+    answers = []
+
+    def client():
+        while not stop.is_set():
+            status, _, body = post(server, "print(6 * 7)")
+            answers.append((status, body["output"][0]["outputs"]
+                            if status == 200 else body))
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(answers) >= 3, "the first answers")
+        for _ in range(2):
+            before = len(answers)
+            server.graceful()
+            wait_for(lambda: len(answers) >= before + 3, "answers after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert supervisors(server) == [sup]
+    assert set(map(repr, answers)) == {repr((200, [{"type": "logs", "logs": "42\n"}]))}
+
+
+def test_supervisor_killed_just_before_a_graceful_restart_is_replaced(server, model):
+    """Whether the parent hears the death first or the restart's post_config
+    finds it with waitpid, exactly one new supervisor serves afterwards."""
+    sup = supervisor(server)
+    os.kill(sup, 9)
+    server.graceful()
+    new = wait_for(lambda: [p for p in supervisors(server) if p != sup], "a new supervisor")
+    assert len(new) == 1
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert supervisors(server) == new
