@@ -153,7 +153,8 @@ static struct {
     conn *conns;
     want *wants;
     apr_uint32_t next_id;
-    int refill_blocked;         /* the cap refused a warm slot: retry each tick */
+    int refill_due;             /* at the end of this turn of the loop, or the
+                                   cap refused a warm slot: retry each tick */
 } sup;
 
 /* ---- sandboxes -------------------------------------------------------------- */
@@ -264,6 +265,10 @@ static void send_frame(conn *c, int type, apr_uint32_t id, const char *data,
     if (outq_add(&c->out, hdr, sizeof(hdr)) < 0 ||
         (len && outq_add(&c->out, data, len) < 0))
         c->closing = 1;
+    /* Sent now when the socket takes it: a waiting child should not wait
+     * for the next turn of the loop (or for a sandbox being forked). */
+    else if (outq_flush(&c->out, c->fd, 1) < 0)
+        c->closing = 2;
 }
 
 static void send_text(conn *c, int type, apr_uint32_t id, const char *text)
@@ -392,7 +397,7 @@ static int warm_count(const want *w)
 static void refill(void)
 {
     want *w;
-    sup.refill_blocked = 0;
+    sup.refill_due = 0;
     for (w = sup.wants; w; w = w->next) {
         int n = warm_count(w);
         for (; n < w->count; n++) {
@@ -400,14 +405,14 @@ static void refill(void)
             int slot = sup.cfg->hooks->claim(w->def->name);
             box *b;
             if (slot < 0) {
-                sup.refill_blocked = 1;
+                sup.refill_due = 1;
                 return;
             }
             if (!(b = box_start(w->def, w->deftext, "warm", &err))) {
                 ci_log(CI_LOG_WARNING, "CI0613: a warm sandbox of tool %s could "
                        "not start: %s", w->def->name, err);
                 sup.cfg->hooks->release(slot);
-                sup.refill_blocked = 1;
+                sup.refill_due = 1;
                 return;
             }
             b->warm = w;
@@ -508,7 +513,7 @@ static void handle_create(conn *c, const ci_sup_frame *f, int take)
             b->owner = c;
             b->tag = apr_pstrdup(b->pool, tag);
             send_frame(c, CI_SUP_OK, b->id, NULL, 0);
-            refill();
+            sup.refill_due = 1;       /* after the answer is out */
         }
         else
             send_frame(c, CI_SUP_NONE, 0, NULL, 0);
@@ -843,7 +848,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
         sweep_conns();
         check_deadlines();
         reap_strays();
-        if (sup.refill_blocked)
+        if (sup.refill_due)
             refill();
         if (getppid() != cfg->parent)
             return;                   /* httpd's parent is gone */

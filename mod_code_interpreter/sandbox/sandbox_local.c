@@ -293,15 +293,19 @@ static int read_frame(int fd, ci_sup_reader *r, apr_time_t deadline, ci_sup_fram
 
 #define HELLO_TIMEOUT apr_time_from_sec(10)
 
-static int hello(int fd, apr_pool_t *p, const char **err)
+static int send_hello(int fd, apr_pool_t *p)
 {
     apr_size_t len;
     const char *h = ci_sup_hello(p, &len);
-    ci_sup_reader *r = ci_sup_reader_create(p);
+    return ci_sup_send(fd, CI_SUP_HELLO, 0, h, len);
+}
+
+/* The supervisor's HELLO, read with R: 0 when it speaks our version. */
+static int check_hello(int fd, ci_sup_reader *r, apr_pool_t *p, const char **err)
+{
     ci_sup_frame f;
     int version;
-    if (ci_sup_send(fd, CI_SUP_HELLO, 0, h, len) < 0 ||
-        read_frame(fd, r, apr_time_now() + HELLO_TIMEOUT, &f) != 1 ||
+    if (read_frame(fd, r, apr_time_now() + HELLO_TIMEOUT, &f) != 1 ||
         f.type != CI_SUP_HELLO) {
         *err = "the sandbox supervisor did not answer";
         return -1;
@@ -314,7 +318,8 @@ static int hello(int fd, apr_pool_t *p, const char **err)
     return 0;
 }
 
-int ci_supervisor_connect(apr_pool_t *p, const char **err)
+/* A connected socket, HELLO not yet exchanged; or -1 with *ERR. */
+static int dial(apr_pool_t *p, const char **err)
 {
     struct sockaddr_un sa;
     int fd;
@@ -335,7 +340,16 @@ int ci_supervisor_connect(apr_pool_t *p, const char **err)
         close(fd);
         return -1;
     }
-    if (hello(fd, p, err) < 0) {
+    return fd;
+}
+
+int ci_supervisor_connect(apr_pool_t *p, const char **err)
+{
+    int fd = dial(p, err);
+    if (fd >= 0 && (send_hello(fd, p) < 0 ||
+                    check_hello(fd, ci_sup_reader_create(p), p, err) < 0)) {
+        if (!*err)
+            *err = "the sandbox supervisor went away";
         close(fd);
         return -1;
     }
@@ -372,14 +386,21 @@ static int ask_for_sandbox(apr_pool_t *p, const ci_sandbox_def *def, const char 
 {
     apr_size_t len;
     const char *payload = ci_sup_create_encode(p, def, tag, &len);
-    int fd = ci_supervisor_connect(p, err);
+    int fd = dial(p, err);
     ci_sandbox *sb;
     ci_sup_frame f;
     if (fd < 0)
         return -1;
     sb = sandbox_new(p, def, fd);
-    if (ci_sup_send(fd, type, 0, payload, len) < 0 ||
-        read_frame(fd, sb->reader, apr_time_now() + START_TIMEOUT + HELLO_TIMEOUT,
+    /* HELLO and the request in one go: the supervisor answers HELLO first
+     * and reads nothing further from a client whose version it refuses. */
+    if (send_hello(fd, p) < 0 || ci_sup_send(fd, type, 0, payload, len) < 0) {
+        *err = "the sandbox supervisor went away";
+        return -1;
+    }
+    if (check_hello(fd, sb->reader, p, err) < 0)
+        return -1;
+    if (read_frame(fd, sb->reader, apr_time_now() + START_TIMEOUT + HELLO_TIMEOUT,
                    &f) != 1) {
         *err = "the sandbox supervisor went away";
         return -1;
