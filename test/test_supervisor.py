@@ -363,3 +363,16 @@ def test_supervisor_killed_just_before_a_graceful_restart_is_replaced(server, mo
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
     assert supervisors(server) == new
+
+
+@pytest.mark.parametrize("server", [2], indirect=True)
+def test_a_warm_sandbox_that_dies_is_replaced_and_uncounted(server, model):
+    sup = supervisor(server)
+    wait_for(lambda: status_counts(server) == (2, 2), "two warm sandboxes")
+    warm = set(sandboxes_of(sup))
+    victim = min(warm)
+    os.kill(victim, 9)
+    wait_for(lambda: len(set(sandboxes_of(sup)) - warm) == 1 and
+             status_counts(server) == (2, 2), "a replacement")
+    assert victim not in sandboxes_of(sup)
+    assert len(sandboxes_of(sup)) == 2

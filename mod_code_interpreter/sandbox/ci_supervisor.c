@@ -125,6 +125,7 @@ typedef struct box {
     conn *owner;                /* NULL: warm */
     want *warm;                 /* the pool it belongs to while warm */
     int slot;                   /* the registry slot of a warm one, -1 */
+    int counted_warm;           /* the registry counts it as warm */
     struct box *next;
 } box;
 
@@ -189,8 +190,9 @@ static void box_release_slot(box *b)
 {
     if (b->slot < 0)
         return;
-    if (b->state == BOX_IDLE && !b->owner)
+    if (b->counted_warm)
         sup.cfg->hooks->set_warm(b->slot, 0);
+    b->counted_warm = 0;
     sup.cfg->hooks->release(b->slot);
     b->slot = -1;
 }
@@ -632,6 +634,8 @@ static void conn_readable(conn *c)
     }
     while (!c->closing && ci_sup_reader_next(c->reader, &f))
         handle_frame(c, &f);
+    if (ci_sup_reader_broken(c->reader))
+        c->closing = 2;
 }
 
 /* ---- sandbox output --------------------------------------------------------- */
@@ -657,8 +661,10 @@ static void became_ready(box *b)
     b->state = BOX_IDLE;
     if (b->owner)
         send_frame(b->owner, CI_SUP_OK, b->id, NULL, 0);
-    else if (b->slot >= 0)
+    else if (b->slot >= 0) {
         sup.cfg->hooks->set_warm(b->slot, 1);
+        b->counted_warm = 1;
+    }
 }
 
 static void box_readable(box *b)
@@ -670,6 +676,10 @@ static void box_readable(box *b)
     if (n <= 0) {                       /* the kernel is gone */
         if (b->state == BOX_STARTING)
             start_failed(b, "eof");
+        else if (!b->owner) {
+            box_free(b);                /* a warm one: the pool makes another */
+            sup.refill_due = 1;
+        }
         else
             stop_run(b, CI_EXEC_LOST);
         return;
