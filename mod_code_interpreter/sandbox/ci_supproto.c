@@ -114,7 +114,9 @@ int ci_sup_reader_next(ci_sup_reader *r, ci_sup_frame *out)
 {
     const char *f = r->buf + r->start;
     apr_uint32_t n;
-    if (r->broken || check_length(r) < 0 || r->used - r->start < 4)
+    if (!r->broken && check_length(r) < 0)
+        r->broken = -1;
+    if (r->broken || r->used - r->start < 4)
         return 0;
     n = be32(f);
     if (r->used - r->start < 4 + (apr_size_t)n)
@@ -133,6 +135,11 @@ int ci_sup_reader_next(ci_sup_reader *r, ci_sup_frame *out)
     if (r->start == r->used)
         r->start = r->used = 0;
     return 1;
+}
+
+int ci_sup_reader_broken(const ci_sup_reader *r)
+{
+    return r->broken != 0;
 }
 
 /* ---- payloads ------------------------------------------------------------ */

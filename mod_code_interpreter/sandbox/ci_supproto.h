@@ -71,6 +71,8 @@ ci_sup_reader *ci_sup_reader_create(apr_pool_t *p);
 int ci_sup_reader_feed(ci_sup_reader *r, const char *data, apr_size_t len);
 /* The next whole frame, valid until the next call: 1, or 0 when none. */
 int ci_sup_reader_next(ci_sup_reader *r, ci_sup_frame *out);
+/* Whether the stream was refused (a bad length): drop the peer. */
+int ci_sup_reader_broken(const ci_sup_reader *r);
 
 /* The payloads. Every text is JSON; memory from P. */
 const char *ci_sup_hello(apr_pool_t *p, apr_size_t *len);
