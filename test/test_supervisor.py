@@ -376,3 +376,45 @@ def test_a_warm_sandbox_that_dies_is_replaced_and_uncounted(server, model):
              status_counts(server) == (2, 2), "a replacement")
     assert victim not in sandboxes_of(sup)
     assert len(sandboxes_of(sup)) == 2
+
+
+def uid_of(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise AssertionError("no Uid line for %d" % pid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change User")
+def test_a_changed_user_restarts_the_supervisor(server, model):
+    sup = supervisor(server)
+    www = pwd.getpwnam("www-data").pw_uid
+    nobody = pwd.getpwnam("nobody")
+    assert uid_of(sup) == www
+    conf_path = os.path.join(server.root, "httpd.conf")
+    with open(conf_path) as f:
+        text = f.read()
+    assert "User www-data\n" in text
+    with open(conf_path, "w") as f:
+        f.write(text.replace("User www-data\n", "User nobody\n"))
+    server.mark()
+    server.graceful()
+    assert not running(sup)
+    [new] = supervisors(server)
+    assert uid_of(new) == nobody.pw_uid
+    assert os.stat(socket_path(server)).st_uid == nobody.pw_uid
+    assert "CI0605: sandbox supervisor %d stopped (User changed)" % sup \
+        in server.log_since_mark()
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+
+
+def test_chrootdir_is_refused_at_configtest(model):
+    server = Httpd("sup-chroot", conf(model.port) + "\nChrootDir /\n")
+    server.write_conf()
+    result = server.configtest()
+    assert result.returncode != 0
+    assert ("CI0609: ChrootDir cannot be used with mod_code_interpreter: the local "
+            "sandbox supervisor runs bubblewrap from the host's /usr") in result.stderr

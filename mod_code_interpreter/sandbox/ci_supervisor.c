@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -527,30 +528,34 @@ static void handle_create(conn *c, const ci_sup_frame *f, int take)
     apr_pool_destroy(p);
 }
 
+/* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}. */
+static int queue_code(box *b, const char *code, apr_size_t len)
+{
+    apr_pool_t *p;
+    json_object *req;
+    const char *line;
+    apr_size_t n;
+    int rc;
+    apr_pool_create(&p, b->pool);
+    req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "code", json_object_new_string_len(code, (int)len));
+    line = ci_json_pstr(p, req, &n);
+    rc = outq_add(&b->input, line, n) < 0 || outq_add(&b->input, "\n", 1) < 0 ? -1 : 0;
+    apr_pool_destroy(p);
+    return rc;
+}
+
 static void handle_run(conn *c, const ci_sup_frame *f)
 {
     box *b = owned(c, f->id);
-    if (!b || b->state != BOX_IDLE) {
+    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
         send_end(c, f->id, CI_EXEC_LOST);
         return;
     }
-    {
-        /* The kernel reads one JSON line: {"code": CODE}. */
-        apr_pool_t *p;
-        json_object *req;
-        const char *line;
-        apr_size_t len;
-        apr_pool_create(&p, b->pool);
-        req = ci_json_own(p, json_object_new_object());
-        json_object_object_add(req, "code", json_object_new_string_len(f->data, (int)f->len));
-        line = ci_json_pstr(p, req, &len);
-        if (outq_add(&b->input, line, len) < 0 || outq_add(&b->input, "\n", 1) < 0) {
-            apr_pool_destroy(p);
-            box_kill(b);
-            send_end(c, f->id, CI_EXEC_LOST);
-            return;
-        }
-        apr_pool_destroy(p);
+    if (queue_code(b, f->data, f->len) < 0) {
+        box_kill(b);
+        send_end(c, f->id, CI_EXEC_LOST);
+        return;
     }
     ci_ndjson_reset(b->nd);
     b->state = BOX_RUNNING;

@@ -114,6 +114,23 @@ static void test_malformed_lengths_are_refused(void **state)
     assert_int_equal(ci_sup_reader_feed(r, huge_len, sizeof(huge_len)), -1);
 }
 
+static void test_a_bad_length_after_a_frame_breaks_the_stream(void **state)
+{
+    apr_size_t a_len;
+    char *a = ci_sup_encode(pool, CI_SUP_STATUS, 0, NULL, 0, &a_len);
+    char *both = apr_palloc(pool, a_len + 5);
+    ci_sup_reader *r = ci_sup_reader_create(pool);
+    ci_sup_frame f;
+    memcpy(both, a, a_len);
+    memcpy(both + a_len, "\0\0\0\1\1", 5);
+    assert_int_equal(ci_sup_reader_feed(r, both, a_len + 5), 0);
+    assert_int_equal(ci_sup_reader_broken(r), 0);
+    expect_frame(r, CI_SUP_STATUS, 0, "", 0);
+    assert_int_equal(ci_sup_reader_next(r, &f), 0);
+    assert_int_equal(ci_sup_reader_broken(r), 1);
+    assert_int_equal(ci_sup_reader_feed(r, "x", 1), -1);
+}
+
 static void test_hello_carries_the_version(void **state)
 {
     apr_size_t len;
@@ -215,6 +232,7 @@ int main(void)
         TEST(test_frames_round_trip_byte_by_byte),
         TEST(test_frames_in_one_read),
         TEST(test_malformed_lengths_are_refused),
+        TEST(test_a_bad_length_after_a_frame_breaks_the_stream),
         TEST(test_hello_carries_the_version),
         TEST(test_create_carries_the_whole_definition),
         TEST(test_incomplete_definitions_are_refused),
