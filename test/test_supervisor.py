@@ -23,13 +23,17 @@ RESTARTED = (" The interpreter was restarted: variables, imports and files from 
              "earlier calls are gone.")
 
 
-def conf(model_port, warm=0):
-    return base_conf(model_port, """
+EVENT_ONE_CHILD = """
 StartServers 1
 ServerLimit 1
 ThreadsPerChild 25
 MinSpareThreads 1
 MaxSpareThreads 25
+"""
+
+
+def conf(model_port, warm=0, mpm_lines=EVENT_ONE_CHILD):
+    return base_conf(model_port, mpm_lines + """
 CodeInterpreterSandbox slow provider=local timeout=300 warm=%d
 <Location /slow/v1/responses>
   ProxyPass http://127.0.0.1:%d/v1/responses
@@ -418,3 +422,27 @@ def test_chrootdir_is_refused_at_configtest(model):
     assert result.returncode != 0
     assert ("CI0609: ChrootDir cannot be used with mod_code_interpreter: the local "
             "sandbox supervisor runs bubblewrap from the host's /usr") in result.stderr
+
+
+@pytest.mark.parametrize("mpm,action", [("event", "restart"), ("prefork", "graceful"),
+                                        ("prefork", "restart")])
+def test_restarts_keep_the_supervisor(model, mpm, action):
+    """Signals httpd sends its process group at a restart do not reach the
+    supervisor; a restart that kills the children takes their sandboxes."""
+    lines = EVENT_ONE_CHILD if mpm == "event" else "StartServers 2\n"
+    server = Httpd("sup-%s-%s" % (mpm, action), conf(model.port, 0, lines), mpm=mpm).start()
+    try:
+        sup = supervisor(server)
+        parent = parent_pid(server)
+        resumed = server.log().count("resuming normal operations")
+        server.ctl(action)
+        wait_for(lambda: server.log().count("resuming normal operations") > resumed,
+                 "httpd to read its configuration again")
+        assert parent_pid(server) == parent
+        assert supervisors(server) == [sup]
+        status, _, body = post(server, "print(6 * 7)")
+        assert status == 200
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+        assert supervisors(server) == [sup]
+    finally:
+        server.stop()

@@ -148,6 +148,10 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     ci_sup_config cfg;
 
     prctl(PR_SET_NAME, "ci-supervisor");
+    /* A session of its own: what httpd sends its process group (SIGHUP to
+     * every child at a restart under prefork, SIGTERM at a stop) is not for
+     * the supervisor, which the parent stops itself. */
+    setsid();
     reset_signals();
     if ((lfd = close_inherited(lfd)) < 0)
         _exit(1);
