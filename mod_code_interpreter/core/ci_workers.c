@@ -1,5 +1,6 @@
 /*
- * ci_workers.c - the per-child execution pool and the sandbox spawner.
+ * ci_workers.c - the per-child execution pool, and forking a sandbox
+ * process (done by the local sandbox supervisor's only thread).
  * No httpd headers: errors travel as apr_status_t.
  */
 #ifndef _GNU_SOURCE
@@ -128,7 +129,7 @@ int ci_workers_queued(void)
     return (int)apr_atomic_read32(&in_flight);
 }
 
-/* ---- the spawner ------------------------------------------------------- */
+/* ---- forking a sandbox ------------------------------------------------ */
 
 typedef struct spawn_req {
     const char *const *argv;
@@ -136,18 +137,7 @@ typedef struct spawn_req {
     pid_t pid;
     int fds[3];          /* our ends: stdin (write), stdout (read), stderr (read) */
     apr_status_t rv;
-    int done;
-    struct spawn_req *next;
 } spawn_req;
-
-static struct {
-    apr_thread_t *thread;
-    apr_thread_mutex_t *lock;
-    apr_thread_cond_t *wake;   /* work arrived or stop */
-    apr_thread_cond_t *ready;  /* a request was served */
-    spawn_req *queue;
-    int stop;
-} spawner;
 
 static void limit(int resource, apr_uint64_t value)
 {
@@ -257,26 +247,6 @@ fail:
     close_pair(err);
 }
 
-static void *APR_THREAD_FUNC spawner_main(apr_thread_t *thd, void *data)
-{
-    apr_thread_mutex_lock(spawner.lock);
-    while (!spawner.stop) {
-        spawn_req *req = spawner.queue;
-        if (!req) {
-            apr_thread_cond_wait(spawner.wake, spawner.lock);
-            continue;
-        }
-        spawner.queue = req->next;
-        apr_thread_mutex_unlock(spawner.lock);
-        serve(req);
-        apr_thread_mutex_lock(spawner.lock);
-        req->done = 1;
-        apr_thread_cond_broadcast(spawner.ready);
-    }
-    apr_thread_mutex_unlock(spawner.lock);
-    return NULL;
-}
-
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
                            pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd)
 {
@@ -294,60 +264,18 @@ apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limit
     return req.rv;
 }
 
-apr_status_t ci_spawn(const char *const *argv, const ci_spawn_limits *limits,
-                      pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd)
-{
-    spawn_req req;
-    spawn_req **tail;
-
-    if (!spawner.thread)
-        return APR_EINIT;
-    memset(&req, 0, sizeof(req));
-    req.argv = argv;
-    req.limits = limits;
-    apr_thread_mutex_lock(spawner.lock);
-    if (spawner.stop) {
-        apr_thread_mutex_unlock(spawner.lock);
-        return APR_EINIT;
-    }
-    for (tail = &spawner.queue; *tail; tail = &(*tail)->next)
-        ;
-    *tail = &req;
-    apr_thread_cond_broadcast(spawner.wake);
-    while (!req.done)
-        apr_thread_cond_wait(spawner.ready, spawner.lock);
-    apr_thread_mutex_unlock(spawner.lock);
-    if (req.rv == APR_SUCCESS) {
-        *pid = req.pid;
-        *stdin_fd = req.fds[0];
-        *stdout_fd = req.fds[1];
-        *stderr_fd = req.fds[2];
-    }
-    return req.rv;
-}
-
 /* ---- start and stop ---------------------------------------------------- */
 
 static apr_status_t stop_all(void *data)
 {
-    apr_status_t ignored;
     /* Teardown work (remote sandbox deletes) must not be dropped with the
      * queue: let it drain first, for a bounded time. */
     apr_time_t until = apr_time_now() + apr_time_from_sec(30);
     while (workers && apr_atomic_read32(&fired_pending) && apr_time_now() < until)
         apr_sleep(apr_time_from_msec(20));
-    /* Jobs first: a job may be waiting for the spawner. */
     if (workers) {
         apr_thread_pool_destroy(workers);
         workers = NULL;
-    }
-    if (spawner.thread) {
-        apr_thread_mutex_lock(spawner.lock);
-        spawner.stop = 1;
-        apr_thread_cond_broadcast(spawner.wake);
-        apr_thread_mutex_unlock(spawner.lock);
-        apr_thread_join(&ignored, spawner.thread);
-        spawner.thread = NULL;
     }
     return APR_SUCCESS;
 }
@@ -357,18 +285,10 @@ apr_status_t ci_workers_start(apr_pool_t *pchild, int threads, int limit_queue)
     apr_status_t rv;
 
     queue_limit = limit_queue;
-    if ((rv = apr_thread_mutex_create(&spawner.lock, APR_THREAD_MUTEX_DEFAULT, pchild)) ||
-        (rv = apr_thread_cond_create(&spawner.wake, pchild)) ||
-        (rv = apr_thread_cond_create(&spawner.ready, pchild)))
-        return rv;
-    spawner.stop = 0;
-    spawner.queue = NULL;
-    if ((rv = apr_thread_create(&spawner.thread, NULL, spawner_main, NULL, pchild)))
-        return rv;
     if ((rv = apr_thread_pool_create(&workers, 0, threads, pchild)))
         return rv;
     /* Threads stay idle for the next execution (creating one per execution
-     * showed in profiles) and retire after a minute; the spawner does not. */
+     * showed in profiles) and retire after a minute. */
     apr_thread_pool_idle_max_set(workers, (apr_size_t)threads);
     apr_thread_pool_idle_wait_set(workers, apr_time_from_sec(60));
     apr_pool_pre_cleanup_register(pchild, NULL, stop_all);

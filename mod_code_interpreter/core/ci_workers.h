@@ -1,11 +1,11 @@
 /*
- * ci_workers.h - per-child execution threads and the sandbox spawner.
+ * ci_workers.h - per-child execution threads, and forking a sandbox process.
  *
  * Executions and sandbox start/teardown run on a bounded apr_thread_pool so
  * timeouts are enforced off the request thread and a burst cannot start
- * unbounded sandboxes. Sandbox processes are forked by one long-lived spawner
- * thread: bubblewrap's --die-with-parent fires when the forking *thread*
- * exits, and pool threads retire when idle.
+ * unbounded sandboxes. Sandbox processes are forked by the local sandbox
+ * supervisor's only thread (ci_supervisor.c): bubblewrap's --die-with-parent
+ * fires when the forking *thread* exits.
  */
 #ifndef CI_WORKERS_H
 #define CI_WORKERS_H
@@ -14,8 +14,8 @@
 #include <apr_pools.h>
 #include <apr_time.h>
 
-/* Create the pool and the spawner on PCHILD; both are stopped and joined by a
- * pre-cleanup of PCHILD. */
+/* Create the pool on PCHILD; it is stopped and joined by a pre-cleanup of
+ * PCHILD. */
 apr_status_t ci_workers_start(apr_pool_t *pchild, int threads, int queue_limit);
 
 typedef struct ci_job ci_job;
@@ -46,14 +46,11 @@ typedef struct ci_spawn_limits {
     gid_t gid;
 } ci_spawn_limits;
 
-/* Fork ARGV[0] (an absolute path) from the spawner thread with an empty
- * environment, only fds 0-2 (pipes returned here), its own process group and
- * LIMITS. *PID is the child; the caller reaps it with waitpid. */
-apr_status_t ci_spawn(const char *const *argv, const ci_spawn_limits *limits,
-                      pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd);
-
-/* The same, forked by the calling thread (no spawner: for a process that
- * waits for the child itself, such as the start-up probe in the parent). */
+/* Fork ARGV[0] (an absolute path) from the calling thread, with an empty
+ * environment, only fds 0-2 (pipes returned here, O_CLOEXEC on our side),
+ * its own process group and LIMITS. *PID is the child; the caller reaps it
+ * with waitpid. The calling thread must outlive the process (bubblewrap's
+ * --die-with-parent). */
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
                            pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd);
 

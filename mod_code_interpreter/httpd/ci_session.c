@@ -10,13 +10,13 @@
 #include <string.h>
 #include <apr_atomic.h>
 #include <apr_strings.h>
-#include <apr_thread_mutex.h>
 #include <http_request.h>
 #include "ci_dirconf.h"
 #include "ci_idle.h"
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
+#include "ci_supervisor.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
 
@@ -68,30 +68,14 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
                   apr_time_now() - s->start_began);
 }
 
-/* ---- the warm pool ------------------------------------------------------
- * Per child and per local sandbox tool with warm=N: N sandboxes already
- * started (namespaces set up, interpreter running, preload= imported),
- * refilled in the background. Each holds its own registry slot, so warm
- * sandboxes count toward CodeInterpreterMaxSandboxes; a request that takes
- * one takes over its slot. A warm sandbox is handed to one request only. */
-
-typedef struct warm_sb {
-    apr_pool_t *pool;          /* own allocator: made on a worker thread */
-    ci_sandbox *sb;
-    int slot;
-    struct warm_sb *next;
-} warm_sb;
-
-typedef struct warm_list {
-    const ci_sandbox_def *def;
-    server_rec *s;
-    apr_thread_mutex_t *lock;
-    warm_sb *ready;
-    int closing;
-    struct warm_list *next;
-} warm_list;
-
-static warm_list *warm_lists;
+/* ---- warm sandboxes ------------------------------------------------------
+ * Tools with warm=N keep N sandboxes started in advance (namespaces set up,
+ * interpreter running, preload= imported) in the local sandbox supervisor:
+ * one pool for the whole server, configured by the parent. There each holds
+ * a registry slot of its own, so warm sandboxes count toward
+ * CodeInterpreterMaxSandboxes; the request that takes one claims a slot for
+ * it here (the supervisor has released its own). A warm sandbox is handed to
+ * one request only. */
 
 static apr_pool_t *own_pool(void)
 {
@@ -103,126 +87,21 @@ static apr_pool_t *own_pool(void)
     return p;
 }
 
-/* Worker thread: start one warm sandbox and add it to the list. */
-static void warm_fill(void *baton)
-{
-    warm_list *wl = baton;
-    apr_pool_t *p = own_pool();
-    warm_sb *w = apr_pcalloc(p, sizeof(*w));
-    const char *err = NULL;
-    const ci_provider *prov = wl->def->provider;
-
-    w->pool = p;
-    if ((w->slot = ci_registry_claim(wl->def->name, "warm")) < 0) {
-        apr_pool_destroy(p);
-        return;
-    }
-    if (prov->start(p, wl->def, "warm", &w->sb, &err) != APR_SUCCESS) {
-        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, wl->s, "CI0305: a warm sandbox "
-                     "of tool %s could not start: %s", wl->def->name, err);
-        ci_registry_release(w->slot);
-        apr_pool_destroy(p);
-        return;
-    }
-    apr_thread_mutex_lock(wl->lock);
-    if (!wl->closing) {
-        w->next = wl->ready;
-        wl->ready = w;
-        ci_registry_set_warm(w->slot, 1);
-        w = NULL;
-    }
-    apr_thread_mutex_unlock(wl->lock);
-    if (w) {                       /* the child is exiting */
-        prov->destroy(w->sb);
-        ci_registry_release(w->slot);
-        apr_pool_destroy(p);
-    }
-}
-
-static warm_list *warm_list_for(const ci_sandbox_def *def)
-{
-    warm_list *wl;
-    for (wl = warm_lists; wl; wl = wl->next)
-        if (wl->def == def)
-            return wl;
-    return NULL;
-}
-
-/* Take a ready sandbox for DEF, or NULL. A refill is queued. */
-static warm_sb *warm_take(const ci_sandbox_def *def)
-{
-    warm_list *wl = warm_list_for(def);
-    warm_sb *w = NULL;
-    if (!wl)
-        return NULL;
-    apr_thread_mutex_lock(wl->lock);
-    if ((w = wl->ready)) {
-        wl->ready = w->next;
-        ci_registry_set_warm(w->slot, 0);
-    }
-    apr_thread_mutex_unlock(wl->lock);
-    if (ci_job_fire(warm_fill, wl) != APR_SUCCESS)
-        ap_log_error(APLOG_MARK, APLOG_DEBUG, 0, wl->s,
-                     "CI0306: warm pool of tool %s not refilled: queue full",
-                     def->name);
-    return w;
-}
-
-static apr_status_t warm_cleanup(void *data)
-{
-    warm_list *wl;
-    for (wl = warm_lists; wl; wl = wl->next) {
-        warm_sb *w, *next;
-        const ci_provider *prov = wl->def->provider;
-        apr_thread_mutex_lock(wl->lock);
-        wl->closing = 1;
-        w = wl->ready;
-        wl->ready = NULL;
-        apr_thread_mutex_unlock(wl->lock);
-        for (; w; w = next) {
-            next = w->next;
-            ci_registry_set_warm(w->slot, 0);
-            prov->destroy(w->sb);
-            ci_registry_release(w->slot);
-            apr_pool_destroy(w->pool);
-        }
-    }
-    warm_lists = NULL;
-    return APR_SUCCESS;
-}
-
-static void warm_start(apr_pool_t *pchild, server_rec *s)
-{
-    apr_array_header_t *defs = ci_sandbox_all(pchild, s);
-    int i, k;
-
-    for (i = 0; i < defs->nelts; i++) {
-        const ci_sandbox_def *def = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
-        warm_list *wl;
-        if (!def->provider->warmable || def->warm <= 0)
-            continue;
-        wl = apr_pcalloc(pchild, sizeof(*wl));
-        wl->def = def;
-        wl->s = s;
-        apr_thread_mutex_create(&wl->lock, APR_THREAD_MUTEX_DEFAULT, pchild);
-        wl->next = warm_lists;
-        warm_lists = wl;
-        for (k = 0; k < def->warm; k++)
-            ci_job_fire(warm_fill, wl);
-    }
-    if (warm_lists)
-        apr_pool_pre_cleanup_register(pchild, NULL, warm_cleanup);
-}
-
-/* Adopt a warm sandbox into S. */
+/* Adopt a warm sandbox into S (a slot is claimed for it first). */
 static int adopt_warm(ci_session *s)
 {
     apr_time_t t0 = apr_time_now();
-    warm_sb *w = warm_take(s->def);
-    if (!w)
+    apr_pool_t *p;
+    ci_sandbox *sb = NULL;
+    if (s->def->warm <= 0 ||
+        (s->slot = ci_registry_claim(s->def->name, s->container_id)) < 0)
         return 0;
-    ci_box_adopt(s->box, w->sb, w->pool);
-    s->slot = w->slot;
+    p = own_pool();
+    if (!ci_sandbox_take_warm(p, s->def, s->container_id, &sb)) {
+        apr_pool_destroy(p);
+        return 1;                 /* the slot is claimed: start one */
+    }
+    ci_box_adopt(s->box, sb, p);
     apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
                   "CI0307: sandbox started tool=%s provider=%s container=%s "
@@ -260,7 +139,6 @@ static void destroy_allocator(void *alloc)
 void ci_session_child_init(apr_pool_t *pchild, server_rec *s)
 {
     kept_allocators = ci_idle_create(pchild, KEPT_ALLOCATORS, destroy_allocator);
-    warm_start(pchild, s);
 }
 
 static apr_pool_t *session_pool(void)

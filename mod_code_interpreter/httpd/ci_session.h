@@ -1,7 +1,7 @@
 /*
  * ci_session.h - the sandbox of one intercepted request: a box (ci_sandbox.h)
  * run on the worker pool, holding a slot of the server-wide registry,
- * adopted from the warm pool when one is ready, and destroyed by a
+ * adopted from the supervisor's warm pool when one is ready, and destroyed by a
  * request-pool cleanup on every path.
  */
 #ifndef CI_SESSION_H
@@ -25,8 +25,7 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                             int (*wait_tick)(void *), void *baton,
                             ci_error *err);
 
-/* child_init: keep the allocators of ended sessions for the next ones, and
- * start the warm pools of this child (tools with warm=N). */
+/* child_init: keep the allocators of ended sessions for the next ones. */
 void ci_session_child_init(apr_pool_t *pchild, server_rec *s);
 
 /* Sandbox lifecycle counters of this child, for logs and tests. */

@@ -19,6 +19,7 @@
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
+#include "ci_supd.h"
 #include "ci_upstream.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
@@ -44,7 +45,8 @@ static int ci_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 static int ci_check_config(apr_pool_t *pconf, apr_pool_t *plog,
                            apr_pool_t *ptemp, server_rec *s)
 {
-    return ci_dirconf_check(s);
+    int rv = ci_dirconf_check(s);
+    return rv != OK ? rv : ci_supd_check_config(ptemp, s);
 }
 
 /* Start, then stop, one real sandbox of every tool a location uses whose
@@ -84,7 +86,9 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
     if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK ||
         ci_owner_post_config(pconf, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
-    return probe_sandboxes(ptemp, s);
+    if (probe_sandboxes(ptemp, s) != OK)
+        return HTTP_INTERNAL_SERVER_ERROR;
+    return ci_supd_post_config(pconf, ptemp, s);
 }
 
 static void ci_child_init(apr_pool_t *pchild, server_rec *s)

@@ -2,15 +2,25 @@
  * sandbox_local.c - the "local" provider: one persistent python3 per sandbox
  * inside bubblewrap namespaces (no network, own pid/ipc/uts/user/cgroup
  * namespaces, read-only /usr, a size-capped tmpfs /mnt/data, an empty
- * environment, no inherited descriptors, rlimits). Processes are forked by
- * the child's spawner thread (ci_workers.c).
+ * environment, no inherited descriptors, rlimits).
+ *
+ * The sandboxes of requests live in the supervisor (ci_supervisor.c), which
+ * forks them with ci_local_spawn; the entries below are a client of it: one
+ * connection per sandbox, so each sandbox's lifetime is its connection's (a
+ * child that dies closes it and the supervisor destroys what it held), and
+ * the only write that can come from another thread is INTERRUPT (under the
+ * sandbox's lock). The start-up probe, in the parent, launches one sandbox
+ * directly.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <apr_lib.h>
@@ -19,6 +29,8 @@
 #include "ci_config.h"
 #include "ci_json.h"
 #include "ci_sandbox.h"
+#include "ci_supervisor.h"
+#include "ci_supproto.h"
 #include "ci_workers.h"
 
 #define BWRAP "/usr/bin/bwrap"
@@ -26,13 +38,18 @@
 #define READ_CHUNK 65536
 
 extern const char ci_kernel_source[];
+extern const ci_provider ci_provider_local;
 
+/* A sandbox as a child sees it: a connection to the supervisor and the id
+ * it handed out. */
 struct ci_sandbox {
     apr_pool_t *p;
     const ci_sandbox_def *def;
-    pid_t pid;
-    int in_fd, out_fd, err_fd;
+    int fd;
+    apr_uint32_t id;
+    ci_sup_reader *reader;
     ci_ndjson *nd;
+    pthread_mutex_t lock;       /* one writer at a time: run or interrupt */
     volatile int killed;
 };
 
@@ -128,127 +145,62 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
     return (const char *const *)a->elts;
 }
 
-/* ---- process handling -------------------------------------------------- */
+/* ---- the start-up probe's own sandbox (parent, no supervisor yet) ------- */
 
-static void kill_sandbox(ci_sandbox *sb)
-{
-    if (sb->pid > 0 && !sb->killed) {
-        sb->killed = 1;
-        /* The whole process group; the pid namespace dies with its init. */
-        kill(-sb->pid, SIGKILL);
-        kill(sb->pid, SIGKILL);
-    }
-}
+typedef struct direct {
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+    ci_ndjson *nd;
+} direct;
 
-static void reap(ci_sandbox *sb)
+static void direct_stop(direct *d)
 {
     int status;
-    if (sb->pid <= 0)
-        return;
-    kill_sandbox(sb);
-    while (waitpid(sb->pid, &status, 0) < 0 && errno == EINTR)
-        ;
-    sb->pid = -1;
+    if (d->pid > 0) {
+        kill(-d->pid, SIGKILL);
+        kill(d->pid, SIGKILL);
+        while (waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        d->pid = -1;
+    }
+    if (d->in_fd >= 0) close(d->in_fd);
+    if (d->out_fd >= 0) close(d->out_fd);
+    if (d->err_fd >= 0) close(d->err_fd);
+    d->in_fd = d->out_fd = d->err_fd = -1;
 }
 
-static void close_fds(ci_sandbox *sb)
-{
-    if (sb->in_fd >= 0) close(sb->in_fd);
-    if (sb->out_fd >= 0) close(sb->out_fd);
-    if (sb->err_fd >= 0) close(sb->err_fd);
-    sb->in_fd = sb->out_fd = sb->err_fd = -1;
-}
-
-static void local_destroy(ci_sandbox *sb)
-{
-    reap(sb);
-    close_fds(sb);
-}
-
-static void local_interrupt(ci_sandbox *sb)
-{
-    kill_sandbox(sb);
-}
-
-/* Read the kernel's output until end_of_execution (or ready), the deadline,
- * EOF or the hard cap. CI_EXEC_COMPLETED when the awaited line came, else
- * how it stopped early. */
-static ci_exec_outcome read_until(ci_sandbox *sb, apr_time_t deadline, int want_ready)
+/* Read until the kernel's "ready", EOF or the deadline. */
+static int direct_ready(direct *d, apr_time_t deadline)
 {
     char buf[READ_CHUNK];
-    for (;;) {
-        struct pollfd pfd = { sb->out_fd, POLLIN, 0 };
+    while (!ci_ndjson_ready(d->nd)) {
+        struct pollfd pfd = { d->out_fd, POLLIN, 0 };
         apr_interval_time_t left = deadline - apr_time_now();
         ssize_t n;
         int rc;
-        if (want_ready ? ci_ndjson_ready(sb->nd) : ci_ndjson_ended(sb->nd))
-            return CI_EXEC_COMPLETED;
         if (left <= 0)
-            return CI_EXEC_TIMED_OUT;
+            return 0;
         rc = poll(&pfd, 1, (int)apr_time_as_msec(left) + 1);
-        if (rc < 0 && errno == EINTR)
+        if (rc <= 0)
             continue;
-        if (rc == 0)
-            continue;
-        n = read(sb->out_fd, buf, sizeof(buf));
+        n = read(d->out_fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
-            return sb->killed ? CI_EXEC_INTERRUPTED : CI_EXEC_LOST;
-        if (ci_ndjson_feed(sb->nd, buf, (apr_size_t)n) < 0)
-            return CI_EXEC_LOST;      /* past the hard cap: the reader says so */
+        if (n <= 0 || ci_ndjson_feed(d->nd, buf, (apr_size_t)n) < 0)
+            return 0;
     }
+    return 1;
 }
 
-static const char *start_failure(apr_pool_t *p, ci_sandbox *sb, ci_exec_outcome why)
+static const char *direct_failure(apr_pool_t *p, direct *d)
 {
     char buf[512];
-    ssize_t n;
-    int fl;
-    kill_sandbox(sb);
-    reap(sb);
-    fl = sb->err_fd >= 0 ? 1 : 0;
-    n = fl ? read(sb->err_fd, buf, sizeof(buf) - 1) : -1;
+    ssize_t n = read(d->err_fd, buf, sizeof(buf) - 1);
     buf[n > 0 ? n : 0] = '\0';
-    if (n > 0 && strchr(buf, '\n'))
+    if (strchr(buf, '\n'))
         *strchr(buf, '\n') = '\0';
-    return apr_psprintf(p, "the local sandbox did not start (%s)%s%s",
-                        why == CI_EXEC_TIMED_OUT ? "timeout" : "eof",
-                        n > 0 ? ": " : "", n > 0 ? buf : "");
-}
-
-/* Launch the real sandbox of DEF and wait for its kernel's "ready". The
- * requests' sandboxes come from the spawner thread (SPAWN = ci_spawn); the
- * start-up probe launches the same thing from the parent (ci_spawn_here). */
-static apr_status_t launch(apr_pool_t *p, const ci_sandbox_def *def,
-                           const ci_spawn_limits *lim,
-                           apr_status_t (*spawn)(const char *const *,
-                                                 const ci_spawn_limits *, pid_t *,
-                                                 int *, int *, int *),
-                           ci_sandbox **out, const char **err)
-{
-    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
-    ci_exec_outcome why;
-    apr_status_t rv;
-
-    sb->p = p;
-    sb->def = def;
-    sb->in_fd = sb->out_fd = sb->err_fd = -1;
-    sb->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
-    rv = spawn(bwrap_argv(p, def), lim, &sb->pid, &sb->in_fd, &sb->out_fd,
-               &sb->err_fd);
-    if (rv != APR_SUCCESS) {
-        *err = "the local sandbox could not be forked";
-        return rv;
-    }
-    why = read_until(sb, apr_time_now() + START_TIMEOUT, 1);
-    if (why != CI_EXEC_COMPLETED) {
-        *err = start_failure(p, sb, why);
-        close_fds(sb);
-        return APR_EGENERAL;
-    }
-    *out = sb;
-    return APR_SUCCESS;
+    return apr_psprintf(p, "the local sandbox did not start%s%s", n > 0 ? ": " : "",
+                        n > 0 ? buf : "");
 }
 
 static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
@@ -258,33 +210,250 @@ static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
     lim->file_size = def->disk;
 }
 
-static apr_status_t local_start(apr_pool_t *p, const ci_sandbox_def *def,
-                                const char *tag, ci_sandbox **out, const char **err)
+/* In the supervisor: fork the sandbox of DEF from its only thread. */
+apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def, pid_t *pid,
+                            int *in_fd, int *out_fd, int *err_fd)
 {
     ci_spawn_limits lim;
     limits_of(def, &lim);
-    return launch(p, def, &lim, ci_spawn, out, err);
+    return ci_spawn_here(bwrap_argv(p, def), &lim, pid, in_fd, out_fd, err_fd);
 }
 
-static int write_all(int fd, const char *data, apr_size_t len)
+/* ---- talking to the supervisor --------------------------------------------- */
+
+static const char *socket_path;
+
+void ci_supervisor_set_path(const char *path)
 {
-    while (len > 0) {
-        ssize_t n = write(fd, data, len);
+    socket_path = path;
+}
+
+const char *ci_supervisor_path(void)
+{
+    return socket_path;
+}
+
+int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t len)
+{
+    unsigned char hdr[CI_SUP_HEADER];
+    struct iovec iov[2];
+    struct msghdr msg;
+    ci_sup_header(hdr, type, id, len);
+    iov[0].iov_base = hdr;
+    iov[0].iov_len = sizeof(hdr);
+    iov[1].iov_base = (void *)data;
+    iov[1].iov_len = len;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = len ? 2 : 1;
+    while (msg.msg_iovlen) {
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             return -1;
-        data += n;
-        len -= (apr_size_t)n;
+        while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) {
+            n -= (ssize_t)msg.msg_iov->iov_len;
+            msg.msg_iov++;
+            msg.msg_iovlen--;
+        }
+        if (msg.msg_iovlen) {
+            msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n;
+            msg.msg_iov->iov_len -= (size_t)n;
+        }
     }
     return 0;
 }
 
-static const char *request_line(apr_pool_t *p, const char *code, apr_size_t *len)
+/* The next frame from FD by DEADLINE: 1, 0 on EOF or error, -1 at the
+ * deadline. */
+static int read_frame(int fd, ci_sup_reader *r, apr_time_t deadline, ci_sup_frame *f)
 {
-    json_object *req = ci_json_own(p, json_object_new_object());
-    json_object_object_add(req, "code", json_object_new_string(code));
-    return apr_pstrcat(p, ci_json_pstr(p, req, len), "\n", NULL);
+    char buf[READ_CHUNK];
+    while (!ci_sup_reader_next(r, f)) {
+        struct pollfd pfd = { fd, POLLIN, 0 };
+        apr_interval_time_t left = deadline - apr_time_now();
+        ssize_t n;
+        int rc;
+        if (left <= 0)
+            return -1;
+        rc = poll(&pfd, 1, (int)apr_time_as_msec(left) + 1);
+        if (rc < 0 && errno != EINTR)
+            return 0;
+        if (rc <= 0)
+            continue;
+        n = recv(fd, buf, sizeof(buf), 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0 || ci_sup_reader_feed(r, buf, (apr_size_t)n) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+#define HELLO_TIMEOUT apr_time_from_sec(10)
+
+static int send_hello(int fd, apr_pool_t *p)
+{
+    apr_size_t len;
+    const char *h = ci_sup_hello(p, &len);
+    return ci_sup_send(fd, CI_SUP_HELLO, 0, h, len);
+}
+
+/* The supervisor's HELLO, read with R: 0 when it speaks our version. */
+static int check_hello(int fd, ci_sup_reader *r, apr_pool_t *p, const char **err)
+{
+    ci_sup_frame f;
+    int version;
+    if (read_frame(fd, r, apr_time_now() + HELLO_TIMEOUT, &f) != 1 ||
+        f.type != CI_SUP_HELLO) {
+        *err = "the sandbox supervisor did not answer";
+        return -1;
+    }
+    if ((version = ci_sup_hello_version(&f)) != CI_SUP_VERSION) {
+        *err = apr_psprintf(p, "the sandbox supervisor speaks protocol version %d, "
+                               "not %d", version, CI_SUP_VERSION);
+        return -1;
+    }
+    return 0;
+}
+
+/* A connected socket, HELLO not yet exchanged; or -1 with *ERR. */
+static int dial(apr_pool_t *p, const char **err)
+{
+    struct sockaddr_un sa;
+    int fd;
+    if (!socket_path || strlen(socket_path) >= sizeof(sa.sun_path)) {
+        *err = "no sandbox supervisor runs";
+        return -1;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, socket_path);
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0) {
+        *err = "no socket for the sandbox supervisor";
+        return -1;
+    }
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        *err = apr_psprintf(p, "the sandbox supervisor is not reachable (%s)",
+                            strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int ci_supervisor_connect(apr_pool_t *p, const char **err)
+{
+    int fd = dial(p, err);
+    if (fd >= 0 && (send_hello(fd, p) < 0 ||
+                    check_hello(fd, ci_sup_reader_create(p), p, err) < 0)) {
+        if (!*err)
+            *err = "the sandbox supervisor went away";
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static apr_status_t sandbox_cleanup(void *data)
+{
+    ci_sandbox *sb = data;
+    pthread_mutex_destroy(&sb->lock);
+    if (sb->fd >= 0)
+        close(sb->fd);
+    sb->fd = -1;
+    return APR_SUCCESS;
+}
+
+static ci_sandbox *sandbox_new(apr_pool_t *p, const ci_sandbox_def *def, int fd)
+{
+    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
+    sb->p = p;
+    sb->def = def;
+    sb->fd = fd;
+    sb->reader = ci_sup_reader_create(p);
+    sb->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
+    pthread_mutex_init(&sb->lock, NULL);
+    apr_pool_cleanup_register(p, sb, sandbox_cleanup, apr_pool_cleanup_null);
+    return sb;
+}
+
+/* Send CREATE or WARM_TAKE for DEF on a new connection and wait for the
+ * answer: 1 with *OUT, 0 when the pool had none (WARM_TAKE), -1 with *ERR. */
+static int ask_for_sandbox(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                           int type, ci_sandbox **out, const char **err)
+{
+    apr_size_t len;
+    const char *payload = ci_sup_create_encode(p, def, tag, &len);
+    int fd = dial(p, err);
+    ci_sandbox *sb;
+    ci_sup_frame f;
+    if (fd < 0)
+        return -1;
+    sb = sandbox_new(p, def, fd);
+    /* HELLO and the request in one go: the supervisor answers HELLO first
+     * and reads nothing further from a client whose version it refuses. */
+    if (send_hello(fd, p) < 0 || ci_sup_send(fd, type, 0, payload, len) < 0) {
+        *err = "the sandbox supervisor went away";
+        return -1;
+    }
+    if (check_hello(fd, sb->reader, p, err) < 0)
+        return -1;
+    if (read_frame(fd, sb->reader, apr_time_now() + START_TIMEOUT + HELLO_TIMEOUT,
+                   &f) != 1) {
+        *err = "the sandbox supervisor went away";
+        return -1;
+    }
+    if (f.type == CI_SUP_OK && f.id) {
+        sb->id = f.id;
+        *out = sb;
+        return 1;
+    }
+    if (f.type == CI_SUP_ERROR)
+        *err = apr_pstrmemdup(p, f.data, f.len);
+    else if (f.type != CI_SUP_NONE)
+        *err = "the sandbox supervisor answered out of turn";
+    return f.type == CI_SUP_NONE ? 0 : -1;
+}
+
+static apr_status_t local_start(apr_pool_t *p, const ci_sandbox_def *def,
+                                const char *tag, ci_sandbox **out, const char **err)
+{
+    return ask_for_sandbox(p, def, tag, CI_SUP_CREATE, out, err) == 1
+        ? APR_SUCCESS : APR_EGENERAL;
+}
+
+int ci_sandbox_take_warm(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                         ci_sandbox **out)
+{
+    const char *err = NULL;
+    if (def->provider != &ci_provider_local || def->warm <= 0)
+        return 0;
+    return ask_for_sandbox(p, def, tag, CI_SUP_WARM_TAKE, out, &err) == 1;
+}
+
+static void local_destroy(ci_sandbox *sb)
+{
+    ci_sup_frame f;
+    /* Wait for the supervisor to say it is gone, briefly: closing the
+     * connection destroys it anyway. */
+    if (sb->fd >= 0 && ci_sup_send(sb->fd, CI_SUP_DESTROY, sb->id, NULL, 0) == 0)
+        while (read_frame(sb->fd, sb->reader, apr_time_now() + HELLO_TIMEOUT, &f) == 1 &&
+               !(f.type == CI_SUP_OK && f.id == sb->id))
+            ;
+    if (sb->fd >= 0)
+        close(sb->fd);
+    sb->fd = -1;
+}
+
+static void local_interrupt(ci_sandbox *sb)
+{
+    sb->killed = 1;
+    pthread_mutex_lock(&sb->lock);
+    if (sb->fd >= 0)
+        ci_sup_send(sb->fd, CI_SUP_INTERRUPT, sb->id, NULL, 0);
+    pthread_mutex_unlock(&sb->lock);
 }
 
 static const char *failure_text(apr_pool_t *p, const ci_sandbox_def *def,
@@ -302,21 +471,45 @@ static const char *failure_text(apr_pool_t *p, const ci_sandbox_def *def,
     }
 }
 
+/* Relay the execution's frames into the reader until END. The supervisor
+ * enforces the timeout; the extra margin here only guards against a
+ * supervisor that stopped answering. */
+static ci_exec_outcome read_execution(ci_sandbox *sb)
+{
+    apr_time_t deadline = apr_time_now() + sb->def->timeout + apr_time_from_sec(30);
+    ci_sup_frame f;
+    for (;;) {
+        int rc = read_frame(sb->fd, sb->reader, deadline, &f);
+        if (rc != 1)
+            return sb->killed ? CI_EXEC_INTERRUPTED : CI_EXEC_LOST;
+        if (f.id != sb->id)
+            continue;
+        if (f.type == CI_SUP_OUTPUT)
+            ci_ndjson_feed(sb->nd, f.data, f.len);
+        else if (f.type == CI_SUP_END && f.len == 1 &&
+                 (unsigned char)f.data[0] <= CI_EXEC_NOT_RUN)
+            return (ci_exec_outcome)(unsigned char)f.data[0];
+        else if (f.type == CI_SUP_END)
+            return CI_EXEC_LOST;
+    }
+}
+
 static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
                               ci_exec_result *res)
 {
     apr_time_t began = apr_time_now();
-    apr_size_t len;
-    const char *line = request_line(p, code, &len);
     ci_exec_outcome why;
+    int sent;
 
     ci_ndjson_reset(sb->nd);
-    if (sb->killed || write_all(sb->in_fd, line, len + 1) < 0)
+    pthread_mutex_lock(&sb->lock);
+    sent = !sb->killed && sb->fd >= 0 &&
+           ci_sup_send(sb->fd, CI_SUP_RUN, sb->id, code, strlen(code)) == 0;
+    pthread_mutex_unlock(&sb->lock);
+    if (!sent)
         why = sb->killed ? CI_EXEC_INTERRUPTED : CI_EXEC_LOST;
     else
-        why = read_until(sb, began + sb->def->timeout, 0);
-    if (why != CI_EXEC_COMPLETED)
-        kill_sandbox(sb);
+        why = read_execution(sb);
     /* Past the hard cap, the reader's own message says what happened. */
     ci_ndjson_result(sb->nd, why,
                      why == CI_EXEC_COMPLETED ? NULL : failure_text(p, sb->def, why),
@@ -333,7 +526,7 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
                                 gid_t gid, const char **err)
 {
     ci_spawn_limits lim;
-    ci_sandbox *sb = NULL;
+    direct d;
     const char *why = NULL;
     apr_status_t rv;
 
@@ -345,16 +538,27 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
     lim.switch_user = 1;
     lim.uid = uid;
     lim.gid = gid;
-    rv = launch(p, def, &lim, ci_spawn_here, &sb, &why);
-    if (rv == APR_SUCCESS) {
-        local_destroy(sb);
+    memset(&d, 0, sizeof(d));
+    d.in_fd = d.out_fd = d.err_fd = -1;
+    d.nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
+    rv = ci_spawn_here(bwrap_argv(p, def), &lim, &d.pid, &d.in_fd, &d.out_fd,
+                       &d.err_fd);
+    if (rv == APR_SUCCESS && direct_ready(&d, apr_time_now() + START_TIMEOUT)) {
+        direct_stop(&d);
         return APR_SUCCESS;
+    }
+    if (rv == APR_SUCCESS) {
+        kill(-d.pid, SIGKILL);
+        kill(d.pid, SIGKILL);
+        why = direct_failure(p, &d);
+        direct_stop(&d);
     }
     *err = apr_psprintf(p, "bubblewrap could not start sandbox tool %s as uid %ld "
                            "(%s); unprivileged user namespaces must be enabled "
                            "(sysctl kernel.unprivileged_userns_clone=1, "
                            "user.max_user_namespaces > 0) and %s must run",
-                        def->name, (long)uid, why ? why : "no message", def->python);
+                        def->name, (long)uid, why ? why : "it could not be forked",
+                        def->python);
     return APR_EGENERAL;
 }
 

@@ -1,0 +1,399 @@
+/*
+ * ci_supd.c - the local sandbox supervisor's life in httpd, in the mould of
+ * mod_cgid's daemon, but kept across graceful restarts rather than re-forked.
+ *
+ * - The parent makes the socket (runtime directory, the parent's pid in its
+ *   name, mode 0600, owned by User) and listens on it *before* forking the
+ *   supervisor, so children never race the bind; its own copy is closed.
+ * - What outlives a generation is in retained data: the supervisor's pid and
+ *   apr_proc_t, the socket path, the uid it serves, its protocol version.
+ * - It is an "other child" registered on pconf again in every generation,
+ *   never on the process pool: mod_so unloads this module whenever pconf is
+ *   cleared, and a registration that outlived it would leave APR calling
+ *   into unmapped code. It is not noted for killing on pconf.
+ * - UNREGISTER (pconf cleared) stops it only when httpd is exiting; RESTART
+ *   is ignored; DEATH clears the pid first and respawns. A death during the
+ *   restart window reaches no registration, so every post_config checks with
+ *   waitpid(WNOHANG) and respawns.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <apr_strings.h>
+#include <apr_thread_proc.h>
+#include <ap_mpm.h>
+#include <http_core.h>
+#include <http_main.h>
+#include <mpm_common.h>
+#include <unixd.h>
+#include "ci_dirconf.h"
+#include "ci_log.h"
+#include "ci_registry.h"
+#include "ci_supd.h"
+#include "ci_supervisor.h"
+#include "ci_supproto.h"
+#include "mod_code_interpreter.h"
+
+#define RETAINED_KEY "mod_code_interpreter_supervisor"
+
+typedef struct sup_retained {
+    pid_t pid;                 /* 0: none runs */
+    apr_proc_t proc;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    uid_t uid;
+    int version;
+    int registered;            /* an other-child registration on this pconf */
+} sup_retained;
+
+static sup_retained *keep;
+/* This generation's: where a respawn registers, and what it is told. */
+static apr_pool_t *gen_pconf;
+static server_rec *gen_server;
+static const char *gen_wants;
+static apr_size_t gen_wants_len;
+
+/* ---- in the supervisor process ------------------------------------------ */
+
+static int sup_level;
+
+/* Lines go to descriptor 2, the main error log when it is a file (piped
+ * logs are not kept: see keep_stderr), in httpd's own format. */
+static void sup_sink(ci_log_level level, const char *file, int line,
+                     const char *message)
+{
+    static const char *const names[] = { "emerg", "alert", "crit", "error", "warn",
+                                         "notice", "info", "debug" };
+    char date[APR_CTIME_LEN];
+    char buf[1024];
+    int n;
+    if ((int)level > sup_level)
+        return;
+    apr_ctime(date, apr_time_now());
+    n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
+                 names[level & 7], (long)getpid(), message);
+    if (n > 0)
+        (void)!write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+static void reset_signals(void)
+{
+    struct sigaction dfl;
+    sigset_t none;
+    int sig;
+    memset(&dfl, 0, sizeof(dfl));
+    dfl.sa_handler = SIG_DFL;
+    /* Every disposition back to the default, SIGCHLD's too: the supervisor
+     * reaps its sandboxes and needs their exit statuses. */
+    for (sig = 1; sig < NSIG; sig++)
+        sigaction(sig, &dfl, NULL);
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    /* Writes to a dead peer fail with EPIPE rather than kill the supervisor. */
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* Keep descriptor 2 only when it is the error log file; anything else (the
+ * first generation's terminal, a piped logger) becomes /dev/null. */
+static void keep_stderr(int devnull)
+{
+    struct stat st;
+    if (fstat(2, &st) != 0 || !S_ISREG(st.st_mode))
+        dup2(devnull, 2);
+}
+
+/* Descriptors: 0 and 1 /dev/null, 2 the log, 3 the listening socket,
+ * nothing else (listeners, the pipe of death, other modules' files). */
+static int close_inherited(int lfd)
+{
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0)
+        return -1;
+    dup2(devnull, 0);
+    dup2(devnull, 1);
+    keep_stderr(devnull);
+    if (lfd != 3 && dup3(lfd, 3, O_CLOEXEC) < 0)
+        return -1;
+    if (syscall(SYS_close_range, 4U, ~0U, 0U) != 0) {
+        int fd;
+        for (fd = 4; fd < 65536; fd++)
+            close(fd);
+    }
+    return 3;
+}
+
+static int hook_claim(const char *tool)
+{
+    return ci_registry_claim(tool, "warm");
+}
+
+static const ci_sup_hooks registry_hooks = {
+    hook_claim, ci_registry_set_warm, ci_registry_release
+};
+
+static void supervisor_main(int lfd, pid_t parent, server_rec *s)
+{
+    apr_pool_t *p;
+    ci_sup_config cfg;
+
+    prctl(PR_SET_NAME, "ci-supervisor");
+    /* A session of its own: what httpd sends its process group (SIGHUP to
+     * every child at a restart under prefork, SIGTERM at a stop) is not for
+     * the supervisor, which the parent stops itself. */
+    setsid();
+    reset_signals();
+    if ((lfd = close_inherited(lfd)) < 0)
+        _exit(1);
+    apr_pool_create(&p, NULL);
+    sup_level = ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX);
+    ci_log_set(sup_sink);
+    /* As mod_cgid's daemon does: become User/Group (and whatever else the
+     * MPM and unixd would do to a child). */
+    if (ap_run_drop_privileges(p, s) != 0) {
+        ci_log(CI_LOG_ERR, "CI0601: the sandbox supervisor could not drop its "
+               "privileges");
+        _exit(1);
+    }
+    /* After setuid, which clears it; then check the parent is still there. */
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(0);
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.listen_fd = lfd;
+    cfg.parent = parent;
+    cfg.uid = ap_unixd_config.user_id;
+    cfg.hooks = &registry_hooks;
+    cfg.wants = gen_wants;
+    cfg.wants_len = gen_wants_len;
+    ci_supervisor_run(p, &cfg);
+    _exit(0);
+}
+
+/* ---- in the parent ----------------------------------------------------------- */
+
+/* A socket listening at PATH, owned by the children's user, mode 0600, or
+ * -1. */
+static int make_socket(server_rec *s, const char *path)
+{
+    struct sockaddr_un sa;
+    mode_t old;
+    int fd, rc;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    apr_cpystrn(sa.sun_path, path, sizeof(sa.sun_path));
+    if (unlink(path) != 0 && errno != ENOENT)
+        return -1;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
+        return -1;
+    old = umask(0077);              /* never reachable by others, not even briefly */
+    rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    umask(old);
+    if (rc != 0 || chmod(path, 0600) != 0 ||
+        (geteuid() == 0 &&
+         chown(path, ap_unixd_config.user_id, ap_unixd_config.group_id) != 0) ||
+        listen(fd, 256) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void maintenance(int reason, void *data, apr_wait_t status);
+
+static void register_other_child(void)
+{
+    if (!keep->pid || keep->registered)
+        return;
+    keep->proc.pid = keep->pid;
+    apr_proc_other_child_register(&keep->proc, maintenance, keep, NULL, gen_pconf);
+    keep->registered = 1;
+}
+
+/* Registry slots the supervisor held (its warm sandboxes) are released the
+ * way a dead child's are. */
+static void release_slots_of(pid_t pid)
+{
+    ap_generation_t gen = 0;
+    ap_mpm_query(AP_MPMQ_GENERATION, &gen);
+    ap_run_child_status(gen_server, pid, gen, -1, MPM_CHILD_EXITED);
+}
+
+static int spawn(void)
+{
+    server_rec *s = gen_server;
+    int fd = make_socket(s, keep->path);
+    pid_t parent = getpid(), pid;
+    if (fd < 0) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "CI0602: the sandbox "
+                     "supervisor's socket %s could not be made", keep->path);
+        return -1;
+    }
+    if ((pid = fork()) < 0) {
+        ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "CI0603: the sandbox "
+                     "supervisor could not be forked");
+        close(fd);
+        return -1;
+    }
+    if (pid == 0)
+        supervisor_main(fd, parent, s);
+    close(fd);
+    keep->pid = pid;
+    keep->uid = ap_unixd_config.user_id;
+    keep->version = CI_SUP_VERSION;
+    keep->registered = 0;
+    register_other_child();
+    ap_log_error(APLOG_MARK, APLOG_INFO, 0, s, "CI0604: sandbox supervisor %ld "
+                 "started, socket %s", (long)pid, keep->path);
+    return 0;
+}
+
+static void stop(const char *why)
+{
+    pid_t pid = keep->pid;
+    int status;
+    if (!pid)
+        return;
+    keep->pid = 0;
+    ap_log_error(APLOG_MARK, APLOG_INFO, 0, gen_server, "CI0605: sandbox supervisor "
+                 "%ld stopped (%s)", (long)pid, why);
+    kill(pid, SIGKILL);               /* its sandboxes die with it */
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    unlink(keep->path);
+}
+
+static void maintenance(int reason, void *data, apr_wait_t status)
+{
+    int mpm_state = AP_MPMQ_STOPPING;
+    pid_t dead;
+    switch (reason) {
+    case APR_OC_REASON_DEATH:
+        /* The pid is reaped: forget it before anything could signal it. */
+        dead = keep->pid;
+        keep->pid = 0;
+        keep->registered = 0;
+        apr_proc_other_child_unregister(data);
+        release_slots_of(dead);
+        ap_mpm_query(AP_MPMQ_MPM_STATE, &mpm_state);
+        if (mpm_state != AP_MPMQ_STOPPING) {
+            ap_log_error(APLOG_MARK, APLOG_ERR, 0, gen_server, "CI0606: sandbox "
+                         "supervisor %ld died (status %d); starting a new one",
+                         (long)dead, (int)status);
+            spawn();
+        }
+        break;
+    case APR_OC_REASON_UNREGISTER:
+        /* pconf is being cleared: at a restart the supervisor stays. */
+        keep->registered = 0;
+        if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_EXITING)
+            stop("httpd exits");
+        break;
+    default:                          /* RESTART, LOST: it carries on */
+        break;
+    }
+}
+
+/* What this configuration wants warm, as a WARM_SET payload. */
+static void build_wants(apr_pool_t *pconf, server_rec *s)
+{
+    apr_array_header_t *defs = ci_sandbox_all(pconf, s);
+    const ci_sandbox_def **warm = apr_pcalloc(pconf, sizeof(*warm) * (defs->nelts + 1));
+    int i, n = 0;
+    for (i = 0; i < defs->nelts; i++) {
+        const ci_sandbox_def *d = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
+        if (d->provider->warmable && d->warm > 0)
+            warm[n++] = d;
+    }
+    gen_wants = ci_sup_warm_encode(pconf, warm, n, &gen_wants_len);
+}
+
+/* Tell the running supervisor this generation's warm pools. */
+static void send_wants(apr_pool_t *ptemp)
+{
+    const char *err = NULL;
+    int fd = ci_supervisor_connect(ptemp, &err);
+    if (fd >= 0 && ci_sup_send(fd, CI_SUP_WARM_SET, 0, gen_wants, gen_wants_len) == 0) {
+        char b;
+        /* Its answer, or the close: either way it has read the frame. */
+        struct timeval tv = { 10, 0 };
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        (void)!read(fd, &b, 1);
+    }
+    else
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, gen_server, "CI0607: the warm "
+                     "pools could not be handed to the sandbox supervisor: %s",
+                     err ? err : "it went away");
+    if (fd >= 0)
+        close(fd);
+}
+
+/* A supervisor that died while no registration could hear it. */
+static void check_alive(void)
+{
+    int status;
+    pid_t rc;
+    if (!keep->pid)
+        return;
+    rc = waitpid(keep->pid, &status, WNOHANG);
+    if (rc == 0)
+        return;
+    ap_log_error(APLOG_MARK, APLOG_ERR, 0, gen_server, "CI0608: sandbox supervisor "
+                 "%ld died during a restart; starting a new one", (long)keep->pid);
+    release_slots_of(keep->pid);
+    keep->pid = 0;
+}
+
+int ci_supd_check_config(apr_pool_t *ptemp, server_rec *s)
+{
+    if (ap_unixd_config.chroot_dir) {
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s, "CI0609: ChrootDir "
+                     "cannot be used with mod_code_interpreter: the local sandbox "
+                     "supervisor runs bubblewrap from the host's /usr");
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return OK;
+}
+
+int ci_supd_post_config(apr_pool_t *pconf, apr_pool_t *ptemp, server_rec *s)
+{
+    gen_pconf = pconf;
+    gen_server = s;
+    if (!(keep = ap_retained_data_get(RETAINED_KEY))) {
+        const char *path;
+        keep = ap_retained_data_create(RETAINED_KEY, sizeof(*keep));
+        path = ap_runtime_dir_relative(pconf, apr_psprintf(ptemp, "ci-supervisor.%ld.sock",
+                                                           (long)getpid()));
+        if (!path || strlen(path) >= sizeof(keep->path)) {
+            ap_log_error(APLOG_MARK, APLOG_CRIT, 0, s, "CI0600: the sandbox "
+                         "supervisor's socket path %s is too long for a Unix socket; "
+                         "set a shorter DefaultRuntimeDir", path ? path : "(none)");
+            return HTTP_INTERNAL_SERVER_ERROR;
+        }
+        apr_cpystrn(keep->path, path, sizeof(keep->path));
+    }
+    ci_supervisor_set_path(keep->path);
+    build_wants(pconf, s);
+    keep->registered = 0;             /* the last generation's went with its pconf */
+    check_alive();
+    if (keep->pid && (keep->version != CI_SUP_VERSION ||
+                      keep->uid != ap_unixd_config.user_id))
+        stop(keep->version != CI_SUP_VERSION ? "another protocol version"
+                                             : "User changed");
+    if (keep->pid) {
+        register_other_child();
+        send_wants(ptemp);
+        return OK;
+    }
+    return spawn() == 0 ? OK : HTTP_INTERNAL_SERVER_ERROR;
+}

@@ -1,0 +1,871 @@
+/*
+ * ci_supervisor.c - the local sandbox supervisor's loop.
+ *
+ * One thread, one poll loop: bubblewrap's --die-with-parent fires when the
+ * *thread* that forked it exits, so every sandbox is forked here, by the
+ * only thread there is. Each sandbox is a direct child; only this process
+ * signals it, by the pid it forked. Its output is relayed: the kernel's
+ * descriptors never leave this process.
+ *
+ * Who owns a sandbox: the connection that created or took it (destroyed
+ * when that connection closes: a child that dies leaves nothing running),
+ * or a warm pool (destroyed when the parent no longer wants it). A warm
+ * sandbox holds a registry slot of its own until a connection takes it; the
+ * child then claims one for it.
+ *
+ * Timeouts: the supervisor enforces each execution's deadline (the tool's
+ * timeout carried in the definition) by killing the sandbox: END says
+ * timed_out and the next run starts a fresh one, as before.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <apr_strings.h>
+#include <apr_tables.h>
+#include "ci_json.h"
+#include "ci_log.h"
+#include "ci_supervisor.h"
+#include "ci_supproto.h"
+
+#define START_TIMEOUT apr_time_from_sec(60)
+#define READ_CHUNK 65536
+#define BACKLOG_MAX ((apr_size_t)1024 * 1024)   /* stop reading a sandbox past it */
+#define TICK_MS 1000
+
+/* ---- an output queue ----------------------------------------------------- */
+
+typedef struct outq {
+    char *buf;
+    apr_size_t start, used, cap;
+} outq;
+
+static int outq_add(outq *q, const void *data, apr_size_t len)
+{
+    if (q->start && q->start == q->used)
+        q->start = q->used = 0;
+    if (q->used + len > q->cap) {
+        apr_size_t want = (q->used - q->start + len) * 2 + 4096;
+        char *nb;
+        if (q->start) {
+            memmove(q->buf, q->buf + q->start, q->used - q->start);
+            q->used -= q->start;
+            q->start = 0;
+        }
+        if (q->used + len > q->cap) {
+            if (!(nb = realloc(q->buf, want)))
+                return -1;
+            q->buf = nb;
+            q->cap = want;
+        }
+    }
+    memcpy(q->buf + q->used, data, len);
+    q->used += len;
+    return 0;
+}
+
+static apr_size_t outq_len(const outq *q)
+{
+    return q->used - q->start;
+}
+
+/* Write what FD takes now. -1 when the peer is gone. */
+static int outq_flush(outq *q, int fd, int is_socket)
+{
+    while (outq_len(q)) {
+        ssize_t n = is_socket
+            ? send(fd, q->buf + q->start, outq_len(q), MSG_NOSIGNAL | MSG_DONTWAIT)
+            : write(fd, q->buf + q->start, outq_len(q));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return 0;
+        if (n <= 0)
+            return -1;
+        q->start += (apr_size_t)n;
+    }
+    return 0;
+}
+
+static void outq_free(outq *q)
+{
+    free(q->buf);
+    memset(q, 0, sizeof(*q));
+}
+
+/* ---- state ----------------------------------------------------------------- */
+
+typedef struct conn conn;
+typedef struct want want;
+
+typedef enum { BOX_STARTING, BOX_IDLE, BOX_RUNNING, BOX_DEAD } box_state;
+
+typedef struct box {
+    apr_uint32_t id;
+    apr_pool_t *pool;
+    ci_sandbox_def *def;
+    const char *deftext;
+    const char *tag;
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+    outq input;                 /* the code line on its way to the kernel */
+    ci_ndjson *nd;
+    box_state state;
+    apr_time_t deadline;        /* of the start or of the execution */
+    conn *owner;                /* NULL: warm */
+    want *warm;                 /* the pool it belongs to while warm */
+    int slot;                   /* the registry slot of a warm one, -1 */
+    int counted_warm;           /* the registry counts it as warm */
+    struct box *next;
+} box;
+
+struct conn {
+    int fd;
+    pid_t pid;
+    int helloed, is_parent, closing;
+    ci_sup_reader *reader;
+    apr_pool_t *pool;
+    outq out;
+    struct conn *next;
+};
+
+struct want {
+    apr_pool_t *pool;
+    ci_sandbox_def *def;
+    const char *deftext;
+    int count;
+    struct want *next;
+};
+
+static struct {
+    apr_pool_t *p;
+    const ci_sup_config *cfg;
+    box *boxes;
+    conn *conns;
+    want *wants;
+    apr_uint32_t next_id;
+    int refill_due;             /* at the end of this turn of the loop, or the
+                                   cap refused a warm slot: retry each tick */
+} sup;
+
+/* ---- sandboxes -------------------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Kill the sandbox's process group (its pid namespace dies with its init)
+ * and reap it: it is our child, so the pid is still ours until waitpid. */
+static void box_kill(box *b)
+{
+    int status;
+    if (b->pid > 0) {
+        kill(-b->pid, SIGKILL);
+        kill(b->pid, SIGKILL);
+        while (waitpid(b->pid, &status, 0) < 0 && errno == EINTR)
+            ;
+        b->pid = -1;
+    }
+    close_fd(&b->in_fd);
+    close_fd(&b->out_fd);
+    close_fd(&b->err_fd);
+    outq_free(&b->input);
+    b->state = BOX_DEAD;
+}
+
+static void box_release_slot(box *b)
+{
+    if (b->slot < 0)
+        return;
+    if (b->counted_warm)
+        sup.cfg->hooks->set_warm(b->slot, 0);
+    b->counted_warm = 0;
+    sup.cfg->hooks->release(b->slot);
+    b->slot = -1;
+}
+
+static void box_free(box *b)
+{
+    box **pp;
+    for (pp = &sup.boxes; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    box_release_slot(b);
+    box_kill(b);
+    apr_pool_destroy(b->pool);
+}
+
+static apr_uint32_t new_id(void)
+{
+    if (++sup.next_id == 0)
+        sup.next_id = 1;
+    return sup.next_id;
+}
+
+static void set_nonblock(int fd)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Start a sandbox of DEF (its text DEFTEXT). NULL with *ERR when it could
+ * not even be forked; otherwise it is STARTING until its kernel says ready. */
+static box *box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
+                      const char **err)
+{
+    apr_pool_t *p;
+    box *b;
+    apr_pool_create(&p, sup.p);
+    b = apr_pcalloc(p, sizeof(*b));
+    b->pool = p;
+    b->def = apr_pmemdup(p, def, sizeof(*def));
+    b->deftext = apr_pstrdup(p, deftext);
+    b->tag = apr_pstrdup(p, tag);
+    b->slot = -1;
+    b->in_fd = b->out_fd = b->err_fd = -1;
+    b->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
+    if (ci_local_spawn(p, b->def, &b->pid, &b->in_fd, &b->out_fd, &b->err_fd)
+        != APR_SUCCESS) {
+        *err = "the local sandbox could not be forked";
+        apr_pool_destroy(p);
+        return NULL;
+    }
+    set_nonblock(b->in_fd);
+    set_nonblock(b->out_fd);
+    set_nonblock(b->err_fd);
+    b->id = new_id();
+    b->state = BOX_STARTING;
+    b->deadline = apr_time_now() + START_TIMEOUT;
+    b->next = sup.boxes;
+    sup.boxes = b;
+    ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
+           b->id, (long)b->pid, def->name, tag);
+    return b;
+}
+
+/* ---- connections ---------------------------------------------------------- */
+
+static void send_frame(conn *c, int type, apr_uint32_t id, const char *data,
+                       apr_size_t len)
+{
+    unsigned char hdr[CI_SUP_HEADER];
+    ci_sup_header(hdr, type, id, len);
+    if (outq_add(&c->out, hdr, sizeof(hdr)) < 0 ||
+        (len && outq_add(&c->out, data, len) < 0))
+        c->closing = 1;
+    /* Sent now when the socket takes it: a waiting child should not wait
+     * for the next turn of the loop (or for a sandbox being forked). */
+    else if (outq_flush(&c->out, c->fd, 1) < 0)
+        c->closing = 2;
+}
+
+static void send_text(conn *c, int type, apr_uint32_t id, const char *text)
+{
+    send_frame(c, type, id, text, text ? strlen(text) : 0);
+}
+
+static void send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome)
+{
+    char o = (char)outcome;
+    send_frame(c, CI_SUP_END, id, &o, 1);
+}
+
+/* The box with ID that C owns: nothing a client sends reaches another
+ * connection's sandbox. */
+static box *owned(conn *c, apr_uint32_t id)
+{
+    box *b;
+    for (b = sup.boxes; b; b = b->next)
+        if (b->id == id && b->owner == c)
+            return b;
+    return NULL;
+}
+
+static void conn_free(conn *c)
+{
+    conn **pp;
+    box *b, *next;
+    int n = 0;
+    for (b = sup.boxes; b; b = next) {
+        next = b->next;
+        if (b->owner == c) {
+            box_free(b);
+            n++;
+        }
+    }
+    for (pp = &sup.conns; *pp; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
+    if (n)
+        ci_log(CI_LOG_INFO, "CI0611: connection of process %ld closed; its %d "
+               "sandbox(es) destroyed", (long)c->pid, n);
+    close(c->fd);
+    outq_free(&c->out);
+    apr_pool_destroy(c->pool);
+}
+
+/* ---- peers ------------------------------------------------------------------ */
+
+/* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
+static pid_t parent_of(pid_t pid)
+{
+    char path[64], buf[512], *rp;
+    ssize_t n;
+    int fd;
+    long ppid;
+    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return -1;
+    n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    /* The command name may hold spaces and parentheses: skip to the last ')'. */
+    if (!(rp = strrchr(buf, ')')) || sscanf(rp + 1, " %*c %ld", &ppid) != 1)
+        return -1;
+    return (pid_t)ppid;
+}
+
+/* A peer is httpd's parent itself, or one of its children running as the
+ * children's uid: a CGI script has the same uid but another parent. */
+static int peer_allowed(int fd, pid_t *pid, int *is_parent)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return 0;
+    *pid = cred.pid;
+    *is_parent = cred.pid == sup.cfg->parent;
+    if (*is_parent)
+        return 1;
+    return cred.uid == sup.cfg->uid && parent_of(cred.pid) == sup.cfg->parent;
+}
+
+static void accept_one(void)
+{
+    int fd = accept4(sup.cfg->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    apr_pool_t *p;
+    conn *c;
+    pid_t pid = -1;
+    int is_parent = 0;
+    if (fd < 0)
+        return;
+    if (!peer_allowed(fd, &pid, &is_parent)) {
+        ci_log(CI_LOG_WARNING, "CI0612: connection refused: process %ld is not a "
+               "process of this server", (long)pid);
+        close(fd);
+        return;
+    }
+    apr_pool_create(&p, sup.p);
+    c = apr_pcalloc(p, sizeof(*c));
+    c->pool = p;
+    c->fd = fd;
+    c->pid = pid;
+    c->is_parent = is_parent;
+    c->reader = ci_sup_reader_create(p);
+    c->next = sup.conns;
+    sup.conns = c;
+}
+
+/* ---- warm pools --------------------------------------------------------- */
+
+static int warm_count(const want *w)
+{
+    box *b;
+    int n = 0;
+    for (b = sup.boxes; b; b = b->next)
+        if (b->warm == w && !b->owner && b->state != BOX_DEAD)
+            n++;
+    return n;
+}
+
+static void refill(void)
+{
+    want *w;
+    sup.refill_due = 0;
+    for (w = sup.wants; w; w = w->next) {
+        int n = warm_count(w);
+        for (; n < w->count; n++) {
+            const char *err = NULL;
+            int slot = sup.cfg->hooks->claim(w->def->name);
+            box *b;
+            if (slot < 0) {
+                sup.refill_due = 1;
+                return;
+            }
+            if (!(b = box_start(w->def, w->deftext, "warm", &err))) {
+                ci_log(CI_LOG_WARNING, "CI0613: a warm sandbox of tool %s could "
+                       "not start: %s", w->def->name, err);
+                sup.cfg->hooks->release(slot);
+                sup.refill_due = 1;
+                return;
+            }
+            b->warm = w;
+            b->slot = slot;
+        }
+    }
+}
+
+/* Replace the wanted pools with WANTS (an array of ci_sup_want). Pools whose
+ * definition is unchanged keep their sandboxes; the others are destroyed. */
+static void set_wants(apr_array_header_t *wants)
+{
+    want *old = sup.wants, *w, *next;
+    box *b, *bn;
+    int i;
+    sup.wants = NULL;
+    for (i = 0; i < wants->nelts; i++) {
+        ci_sup_want *sw = &APR_ARRAY_IDX(wants, i, ci_sup_want);
+        apr_pool_t *p;
+        if (sw->count <= 0)
+            continue;
+        apr_pool_create(&p, sup.p);
+        w = apr_pcalloc(p, sizeof(*w));
+        w->pool = p;
+        w->def = apr_pmemdup(p, sw->def, sizeof(*sw->def));
+        w->def->name = apr_pstrdup(p, sw->def->name);
+        w->def->python = apr_pstrdup(p, sw->def->python);
+        w->def->preload = sw->def->preload ? apr_pstrdup(p, sw->def->preload) : NULL;
+        w->deftext = apr_pstrdup(p, sw->deftext);
+        w->count = sw->count;
+        w->next = sup.wants;
+        sup.wants = w;
+    }
+    /* Move warm sandboxes to the new pool of the same definition. */
+    for (b = sup.boxes; b; b = bn) {
+        bn = b->next;
+        if (!b->warm || b->owner)
+            continue;
+        for (w = sup.wants; w && strcmp(w->deftext, b->deftext); w = w->next)
+            ;
+        if (w)
+            b->warm = w;
+        else
+            box_free(b);
+    }
+    for (w = old; w; w = next) {
+        next = w->next;
+        apr_pool_destroy(w->pool);
+    }
+    refill();
+}
+
+static void handle_warm_set(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    apr_array_header_t *wants;
+    const char *err = NULL;
+    if (!c->is_parent) {
+        send_text(c, CI_SUP_ERROR, 0, "only the server's parent sets the warm pools");
+        return;
+    }
+    apr_pool_create(&p, sup.p);
+    if (!(wants = ci_sup_warm_decode(p, f, &err)))
+        send_text(c, CI_SUP_ERROR, 0, err);
+    else {
+        set_wants(wants);
+        send_frame(c, CI_SUP_OK, 0, NULL, 0);
+    }
+    apr_pool_destroy(p);
+}
+
+/* A ready warm sandbox of DEFTEXT, or NULL. */
+static box *warm_ready(const char *deftext)
+{
+    box *b;
+    for (b = sup.boxes; b; b = b->next)
+        if (b->warm && !b->owner && b->state == BOX_IDLE &&
+            !strcmp(b->deftext, deftext))
+            return b;
+    return NULL;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static void handle_create(conn *c, const ci_sup_frame *f, int take)
+{
+    apr_pool_t *p;
+    ci_sandbox_def *def;
+    const char *tag, *deftext, *err;
+    box *b;
+    apr_pool_create(&p, sup.p);
+    if ((err = ci_sup_create_decode(p, f, &def, &tag, &deftext)))
+        send_text(c, CI_SUP_ERROR, 0, err);
+    else if (take) {
+        if ((b = warm_ready(deftext))) {
+            box_release_slot(b);      /* the child claims one for it */
+            b->warm = NULL;
+            b->owner = c;
+            b->tag = apr_pstrdup(b->pool, tag);
+            send_frame(c, CI_SUP_OK, b->id, NULL, 0);
+            sup.refill_due = 1;       /* after the answer is out */
+        }
+        else
+            send_frame(c, CI_SUP_NONE, 0, NULL, 0);
+    }
+    else if ((b = box_start(def, deftext, tag, &err)))
+        b->owner = c;                 /* OK once its kernel is ready */
+    else
+        send_text(c, CI_SUP_ERROR, 0, err);
+    apr_pool_destroy(p);
+}
+
+/* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}. */
+static int queue_code(box *b, const char *code, apr_size_t len)
+{
+    apr_pool_t *p;
+    json_object *req;
+    const char *line;
+    apr_size_t n;
+    int rc;
+    apr_pool_create(&p, b->pool);
+    req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "code", json_object_new_string_len(code, (int)len));
+    line = ci_json_pstr(p, req, &n);
+    rc = outq_add(&b->input, line, n) < 0 || outq_add(&b->input, "\n", 1) < 0 ? -1 : 0;
+    apr_pool_destroy(p);
+    return rc;
+}
+
+static void handle_run(conn *c, const ci_sup_frame *f)
+{
+    box *b = owned(c, f->id);
+    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
+        send_end(c, f->id, CI_EXEC_LOST);
+        return;
+    }
+    if (queue_code(b, f->data, f->len) < 0) {
+        box_kill(b);
+        send_end(c, f->id, CI_EXEC_LOST);
+        return;
+    }
+    ci_ndjson_reset(b->nd);
+    b->state = BOX_RUNNING;
+    b->deadline = apr_time_now() + b->def->timeout;
+}
+
+/* Stop B's execution with OUTCOME: the sandbox is killed (the next run
+ * starts a fresh one, as it always did). */
+static void stop_run(box *b, ci_exec_outcome outcome)
+{
+    int was_running = b->state == BOX_RUNNING;
+    box_kill(b);
+    if (was_running && b->owner)
+        send_end(b->owner, b->id, outcome);
+}
+
+static void handle_status(conn *c)
+{
+    box *b;
+    conn *k;
+    int n = 0, warm = 0, conns = 0;
+    for (b = sup.boxes; b; b = b->next) {
+        n++;
+        warm += b->warm && !b->owner && b->state == BOX_IDLE;
+    }
+    for (k = sup.conns; k; k = k->next)
+        conns++;
+    send_text(c, CI_SUP_STATUS, 0,
+              apr_psprintf(c->pool, "{\"version\":%d,\"pid\":%ld,\"sandboxes\":%d,"
+                           "\"warm\":%d,\"connections\":%d}", CI_SUP_VERSION,
+                           (long)getpid(), n, warm, conns));
+}
+
+static void handle_frame(conn *c, const ci_sup_frame *f)
+{
+    box *b;
+    if (!c->helloed) {
+        int version = f->type == CI_SUP_HELLO ? ci_sup_hello_version(f) : -1;
+        apr_size_t len;
+        const char *hello = ci_sup_hello(c->pool, &len);
+        send_frame(c, CI_SUP_HELLO, 0, hello, len);
+        if (version != CI_SUP_VERSION) {
+            ci_log(CI_LOG_WARNING, "CI0614: process %ld speaks protocol version %d, "
+                   "this supervisor %d: connection closed", (long)c->pid, version,
+                   CI_SUP_VERSION);
+            c->closing = 1;
+        }
+        c->helloed = 1;
+        return;
+    }
+    switch (f->type) {
+    case CI_SUP_CREATE:    handle_create(c, f, 0); break;
+    case CI_SUP_WARM_TAKE: handle_create(c, f, 1); break;
+    case CI_SUP_WARM_SET:  handle_warm_set(c, f); break;
+    case CI_SUP_RUN:       handle_run(c, f); break;
+    case CI_SUP_STATUS:    handle_status(c); break;
+    case CI_SUP_INTERRUPT:
+        if ((b = owned(c, f->id)))
+            stop_run(b, CI_EXEC_INTERRUPTED);
+        break;
+    case CI_SUP_DESTROY:
+        if ((b = owned(c, f->id)))
+            box_free(b);
+        send_frame(c, CI_SUP_OK, f->id, NULL, 0);
+        break;
+    default:
+        c->closing = 1;
+    }
+}
+
+static void conn_readable(conn *c)
+{
+    char buf[READ_CHUNK];
+    ci_sup_frame f;
+    ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n <= 0 || ci_sup_reader_feed(c->reader, buf, (apr_size_t)n) < 0) {
+        c->closing = 2;               /* gone: no answer can reach it */
+        return;
+    }
+    while (!c->closing && ci_sup_reader_next(c->reader, &f))
+        handle_frame(c, &f);
+    if (ci_sup_reader_broken(c->reader))
+        c->closing = 2;
+}
+
+/* ---- sandbox output --------------------------------------------------------- */
+
+static void start_failed(box *b, const char *why)
+{
+    char buf[512];
+    ssize_t n = b->err_fd >= 0 ? read(b->err_fd, buf, sizeof(buf) - 1) : -1;
+    const char *msg;
+    buf[n > 0 ? n : 0] = '\0';
+    if (strchr(buf, '\n'))
+        *strchr(buf, '\n') = '\0';
+    msg = apr_psprintf(b->pool, "the local sandbox did not start (%s)%s%s", why,
+                       n > 0 ? ": " : "", n > 0 ? buf : "");
+    ci_log(CI_LOG_WARNING, "CI0615: sandbox %u of tool %s: %s", b->id, b->def->name, msg);
+    if (b->owner)
+        send_text(b->owner, CI_SUP_ERROR, 0, msg);
+    box_free(b);
+}
+
+static void became_ready(box *b)
+{
+    b->state = BOX_IDLE;
+    if (b->owner)
+        send_frame(b->owner, CI_SUP_OK, b->id, NULL, 0);
+    else if (b->slot >= 0) {
+        sup.cfg->hooks->set_warm(b->slot, 1);
+        b->counted_warm = 1;
+    }
+}
+
+static void box_readable(box *b)
+{
+    char buf[READ_CHUNK];
+    ssize_t n = read(b->out_fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {                       /* the kernel is gone */
+        if (b->state == BOX_STARTING)
+            start_failed(b, "eof");
+        else if (!b->owner) {
+            box_free(b);                /* a warm one: the pool makes another */
+            sup.refill_due = 1;
+        }
+        else
+            stop_run(b, CI_EXEC_LOST);
+        return;
+    }
+    if (b->state == BOX_RUNNING && b->owner)
+        send_frame(b->owner, CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
+    if (ci_ndjson_feed(b->nd, buf, (apr_size_t)n) < 0) {
+        stop_run(b, CI_EXEC_LOST);      /* past the hard cap */
+        return;
+    }
+    if (b->state == BOX_STARTING && ci_ndjson_ready(b->nd))
+        became_ready(b);
+    else if (b->state == BOX_RUNNING && ci_ndjson_ended(b->nd)) {
+        b->state = BOX_IDLE;
+        if (b->owner)
+            send_end(b->owner, b->id, CI_EXEC_COMPLETED);
+    }
+}
+
+static void check_deadlines(void)
+{
+    apr_time_t now = apr_time_now();
+    box *b, *next;
+    for (b = sup.boxes; b; b = next) {
+        next = b->next;
+        if (b->state == BOX_STARTING && now >= b->deadline)
+            start_failed(b, "timeout");
+        else if (b->state == BOX_RUNNING && now >= b->deadline)
+            stop_run(b, CI_EXEC_TIMED_OUT);
+    }
+}
+
+/* Reap anything that died without our noticing its output's end. */
+static void reap_strays(void)
+{
+    int status;
+    pid_t pid;
+    box *b;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        for (b = sup.boxes; b; b = b->next)
+            if (b->pid == pid) {
+                b->pid = -1;          /* the output's EOF tells the rest */
+                break;
+            }
+}
+
+/* ---- the loop --------------------------------------------------------------- */
+
+typedef struct slot_ref {
+    enum { REF_LISTEN, REF_CONN, REF_OUT, REF_IN } kind;
+    void *ptr;
+} slot_ref;
+
+static int poll_timeout(void)
+{
+    apr_time_t now = apr_time_now(), next = now + apr_time_from_msec(TICK_MS);
+    box *b;
+    for (b = sup.boxes; b; b = b->next)
+        if ((b->state == BOX_STARTING || b->state == BOX_RUNNING) && b->deadline < next)
+            next = b->deadline;
+    return next <= now ? 0 : (int)apr_time_as_msec(next - now) + 1;
+}
+
+static int build_pollset(apr_array_header_t *pfds, apr_array_header_t *refs)
+{
+    conn *c;
+    box *b;
+#define ADD(fd_, ev_, kind_, ptr_) do { \
+        struct pollfd *pf = apr_array_push(pfds); slot_ref *r = apr_array_push(refs); \
+        pf->fd = (fd_); pf->events = (ev_); pf->revents = 0; \
+        r->kind = (kind_); r->ptr = (ptr_); } while (0)
+    pfds->nelts = refs->nelts = 0;
+    ADD(sup.cfg->listen_fd, POLLIN, REF_LISTEN, NULL);
+    for (c = sup.conns; c; c = c->next)
+        ADD(c->fd, POLLIN | (outq_len(&c->out) ? POLLOUT : 0), REF_CONN, c);
+    for (b = sup.boxes; b; b = b->next) {
+        /* Back-pressure: a slow reader stops the sandbox's output. */
+        if (b->out_fd >= 0 && (!b->owner || outq_len(&b->owner->out) < BACKLOG_MAX))
+            ADD(b->out_fd, POLLIN, REF_OUT, b);
+        if (b->in_fd >= 0 && outq_len(&b->input))
+            ADD(b->in_fd, POLLOUT, REF_IN, b);
+    }
+#undef ADD
+    return pfds->nelts;
+}
+
+/* Whether B is still in the list (an earlier event may have freed it). */
+static int box_alive(const box *b)
+{
+    const box *x;
+    for (x = sup.boxes; x; x = x->next)
+        if (x == b)
+            return 1;
+    return 0;
+}
+
+static int conn_alive(const conn *c)
+{
+    const conn *x;
+    for (x = sup.conns; x; x = x->next)
+        if (x == c)
+            return 1;
+    return 0;
+}
+
+static void dispatch(struct pollfd *pf, slot_ref *r)
+{
+    if (!pf->revents)
+        return;
+    if (r->kind == REF_LISTEN)
+        accept_one();
+    else if (r->kind == REF_CONN && conn_alive(r->ptr)) {
+        conn *c = r->ptr;
+        if (pf->revents & POLLOUT && outq_flush(&c->out, c->fd, 1) < 0)
+            c->closing = 2;
+        if (pf->revents & (POLLIN | POLLHUP | POLLERR) && !c->closing)
+            conn_readable(c);
+    }
+    else if (r->kind == REF_OUT && box_alive(r->ptr) && ((box *)r->ptr)->out_fd == pf->fd)
+        box_readable(r->ptr);
+    else if (r->kind == REF_IN && box_alive(r->ptr) && ((box *)r->ptr)->in_fd == pf->fd) {
+        box *b = r->ptr;
+        if (outq_flush(&b->input, b->in_fd, 0) < 0)
+            stop_run(b, CI_EXEC_LOST);
+    }
+}
+
+/* Drop connections that are done: after flushing what they are owed. */
+static void sweep_conns(void)
+{
+    conn *c, *next;
+    for (c = sup.conns; c; c = next) {
+        next = c->next;
+        if (c->closing == 1)
+            outq_flush(&c->out, c->fd, 1);
+        if (c->closing)
+            conn_free(c);
+    }
+}
+
+static void start_wants(apr_pool_t *p)
+{
+    ci_sup_frame f;
+    apr_array_header_t *wants;
+    const char *err = NULL;
+    if (!sup.cfg->wants)
+        return;
+    f.type = CI_SUP_WARM_SET;
+    f.id = 0;
+    f.data = sup.cfg->wants;
+    f.len = sup.cfg->wants_len;
+    if ((wants = ci_sup_warm_decode(p, &f, &err)))
+        set_wants(wants);
+    else
+        ci_log(CI_LOG_ERR, "CI0616: warm pools not understood: %s", err);
+}
+
+void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
+{
+    apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
+    apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
+    memset(&sup, 0, sizeof(sup));
+    sup.p = p;
+    sup.cfg = cfg;
+    start_wants(p);
+    ci_log(CI_LOG_NOTICE, "CI0617: sandbox supervisor %ld serving (protocol %d)",
+           (long)getpid(), CI_SUP_VERSION);
+    for (;;) {
+        int i, n = build_pollset(pfds, refs);
+        int rc = poll((struct pollfd *)pfds->elts, (nfds_t)n, poll_timeout());
+        if (rc < 0 && errno != EINTR)
+            return;
+        for (i = 0; rc > 0 && i < n; i++)
+            dispatch(&APR_ARRAY_IDX(pfds, i, struct pollfd),
+                     &APR_ARRAY_IDX(refs, i, slot_ref));
+        sweep_conns();
+        check_deadlines();
+        reap_strays();
+        if (sup.refill_due)
+            refill();
+        if (getppid() != cfg->parent)
+            return;                   /* httpd's parent is gone */
+    }
+}

@@ -1,0 +1,59 @@
+/*
+ * ci_supervisor.h - the local sandbox supervisor: one process per server,
+ * forked by httpd's parent, that owns every local sandbox as its direct
+ * child and serves httpd's children over a Unix socket (ci_supproto.h).
+ * httpd-free: the glue (httpd/ci_supd.c) forks it, drops its privileges and
+ * hands it the registry's slot functions.
+ */
+#ifndef CI_SUPERVISOR_H
+#define CI_SUPERVISOR_H
+
+#include <sys/types.h>
+#include <apr_pools.h>
+#include "ci_sandbox.h"
+
+/* What the supervisor needs from the server: the registry's slots, so that
+ * warm sandboxes count toward CodeInterpreterMaxSandboxes. */
+typedef struct ci_sup_hooks {
+    int (*claim)(const char *tool);          /* a slot, or -1 at the cap */
+    void (*set_warm)(int slot, int warm);
+    void (*release)(int slot);
+} ci_sup_hooks;
+
+typedef struct ci_sup_config {
+    int listen_fd;           /* listening, O_CLOEXEC */
+    pid_t parent;            /* httpd's parent: peers must be its children */
+    uid_t uid;               /* children's uid */
+    const ci_sup_hooks *hooks;
+    const char *wants;       /* a WARM_SET payload to start with, or NULL */
+    apr_size_t wants_len;
+} ci_sup_config;
+
+/* The supervisor's loop. Returns only when the listening socket fails. */
+void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg);
+
+/* ---- for the local provider's client side (httpd's children) ---------- */
+
+/* The socket's path, set by the parent before it forks children. */
+void ci_supervisor_set_path(const char *path);
+const char *ci_supervisor_path(void);
+
+/* Connect to the supervisor and exchange HELLO: a blocking, O_CLOEXEC
+ * socket, or -1 with *ERR. */
+int ci_supervisor_connect(apr_pool_t *p, const char **err);
+
+/* Send one frame on FD (blocking). 0 or -1. */
+int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t len);
+
+/* ---- for the supervisor, from the local provider ----------------------- */
+
+/* Fork the bubblewrap process of DEF (the supervisor's main thread). */
+apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def, pid_t *pid,
+                            int *in_fd, int *out_fd, int *err_fd);
+
+/* A warm sandbox of DEF from the supervisor's pool, for a request (TAG): 1
+ * with *OUT (memory from P), 0 when none is ready or DEF is not warm. */
+int ci_sandbox_take_warm(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                         ci_sandbox **out);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * ci_supproto.h - the wire protocol between httpd's children (and parent)
+ * and the local sandbox supervisor, over a Unix stream socket. httpd-free.
+ *
+ * A frame: a 4-byte big-endian length N (the bytes that follow it), a 1-byte
+ * type, a 4-byte big-endian sandbox id (0 when none), then N - 5 bytes of
+ * payload. Every connection starts with HELLO carrying the client's protocol
+ * version; the supervisor answers HELLO with its own and closes the
+ * connection when it cannot speak the client's. Sandboxes are addressed by
+ * the id the supervisor hands out: nothing a client sends picks another
+ * connection's sandbox (ids are looked up among the connection's own).
+ *
+ *   client -> supervisor            supervisor -> client
+ *   HELLO (payload: version)        HELLO (payload: version)
+ *   CREATE (json {tag, def})        OK (id) | ERROR (message)
+ *   WARM_TAKE (json {tag, def})     OK (id) | NONE
+ *   WARM_SET (json [{def, count}])  OK       (the parent only)
+ *   RUN (id, payload: code)         OUTPUT (id, NDJSON bytes)* then END (id,
+ *                                   payload: 1 byte, a ci_exec_outcome)
+ *   INTERRUPT (id)                  (the running execution ends with END)
+ *   DESTROY (id)                    OK (id)
+ *   STATUS                          STATUS (json)
+ */
+#ifndef CI_SUPPROTO_H
+#define CI_SUPPROTO_H
+
+#include <apr_pools.h>
+#include "ci_exec.h"
+
+struct ci_sandbox_def;
+
+#define CI_SUP_VERSION 1
+#define CI_SUP_HEADER 9                     /* length + type + id */
+#define CI_SUP_MAX_FRAME ((apr_size_t)64 * 1024 * 1024)
+
+typedef enum {
+    CI_SUP_HELLO = 1,
+    CI_SUP_CREATE = 2,
+    CI_SUP_WARM_TAKE = 3,
+    CI_SUP_WARM_SET = 4,
+    CI_SUP_RUN = 5,
+    CI_SUP_INTERRUPT = 6,
+    CI_SUP_DESTROY = 7,
+    CI_SUP_STATUS = 8,
+    CI_SUP_OK = 16,
+    CI_SUP_ERROR = 17,
+    CI_SUP_NONE = 18,
+    CI_SUP_OUTPUT = 19,
+    CI_SUP_END = 20
+} ci_sup_type;
+
+typedef struct ci_sup_frame {
+    int type;
+    apr_uint32_t id;
+    const char *data;       /* payload, NUL-terminated after LEN bytes */
+    apr_size_t len;
+} ci_sup_frame;
+
+/* Encode a frame into a buffer from P; *OUTLEN is its size. */
+char *ci_sup_encode(apr_pool_t *p, int type, apr_uint32_t id, const char *data,
+                    apr_size_t len, apr_size_t *outlen);
+/* Write the 9-byte header of a frame with LEN bytes of payload into HDR. */
+void ci_sup_header(unsigned char hdr[CI_SUP_HEADER], int type, apr_uint32_t id,
+                   apr_size_t len);
+
+/* An incremental frame reader: bytes in, whole frames out. */
+typedef struct ci_sup_reader ci_sup_reader;
+ci_sup_reader *ci_sup_reader_create(apr_pool_t *p);
+/* Add LEN bytes. -1 when a frame is malformed or larger than the maximum
+ * (the peer is dropped), else 0. */
+int ci_sup_reader_feed(ci_sup_reader *r, const char *data, apr_size_t len);
+/* The next whole frame, valid until the next call: 1, or 0 when none. */
+int ci_sup_reader_next(ci_sup_reader *r, ci_sup_frame *out);
+/* Whether the stream was refused (a bad length): drop the peer. */
+int ci_sup_reader_broken(const ci_sup_reader *r);
+
+/* The payloads. Every text is JSON; memory from P. */
+const char *ci_sup_hello(apr_pool_t *p, apr_size_t *len);
+/* The peer's version from a HELLO payload, -1 when malformed. */
+int ci_sup_hello_version(const ci_sup_frame *f);
+
+/* The whole local sandbox definition (no secrets: local has none). */
+const char *ci_sup_def_encode(apr_pool_t *p, const struct ci_sandbox_def *d);
+/* CREATE and WARM_TAKE: {"tag": TAG, "def": DEF}. */
+const char *ci_sup_create_encode(apr_pool_t *p, const struct ci_sandbox_def *d,
+                                 const char *tag, apr_size_t *len);
+/* Parse a CREATE/WARM_TAKE payload; *DEFTEXT is the canonical def text (what
+ * warm pools are keyed by). NULL, or why not. */
+const char *ci_sup_create_decode(apr_pool_t *p, const ci_sup_frame *f,
+                                 struct ci_sandbox_def **def, const char **tag,
+                                 const char **deftext);
+
+/* WARM_SET: a list of (def, count). */
+typedef struct ci_sup_want {
+    struct ci_sandbox_def *def;
+    const char *deftext;
+    int count;
+} ci_sup_want;
+const char *ci_sup_warm_encode(apr_pool_t *p, const struct ci_sandbox_def *const *defs,
+                               int n, apr_size_t *len);
+/* An array of ci_sup_want, or NULL with *ERR. */
+apr_array_header_t *ci_sup_warm_decode(apr_pool_t *p, const ci_sup_frame *f,
+                                       const char **err);
+
+#endif

@@ -1,0 +1,448 @@
+"""The local sandbox supervisor: one process per server, forked by httpd's
+parent, that owns every local sandbox as its direct child. What happens to
+sandboxes when a child dies mid-execution, when the supervisor itself dies,
+at a graceful restart and at stop, counted from /proc; who may talk to it."""
+import os
+import pwd
+import socket
+import stat
+import struct
+import threading
+import time
+
+import pytest
+
+from conftest import TOOL, Httpd, base_conf, sanitizer_reports, script_input
+from procstat import proc_table
+
+# The code runs once a "sleep" process exists below the sandbox.
+SLOW = "import subprocess\nsubprocess.run(['sleep', '120'])"
+LOST = ("The interpreter process died during the execution (out of memory, "
+        "a crash, or it exited).")
+RESTARTED = (" The interpreter was restarted: variables, imports and files from "
+             "earlier calls are gone.")
+
+
+EVENT_ONE_CHILD = """
+StartServers 1
+ServerLimit 1
+ThreadsPerChild 25
+MinSpareThreads 1
+MaxSpareThreads 25
+"""
+
+
+def conf(model_port, warm=0, mpm_lines=EVENT_ONE_CHILD):
+    return base_conf(model_port, mpm_lines + """
+CodeInterpreterSandbox slow provider=local timeout=300 warm=%d
+<Location /slow/v1/responses>
+  ProxyPass http://127.0.0.1:%d/v1/responses
+  CodeInterpreter slow
+</Location>
+<Location /server-status>
+  SetHandler server-status
+</Location>
+""" % (warm, model_port))
+
+
+@pytest.fixture
+def server(model, request):
+    warm = getattr(request, "param", 0)
+    server = Httpd("sup-" + request.node.name[:24], conf(model.port, warm)).start()
+    yield server
+    server.stop()
+    reports = sanitizer_reports(server.root)
+    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
+
+
+def wait_for(cond, what, timeout=30):
+    """COND's first true value, polled until TIMEOUT: fails naming WHAT."""
+    deadline = time.time() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        assert time.time() < deadline, "timed out waiting for " + what
+        time.sleep(0.05)
+
+
+def parent_pid(server):
+    path = os.path.join(server.root, "httpd.pid")
+
+    def read():
+        try:
+            with open(path) as f:
+                return int(f.read().strip() or 0)
+        except FileNotFoundError:
+            return 0
+    return wait_for(read, "httpd's pid file")
+
+
+def supervisors(server):
+    parent = parent_pid(server)
+    return [pid for pid, (ppid, comm, _) in proc_table().items()
+            if ppid == parent and comm == "ci-supervisor"]
+
+
+def supervisor(server):
+    found = wait_for(lambda: supervisors(server), "the supervisor")
+    assert len(found) == 1, found
+    return found[0]
+
+
+def children(server):
+    parent = parent_pid(server)
+    return [pid for pid, (ppid, comm, _) in proc_table().items()
+            if ppid == parent and comm not in ("ci-supervisor",)]
+
+
+def running(pid, table=None):
+    """Whether PID exists and is not a zombie."""
+    entry = (table or proc_table()).get(pid)
+    return entry is not None and entry[2][0] != "Z"
+
+
+def descendants(pid):
+    """Every running process below PID."""
+    table = proc_table()
+    found, frontier = set(), {pid}
+    while frontier:
+        nxt = {p for p, (ppid, _, _) in table.items() if ppid in frontier and p not in found}
+        found |= nxt
+        frontier = nxt
+    return {p for p in found if running(p, table)}
+
+
+def sandboxes_of(sup):
+    """pid -> comm of the supervisor's direct children."""
+    return {pid: comm for pid, (ppid, comm, f) in proc_table().items()
+            if ppid == sup and f[0] != "Z"}
+
+
+def post(server, code, path="/slow/v1/responses", timeout=120):
+    return server.post(path, {
+        "model": "m", "tools": [TOOL], "include": ["code_interpreter_call.outputs"],
+        "input": script_input([[{"call": code}], [{"text": "{{last_output}}"}]])},
+        timeout=timeout)
+
+
+def start_slow(server):
+    """A request running SLOW, in a thread; its answer lands in the list."""
+    answers = []
+
+    def go():
+        try:
+            answers.append(post(server, SLOW, timeout=300))
+        except Exception as e:      # the connection dies with its child
+            answers.append(e)
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t, answers
+
+
+def wait_busy_sandbox(sup):
+    """The one sandbox (bubblewrap) of SUP once SLOW runs in it: its sleep
+    process exists."""
+    def busy():
+        boxes = [p for p, comm in sandboxes_of(sup).items() if comm == "bwrap"]
+        table = proc_table()
+        if len(boxes) == 1 and any(table[p][1] == "sleep" for p in descendants(boxes[0])
+                                   if p in table):
+            return boxes[0]
+        return None
+    return wait_for(busy, "a sandbox running code below supervisor %d" % sup)
+
+
+def test_sandboxes_are_direct_children_of_the_supervisor(server, model):
+    sup = supervisor(server)
+    assert sandboxes_of(sup) == {}
+    t, answers = start_slow(server)
+    box = wait_busy_sandbox(sup)
+    assert proc_table()[box][0] == sup
+    assert proc_table()[sup][2][0] in "SR"
+    # No sandbox below an httpd child.
+    for child in children(server):
+        assert descendants(child) == set()
+    os.kill(children(server)[0], 9)
+    t.join(60)
+
+
+def test_child_killed_mid_execution_leaves_no_sandbox(server, model):
+    sup = supervisor(server)
+    t, answers = start_slow(server)
+    box = wait_busy_sandbox(sup)
+    doomed = descendants(sup)
+    assert box in doomed and len(doomed) >= 3       # bwrap, python, sleep
+    [child] = children(server)
+    server.mark()
+    os.kill(child, 9)
+    wait_for(lambda: not any(running(p) for p in doomed), "the sandbox's processes to end")
+    assert descendants(sup) == set()
+    t.join(60)
+    assert not t.is_alive() and isinstance(answers[0], Exception)
+    # The supervisor stays; the next request (a new child) is served.
+    assert supervisors(server) == [sup]
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert "CI0611: connection of process %d closed; its 1 sandbox(es) destroyed" \
+        % child in server.log_since_mark()
+
+
+def test_supervisor_killed_takes_its_sandboxes_and_is_respawned(server, model):
+    sup = supervisor(server)
+    t, answers = start_slow(server)
+    wait_busy_sandbox(sup)
+    doomed = descendants(sup)
+    server.mark()
+    os.kill(sup, 9)
+    wait_for(lambda: not any(running(p) for p in doomed), "the sandbox's processes to end")
+    # The execution in flight is told its interpreter was lost.
+    t.join(60)
+    status, _, body = answers[0]
+    assert status == 200
+    call = body["output"][0]
+    assert call["status"] == "failed"
+    assert call["outputs"] == [{"type": "logs", "logs": LOST}]
+    assert body["output"][1]["content"][0]["text"] == LOST + RESTARTED
+    new = wait_for(lambda: [p for p in supervisors(server) if p != sup],
+                   "a new supervisor")
+    assert len(new) == 1 and not running(sup)
+    log = server.log_since_mark()
+    assert "CI0606: sandbox supervisor %d died" % sup in log
+    assert "CI0604: sandbox supervisor %d started" % new[0] in log
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    # Destroyed with its request (the pool cleanup runs after the answer).
+    wait_for(lambda: descendants(new[0]) == set(), "the request's sandbox to go")
+
+
+def status_counts(server):
+    _, _, body = server.request("GET", "/server-status?auto")
+    lines = dict(l.split(": ", 1) for l in body.decode().splitlines() if ": " in l)
+    return (int(lines["CodeInterpreterLiveSandboxes"]),
+            int(lines["CodeInterpreterWarmSandboxes"]))
+
+
+@pytest.mark.parametrize("server", [2], indirect=True)
+def test_graceful_keeps_the_supervisor_and_its_warm_sandboxes(server, model):
+    sup = supervisor(server)
+    wait_for(lambda: status_counts(server) == (2, 2), "two warm sandboxes")
+    warm = set(sandboxes_of(sup))
+    assert len(warm) == 2
+    server.graceful()
+    assert supervisors(server) == [sup]
+    # The same definition: the same warm sandboxes, still counted.
+    assert set(sandboxes_of(sup)) == warm
+    assert status_counts(server) == (2, 2)
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    wait_for(lambda: status_counts(server) == (2, 2), "the pool to refill")
+    assert len(set(sandboxes_of(sup)) & warm) == 1
+
+
+@pytest.mark.parametrize("server", [1], indirect=True)
+def test_stop_leaves_nothing(server, model):
+    sup = supervisor(server)
+    wait_for(lambda: status_counts(server) == (1, 1), "a warm sandbox")
+    below = descendants(sup)
+    assert below
+    path = os.path.join(server.root, "ci-supervisor.%d.sock" % parent_pid(server))
+    assert os.path.exists(path)
+    server.stop()
+    wait_for(lambda: not any(running(p) for p in below | {sup}), "every process to end")
+    assert not os.path.exists(path)
+
+
+def socket_path(server):
+    return os.path.join(server.root, "ci-supervisor.%d.sock" % parent_pid(server))
+
+
+def test_socket_is_private_to_the_server_user(server, model):
+    st = os.stat(socket_path(server))
+    assert stat.S_ISSOCK(st.st_mode)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    if os.geteuid() == 0:
+        assert st.st_uid == pwd.getpwnam("www-data").pw_uid
+
+
+def hello_from(path, uid=None):
+    """Connect to PATH (as UID in a forked process when given), send HELLO,
+    and return what came back before the supervisor closed the connection."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            if uid is not None:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(10)
+            s.connect(path)
+            body = b'{"version":1}'
+            got = b""
+            try:
+                s.sendall(struct.pack(">IBI", len(body) + 5, 1, 0) + body)
+                while True:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            except (ConnectionResetError, BrokenPipeError):
+                pass        # closed before or after our HELLO was read
+            os.write(w, b"closed:" + got)
+        except Exception as e:
+            os.write(w, ("error:%s" % e).encode())
+        os._exit(0)
+    os.close(w)
+    out = b""
+    while True:
+        chunk = os.read(r, 4096)
+        if not chunk:
+            break
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the server's user")
+def test_a_process_of_the_same_user_that_is_not_a_child_is_refused(server, model):
+    path = socket_path(server)
+    server.mark()
+    uid = pwd.getpwnam("www-data").pw_uid
+    # Same uid as the children, but its parent is not httpd's: a CGI script.
+    os.chmod(os.path.dirname(path), 0o755)
+    assert hello_from(path, uid) == b"closed:"
+    assert hello_from(path) == b"closed:"          # root, not httpd's parent
+    log = wait_for(lambda: server.log_since_mark().count("CI0612:") == 2 and
+                   server.log_since_mark(), "two refusals in the log")
+    assert "CI0612: connection refused: process" in log
+    # The server's own children are still served.
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+
+
+def test_requests_keep_working_across_graceful_restarts(server, model):
+    sup = supervisor(server)
+    stop = threading.Event()
+    answers = []
+
+    def client():
+        while not stop.is_set():
+            status, _, body = post(server, "print(6 * 7)")
+            answers.append((status, body["output"][0]["outputs"]
+                            if status == 200 else body))
+    threads = [threading.Thread(target=client) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(lambda: len(answers) >= 3, "the first answers")
+        for _ in range(2):
+            before = len(answers)
+            server.graceful()
+            wait_for(lambda: len(answers) >= before + 3, "answers after the restart")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(120)
+    assert supervisors(server) == [sup]
+    assert set(map(repr, answers)) == {repr((200, [{"type": "logs", "logs": "42\n"}]))}
+
+
+def test_supervisor_killed_just_before_a_graceful_restart_is_replaced(server, model):
+    """Whether the parent hears the death first or the restart's post_config
+    finds it with waitpid, exactly one new supervisor serves afterwards."""
+    sup = supervisor(server)
+    os.kill(sup, 9)
+    server.graceful()
+    new = wait_for(lambda: [p for p in supervisors(server) if p != sup], "a new supervisor")
+    assert len(new) == 1
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert supervisors(server) == new
+
+
+@pytest.mark.parametrize("server", [2], indirect=True)
+def test_a_warm_sandbox_that_dies_is_replaced_and_uncounted(server, model):
+    sup = supervisor(server)
+    wait_for(lambda: status_counts(server) == (2, 2), "two warm sandboxes")
+    warm = set(sandboxes_of(sup))
+    victim = min(warm)
+    os.kill(victim, 9)
+    wait_for(lambda: len(set(sandboxes_of(sup)) - warm) == 1 and
+             status_counts(server) == (2, 2), "a replacement")
+    assert victim not in sandboxes_of(sup)
+    assert len(sandboxes_of(sup)) == 2
+
+
+def uid_of(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    raise AssertionError("no Uid line for %d" % pid)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change User")
+def test_a_changed_user_restarts_the_supervisor(server, model):
+    sup = supervisor(server)
+    www = pwd.getpwnam("www-data").pw_uid
+    nobody = pwd.getpwnam("nobody")
+    assert uid_of(sup) == www
+    conf_path = os.path.join(server.root, "httpd.conf")
+    with open(conf_path) as f:
+        text = f.read()
+    assert "User www-data\n" in text
+    with open(conf_path, "w") as f:
+        f.write(text.replace("User www-data\n", "User nobody\n"))
+    server.mark()
+    server.graceful()
+    assert not running(sup)
+    [new] = supervisors(server)
+    assert uid_of(new) == nobody.pw_uid
+    assert os.stat(socket_path(server)).st_uid == nobody.pw_uid
+    assert "CI0605: sandbox supervisor %d stopped (User changed)" % sup \
+        in server.log_since_mark()
+    status, _, body = post(server, "print(6 * 7)")
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+
+
+def test_chrootdir_is_refused_at_configtest(model):
+    server = Httpd("sup-chroot", conf(model.port) + "\nChrootDir /\n")
+    server.write_conf()
+    result = server.configtest()
+    assert result.returncode != 0
+    assert ("CI0609: ChrootDir cannot be used with mod_code_interpreter: the local "
+            "sandbox supervisor runs bubblewrap from the host's /usr") in result.stderr
+
+
+@pytest.mark.parametrize("mpm,action", [("event", "restart"), ("prefork", "graceful"),
+                                        ("prefork", "restart")])
+def test_restarts_keep_the_supervisor(model, mpm, action):
+    """Signals httpd sends its process group at a restart do not reach the
+    supervisor; a restart that kills the children takes their sandboxes."""
+    lines = EVENT_ONE_CHILD if mpm == "event" else "StartServers 2\n"
+    server = Httpd("sup-%s-%s" % (mpm, action), conf(model.port, 0, lines), mpm=mpm).start()
+    try:
+        sup = supervisor(server)
+        parent = parent_pid(server)
+        resumed = server.log().count("resuming normal operations")
+        server.ctl(action)
+        wait_for(lambda: server.log().count("resuming normal operations") > resumed,
+                 "httpd to read its configuration again")
+        assert parent_pid(server) == parent
+        assert supervisors(server) == [sup]
+        status, _, body = post(server, "print(6 * 7)")
+        assert status == 200
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+        assert supervisors(server) == [sup]
+    finally:
+        server.stop()
