@@ -331,8 +331,9 @@ void ci_registry_execution(const char *tool, ci_exec_outcome outcome,
     __atomic_add_fetch(&t->exec_us, (apr_uint64_t)duration, __ATOMIC_RELAXED);
 }
 
-/* Parent: a child exited; its local sandboxes died with it (they are tied
- * to its spawner thread), so its slots are released. No process is killed. */
+/* Parent: a child exited; the supervisor destroyed its local sandboxes when
+ * their connections closed, so its slots are released. No process is
+ * killed here. */
 static void ci_child_status(server_rec *s, pid_t pid, ap_generation_t gen,
                             int slot, mpm_child_status state)
 {
