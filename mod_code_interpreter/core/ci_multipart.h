@@ -11,7 +11,9 @@
  *               delimiter for bytes it held back (see below);
  *   part_end    once the delimiter after the body is read.
  * How the body was split changes only where part_data's pieces are cut:
- * the parts, their bytes, the statuses and the messages do not change.
+ * the parts, their bytes, the statuses and the messages do not change
+ * (unless part_data itself stops the reader: it stops after the piece it
+ * was given).
  *
  * The framing, as RFC 2046 writes it:
  *   - a preamble may come before the first boundary line ("--" boundary at
