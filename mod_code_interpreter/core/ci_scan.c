@@ -70,6 +70,27 @@ static int walk_escapes(const char *d, apr_size_t len, apr_size_t upto, apr_size
     return 0;
 }
 
+/* The name around the '_' at AT, when it lies wholly in D[0, LEN) (the seam
+ * finds the others). */
+static int name_around(const char *d, apr_size_t len, apr_size_t at)
+{
+    return at >= NAME_UNDERSCORE && at - NAME_UNDERSCORE + NAME_LEN <= len &&
+           !memcmp(d + at - NAME_UNDERSCORE, tool_name, NAME_LEN);
+}
+
+/* The name around any '_' of D[FROM, LEN), when it lies wholly in D[0, LEN):
+ * a '_' is rare in a body, so memchr skips most of it. */
+static int name_at_underscores_from(const char *d, apr_size_t len, apr_size_t from)
+{
+    const char *at = d + from, *end = d + len;
+    while (at < end && (at = memchr(at, '_', (apr_size_t)(end - at)))) {
+        if (name_around(d, len, (apr_size_t)(at - d)))
+            return 1;
+        at++;
+    }
+    return 0;
+}
+
 /* The block scan needs AVX2 (checked at run time); CI_SCAN_PORTABLE builds
  * only the portable scan (the unit tests build both). */
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(CI_SCAN_PORTABLE)
@@ -118,14 +139,6 @@ static apr_size_t find_hot(const char *d, apr_size_t b, apr_size_t len, hot_bloc
     return b;
 }
 
-/* The name around the '_' at AT, when it lies wholly in D[0, LEN) (the seam
- * finds the others). */
-static int name_around(const char *d, apr_size_t len, apr_size_t at)
-{
-    return at >= NAME_UNDERSCORE && at - NAME_UNDERSCORE + NAME_LEN <= len &&
-           !memcmp(d + at - NAME_UNDERSCORE, tool_name, NAME_LEN);
-}
-
 static int name_at_underscores(const char *d, apr_size_t len, apr_size_t b,
                                apr_uint64_t underscores)
 {
@@ -140,10 +153,8 @@ static int name_at_underscores(const char *d, apr_size_t len, apr_size_t b,
 static int scan_tail(const char *d, apr_size_t len, apr_size_t tail, int walking,
                      apr_size_t esc, apr_size_t *pos)
 {
-    apr_size_t i;
-    for (i = tail; i < len; i++)
-        if (d[i] == '_' && name_around(d, len, i))
-            return 1;
+    if (name_at_underscores_from(d, len, tail))
+        return 1;
     if (walking && esc < tail)
         esc = tail;
     if (walking && walk_escapes(d, len, len, &esc))
@@ -186,8 +197,7 @@ static int scan_piece(const char *d, apr_size_t len, apr_size_t *pos)
     if (__builtin_cpu_supports("avx2"))
         return scan_blocks(d, len, pos);
 #endif
-    return memmem(d, len, tool_name, NAME_LEN) != NULL ||
-           walk_escapes(d, len, len, pos);
+    return name_at_underscores_from(d, len, 0) || walk_escapes(d, len, len, pos);
 }
 
 /* The window across the seam: carried bytes, then the head of the piece.
@@ -200,8 +210,7 @@ static int scan_seam(const ci_scan *s, const char *data, apr_size_t head,
     memcpy(win, s->carry, s->carry_len);
     memcpy(win + s->carry_len, data, head);
     *resume = s->resume;
-    return memmem(win, wlen, tool_name, NAME_LEN) != NULL ||
-           walk_escapes(win, wlen, wlen, resume);
+    return name_at_underscores_from(win, wlen, 0) || walk_escapes(win, wlen, wlen, resume);
 }
 
 /* Keep the last bytes seen (the old carry, then DATA) for the next seam;
