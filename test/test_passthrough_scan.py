@@ -41,9 +41,11 @@ ALL_ESCAPED = b"".join(b"\\u%04x" % c for c in NAME)
 
 # ------------------------------------------------------------------ helpers
 
-def request_head(path, length=None, chunked=False):
+def request_head(path, length=None, chunked=False, expect=False):
     head = "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" % path
     head += "Content-Type: application/json\r\n"
+    if expect:
+        head += "Expect: 100-continue\r\n"
     if chunked:
         head += "Transfer-Encoding: chunked\r\n"
     else:
@@ -69,13 +71,31 @@ def dechunk(data):
         data = data[size + 2:]
 
 
-def send(server, path, raw, chunked, pace=PACE, size=PIECE):
+def read_head(s):
+    """Read up to the end of an answer's head; (head, what came after it)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = s.recv(65536)
+        if not got:
+            break
+        data += got
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return head, rest
+
+
+def send(server, path, raw, chunked, pace=PACE, size=PIECE, expect=False):
     """POST RAW as a client writing SIZE bytes at a time; the answer as
-    (status, headers, body bytes)."""
+    (status, headers, body bytes). With EXPECT, the client sends
+    "Expect: 100-continue" and its body only once the server said 100
+    (or not at all when it answered at once: then interim is that answer)."""
     s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
-        s.sendall(request_head(path, None if chunked else len(raw), chunked))
+        s.sendall(request_head(path, None if chunked else len(raw), chunked, expect))
+        if expect:
+            interim, rest = read_head(s)
+            if not interim.startswith(b"HTTP/1.1 100 "):
+                return parse_answer(interim + b"\r\n\r\n" + rest + read_all(s))
         for piece in pieces_of(raw, chunked, size):
             if pace:
                 time.sleep(pace)
@@ -83,14 +103,22 @@ def send(server, path, raw, chunked, pace=PACE, size=PIECE):
                 s.sendall(piece)
             except OSError:             # answered (and closed) before the end
                 break
-        data = b""
-        while True:
-            got = s.recv(65536)
-            if not got:
-                break
-            data += got
+        data = read_all(s)
     finally:
         s.close()
+    return parse_answer(data)
+
+
+def read_all(s):
+    data = b""
+    while True:
+        got = s.recv(65536)
+        if not got:
+            return data
+        data += got
+
+
+def parse_answer(data):
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip()
@@ -284,4 +312,35 @@ def test_trickled_body_over_the_cap_is_413(httpd, model):
     assert json.loads(data) == {"error": {"message": TOO_LARGE_64K,
                                           "type": "invalid_request_error",
                                           "param": None, "code": "request_too_large"}}
+    assert model.requests() == []
+
+
+# ------------------------------------------------------------- 100-continue
+
+@pytest.mark.parametrize("chunked", FRAMINGS)
+@pytest.mark.parametrize("tools", [pytest.param(True, id="with-the-tool"),
+                                   pytest.param(False, id="without")])
+def test_expect_100_continue(httpd, model, chunked, tools):
+    """The client sends its body only after the interim 100, which httpd
+    sends when the module first reads."""
+    raw = placed(ESCAPED if tools else NAME[:-1], 6, tools=tools)
+    status, _, data = send(httpd, "/v1/responses", raw, chunked, expect=True)
+    if tools:
+        assert_intercepted(httpd, model, status, data)
+    else:
+        assert_passed(httpd, model, raw, status, data)
+
+
+def test_expect_100_continue_over_the_cap_is_413_at_once(httpd, model):
+    """A declared length over the cap is refused before any 100: the client
+    never sends the body."""
+    s = socket.create_connection(("127.0.0.1", httpd.port), timeout=60)
+    try:
+        s.sendall(request_head("/small/v1/responses", 70 * 1024, expect=True))
+        head, rest = read_head(s)
+        status, _, data = parse_answer(head + b"\r\n\r\n" + rest + read_all(s))
+    finally:
+        s.close()
+    assert head.startswith(b"HTTP/1.1 413 ")
+    assert json.loads(data)["error"]["message"] == TOO_LARGE_64K
     assert model.requests() == []
