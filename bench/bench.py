@@ -10,12 +10,13 @@ the tests load):
 1. passthrough  requests WITHOUT the tool, through a `CodeInterpreter On`
                 location and through a plain mod_proxy location, to nginx
                 answering a fixed JSON body (it reads and discards the
-                request body); wrk, 10 KB and 1 MB bodies. Two identical
-                servers run each round at the same time, one serving the
+                request body); wrk, 10 KB and 1 MB bodies. The verdict:
+                httpd's CPU per request, CI/plain, the median of the rounds'
+                ratios; two identical servers run each round at the same
+                time and at the same steady request rate, one serving the
                 module's location and one the plain one, and swap roles the
-                next round. The verdict: httpd's CPU per request, CI/plain,
-                the median of the rounds' ratios; the scan's own cost is
-                measured outside httpd (bench/scan.c).
+                next round. Throughput beside it, as fast as it goes. The
+                scan's own cost is measured outside httpd (bench/scan.c).
 2. module time  intercepted requests (one code call, then a text answer)
                 against test/fake_model.py, 10 KB and
                 1 MB conversations: %{ci-module-us}n / %{ci-rounds}n from the
@@ -34,7 +35,9 @@ the passthrough's run side by side, on two servers that swap roles.
 Every request loop is bounded in count and in time.
 
 Environment knobs: SOAK, PHASES (e.g. "1,2"), PASS_ROUNDS, PASS_SECONDS,
-MODULE_N_10K, MODULE_N_1M, SANDBOX_PAIRS, RATE_SECONDS, PROFILE=1.
+PASS_DELAY_MS, PASS_DELAY_MS_1M, PASS_SAT_ROUNDS, MODULE_N_10K, MODULE_N_1M,
+SANDBOX_PAIRS, RATE_SECONDS, PROFILE=1, CI_MODULE (another build of the
+module, e.g. an earlier revision's, to measure it the same way).
 """
 import base64
 import http.client
@@ -79,6 +82,11 @@ def env_int(name, default):
 SOAK = env_int("SOAK", 10000)
 PASS_ROUNDS = env_int("PASS_ROUNDS", 30)
 PASS_SECONDS = env_int("PASS_SECONDS", 2)
+# The wait of each wrk connection before each request (ms) in the CPU rounds,
+# 10 KB and 1 MB: a steady request rate; 0 for as fast as it goes.
+PASS_DELAY_MS = [env_int("PASS_DELAY_MS", 10), env_int("PASS_DELAY_MS_1M", 20)]
+# Rounds of the throughput measurement (as fast as it goes, one server).
+PASS_SAT_ROUNDS = env_int("PASS_SAT_ROUNDS", 6)
 MODULE_N_10K = env_int("MODULE_N_10K", 300)
 MODULE_N_1M = env_int("MODULE_N_1M", 100)
 SANDBOX_PAIRS = env_int("SANDBOX_PAIRS", 100)
@@ -750,8 +758,8 @@ def load(port, path, body, tag, count, concurrency, seconds, check=None):
     return records, time.perf_counter() - t_start
 
 
-def start_wrk(url, body_file, connections, seconds, threads=2):
-    env = dict(os.environ, BODY_FILE=body_file)
+def start_wrk(url, body_file, connections, seconds, threads=2, delay_ms=0):
+    env = dict(os.environ, BODY_FILE=body_file, DELAY_MS=str(delay_ms))
     cmd = [WRK, "-t%d" % threads, "-c%d" % connections, "-d%ds" % seconds, "--timeout", "30s",
            "-s", os.path.join(HERE, "post.lua"), url]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -774,8 +782,9 @@ def wrk_result(proc, seconds):
     raise RuntimeError("wrk printed no result:\n%s\n%s" % (stdout, stderr))
 
 
-def run_wrk(url, body_file, connections, seconds, threads=2):
-    return wrk_result(start_wrk(url, body_file, connections, seconds, threads), seconds)
+def run_wrk(url, body_file, connections, seconds, threads=2, delay_ms=0):
+    return wrk_result(start_wrk(url, body_file, connections, seconds, threads, delay_ms),
+                      seconds)
 
 
 def as_server_user():
@@ -881,18 +890,31 @@ class Bench:
     # ---- 1. passthrough -------------------------------------------------
 
     def passthrough(self, servers):
-        """SERVERS: two identical httpd servers. In each round one serves the
-        CodeInterpreter On location and the other the plain one, both at the
-        same time (a wrk each), and they swap roles the next round: both
-        variants of a round share whatever else the machine does then."""
+        """SERVERS: two identical httpd servers.
+
+        httpd's CPU per request (the verdict): in each round one server
+        serves the CodeInterpreter On location and the other the plain one,
+        both at the same time, and they swap roles the next round, so both
+        variants of a round share whatever else the machine does then. Each
+        wrk connection waits PASS_DELAY_MS before each request: both servers
+        get the same steady request rate. (As fast as it goes, the two
+        servers split the CPUs at random from one round to the next, and the
+        CPU a request costs depends on the rate: at 32 connections a round's
+        ratio then swung by 6 % between identical servers on this machine;
+        at a steady rate by 2 %.)
+
+        Throughput: as fast as it goes, on one server, the two variants one
+        after the other (A B, then B A)."""
         log("== 1. passthrough: requests without the tool, CodeInterpreter On vs plain "
             "mod_proxy, nginx upstream")
         log("   (load average before: %s)" % loadavg())
-        # (label, size, wrk connections, target for httpd's CPU per request,
-        # CI/plain; the 1 MB target grows with what the scan costs, below)
-        sizes = [("10 KB", KB10, 32, 1.02), ("1 MB", MB1, 8, 1.05)]
+        # (label, size, wrk connections, delay per request (ms), target for
+        # httpd's CPU per request, CI/plain; the 1 MB target grows with what
+        # the scan costs, below)
+        sizes = [("10 KB", KB10, 32, PASS_DELAY_MS[0], 1.02),
+                 ("1 MB", MB1, 8, PASS_DELAY_MS[1], 1.05)]
         files = {}
-        for label, size, _, _ in sizes:
+        for label, size, _, _, _ in sizes:
             p = os.path.join(RUN, "pass-%d.json" % size)
             with open(p, "wb") as f:
                 f.write(passthrough_body(size))
@@ -902,47 +924,65 @@ class Bench:
         def url(server, v):
             return "http://127.0.0.1:%d/fast/%s/v1/responses" % (server.port, v)
 
-        def pair(rnd, label, conns, seconds):
-            """One round: CI on one server, plain on the other, at once."""
+        def measured(server, r, cpu0):
+            r["httpd_cpu_us_per_req"] = ((server.cpu_us() - cpu0) / r["requests"]
+                                         if r["requests"] else None)
+            r["server"] = servers.index(server)
+            r["loadavg"] = loadavg()
+            return r
+
+        def pair(rnd, label, conns, delay, seconds):
+            """One CPU round: CI on one server, plain on the other, at once."""
             roles = dict(zip(("ci", "plain"), servers if rnd % 2 == 0 else servers[::-1]))
             order = ("ci", "plain") if rnd % 2 == 0 else ("plain", "ci")
             cpu0 = {v: roles[v].cpu_us() for v in order}
-            procs = {v: start_wrk(url(roles[v], v), files[label], conns, seconds)
-                     for v in order}
+            procs = {v: start_wrk(url(roles[v], v), files[label], conns, seconds,
+                                  delay_ms=delay) for v in order}
             out = {v: wrk_result(procs[v], seconds) for v in order}
-            for v in order:
-                r = out[v]
-                r["httpd_cpu_us_per_req"] = ((roles[v].cpu_us() - cpu0[v]) / r["requests"]
-                                             if r["requests"] else None)
-                r["server"] = servers.index(roles[v])
-                r["loadavg"] = loadavg()
-            return out
+            return {v: measured(roles[v], out[v], cpu0[v]) for v in order}
 
         # Warm both paths on both servers (connections to nginx, allocator pools).
-        for label, size, conns, _ in sizes:
+        for label, size, conns, delay, _ in sizes:
             for rnd in (0, 1):
-                pair(rnd, label, conns, 2)
-        runs = {(label, v): [] for label, _, _, _ in sizes for v in ("plain", "ci")}
+                pair(rnd, label, conns, delay, 2)
+        log("   httpd's CPU per request: %d rounds of %d s, both variants at once on two "
+            "servers, at a steady rate" % (PASS_ROUNDS, PASS_SECONDS))
+        runs = {(label, v): [] for label, _, _, _, _ in sizes for v in ("plain", "ci")}
         for rnd in range(PASS_ROUNDS):
-            for label, size, conns, _ in sizes:
-                out = pair(rnd, label, conns, PASS_SECONDS)
+            for label, size, conns, delay, _ in sizes:
+                out = pair(rnd, label, conns, delay, PASS_SECONDS)
                 for v in ("ci", "plain"):
-                    r = out[v]
-                    runs[(label, v)].append(r)
-                    log("   round %2d %-5s %-5s (server %d) %8.0f req/s  p50 %s  p99 %s  "
-                        "httpd CPU %s/req  errors %d"
-                        % (rnd + 1, label, v, r["server"] + 1, r["rps"], fmt_us(r["p50_us"]),
-                           fmt_us(r["p99_us"]), fmt_us1(r["httpd_cpu_us_per_req"]),
-                           r["errors"]))
-                log("   round %2d %-5s CPU ratio %.3f  load %s"
-                    % (rnd + 1, label, out["ci"]["httpd_cpu_us_per_req"]
-                       / out["plain"]["httpd_cpu_us_per_req"], out["ci"]["loadavg"]))
+                    runs[(label, v)].append(out[v])
+                log("   round %2d %-5s CI (server %d) %6.0f req/s %s/req  plain (server %d) "
+                    "%6.0f req/s %s/req  ratio %.3f  load %s"
+                    % (rnd + 1, label, out["ci"]["server"] + 1, out["ci"]["rps"],
+                       fmt_us1(out["ci"]["httpd_cpu_us_per_req"]), out["plain"]["server"] + 1,
+                       out["plain"]["rps"], fmt_us1(out["plain"]["httpd_cpu_us_per_req"]),
+                       out["ci"]["httpd_cpu_us_per_req"] / out["plain"]["httpd_cpu_us_per_req"],
+                       out["ci"]["loadavg"]))
+        log("   throughput: %d rounds of %d s as fast as it goes, one server, A B then B A"
+            % (PASS_SAT_ROUNDS, PASS_SECONDS))
+        sat = {(label, v): [] for label, _, _, _, _ in sizes for v in ("plain", "ci")}
+        for rnd in range(PASS_SAT_ROUNDS):
+            for label, size, conns, _, _ in sizes:
+                order = ("plain", "ci") if rnd % 2 == 0 else ("ci", "plain")
+                for v in order:
+                    cpu0 = servers[0].cpu_us()
+                    r = measured(servers[0], run_wrk(url(servers[0], v), files[label], conns,
+                                                     PASS_SECONDS), cpu0)
+                    sat[(label, v)].append(r)
+                    log("   round %2d %-5s %-5s %8.0f req/s  p50 %s  p99 %s  httpd CPU %s/req"
+                        % (rnd + 1, label, v, r["rps"], fmt_us(r["p50_us"]),
+                           fmt_us(r["p99_us"]), fmt_us1(r["httpd_cpu_us_per_req"])))
         if PROFILE:
             self.profile_passthrough(servers[0], sizes, files, url)
         res = {}
-        for label, size, conns, target in sizes:
+        for label, size, conns, delay, target in sizes:
             fig = self.passthrough_figures(runs[(label, "plain")], runs[(label, "ci")])
+            fig["saturated"] = self.passthrough_figures(sat[(label, "plain")],
+                                                        sat[(label, "ci")])
             fig["connections"] = conns
+            fig["delay_ms"] = delay
             fig["scan_us"] = scan.get(label)
             if fig["scan_us"] is not None and fig["plain_cpu_us_per_req"]:
                 # the scan is the one thing the module must do on this path:
@@ -957,7 +997,7 @@ class Bench:
         """perf samples of each variant alone on SERVER; what share of them
         is the module's own code, and so how much of the CPU per request."""
         prof_res = {}
-        for label, size, conns, _ in sizes:
+        for label, size, conns, _, _ in sizes:
             for v in ("ci", "plain"):
                 prof = self.start_profile("pass-%d-%s" % (size, v), server)
                 cpu0 = server.cpu_us()
@@ -985,6 +1025,8 @@ class Bench:
 
         cpu = paired("httpd_cpu_us_per_req")
         rps = paired("rps")
+        if not cpu or not rps:
+            return None
         fig = {
             "rounds": len(plain),
             "plain_rps": med([r["rps"] for r in plain]),
@@ -1019,41 +1061,48 @@ class Bench:
         verdict = "PASS" if fig["cpu_ratio"] is not None and fig["cpu_ratio"] <= target \
             else "FAIL"
         scan = fig["scan_us"]
-        log("   %s (%d connections, %d rounds; ratios: median of the rounds' CI/plain, "
-            "middle half of the rounds in brackets):" % (label, fig["connections"],
-                                                         fig["rounds"]))
+        sat = fig["saturated"]
         lo, hi = fig["cpu_ratio_interval"]
-        log("     httpd CPU per request  CI %s  plain %s  ratio %.3f [%.3f..%.3f] "
-            "(95 %% interval of the median %s..%s; ratio of the medians %.3f)  "
-            "target <= %.3f%s  %s"
-            % (fmt_us1(fig["ci_cpu_us_per_req"]), fmt_us1(fig["plain_cpu_us_per_req"]),
+        log("   %s (%d connections; ratios: median of the rounds' CI/plain, middle half "
+            "of the rounds in brackets):" % (label, fig["connections"]))
+        log("     httpd CPU per request (%d rounds, %d ms between requests, about %.0f "
+            "req/s each)  CI %s  plain %s  ratio %.3f [%.3f..%.3f] (95 %% interval of "
+            "the median %s..%s; ratio of the medians %.3f)  target <= %.3f%s  %s"
+            % (fig["rounds"], fig["delay_ms"], fig["plain_rps"],
+               fmt_us1(fig["ci_cpu_us_per_req"]), fmt_us1(fig["plain_cpu_us_per_req"]),
                fig["cpu_ratio"], fig["cpu_ratio_p25"], fig["cpu_ratio_p75"],
                fmt_ratio(lo), fmt_ratio(hi), fig["cpu_ratio_of_medians"], target,
                "" if scan is None else " (the scan: %s)" % fmt_us1(scan), verdict))
-        log("     throughput  CI %.0f req/s  plain %.0f req/s  ratio %.3f [%.3f..%.3f] "
-            "(ratio of the medians %.3f)"
-            % (fig["ci_rps"], fig["plain_rps"], fig["throughput_ratio"],
-               fig["throughput_ratio_p25"], fig["throughput_ratio_p75"],
-               fig["throughput_ratio_of_medians"]))
-        log("     latency p50 CI %s  plain %s  ratio %.3f"
-            % (fmt_us(fig["ci_p50_us"]), fmt_us(fig["plain_p50_us"]), fig["p50_ratio"]))
-        log("     latency p99 CI %s  plain %s  ratio %.3f"
-            % (fmt_us(fig["ci_p99_us"]), fmt_us(fig["plain_p99_us"]), fig["p99_ratio"]))
-        if fig["errors"]:
-            log("     errors: %d" % fig["errors"])
+        log("     latency at that rate p50 CI %s  plain %s  ratio %.3f; p99 CI %s  plain %s  "
+            "ratio %.3f"
+            % (fmt_us(fig["ci_p50_us"]), fmt_us(fig["plain_p50_us"]), fig["p50_ratio"],
+               fmt_us(fig["ci_p99_us"]), fmt_us(fig["plain_p99_us"]), fig["p99_ratio"]))
+        if sat:
+            log("     as fast as it goes (%d rounds): throughput CI %.0f req/s  plain %.0f "
+                "req/s  ratio %.3f [%.3f..%.3f]; httpd CPU per request CI %s  plain %s  "
+                "ratio %.3f; latency p50 ratio %.3f, p99 ratio %.3f"
+                % (sat["rounds"], sat["ci_rps"], sat["plain_rps"], sat["throughput_ratio"],
+                   sat["throughput_ratio_p25"], sat["throughput_ratio_p75"],
+                   fmt_us1(sat["ci_cpu_us_per_req"]), fmt_us1(sat["plain_cpu_us_per_req"]),
+                   sat["cpu_ratio"], sat["p50_ratio"], sat["p99_ratio"]))
+        errors = fig["errors"] + (sat["errors"] if sat else 0)
+        if errors:
+            log("     errors: %d" % errors)
         self.row("passthrough %s httpd CPU per request" % label,
                  fmt_us1(fig["ci_cpu_us_per_req"]),
                  "plain mod_proxy %s" % fmt_us1(fig["plain_cpu_us_per_req"]),
                  "%s [%s..%s]" % (fmt_ratio(fig["cpu_ratio"]), fmt_ratio(fig["cpu_ratio_p25"]),
                                   fmt_ratio(fig["cpu_ratio_p75"])),
                  "<= %.3f" % target, verdict)
-        self.row("passthrough %s throughput" % label,
-                 "%.0f req/s" % fig["ci_rps"], "plain mod_proxy %.0f req/s" % fig["plain_rps"],
-                 fmt_ratio(fig["throughput_ratio"]))
-        self.row("passthrough %s latency p50 / p99" % label,
-                 "%s / %s" % (fmt_us(fig["ci_p50_us"]), fmt_us(fig["ci_p99_us"])),
-                 "%s / %s" % (fmt_us(fig["plain_p50_us"]), fmt_us(fig["plain_p99_us"])),
-                 "%s / %s" % (fmt_ratio(fig["p50_ratio"]), fmt_ratio(fig["p99_ratio"])))
+        if sat:
+            self.row("passthrough %s throughput" % label,
+                     "%.0f req/s" % sat["ci_rps"],
+                     "plain mod_proxy %.0f req/s" % sat["plain_rps"],
+                     fmt_ratio(sat["throughput_ratio"]))
+            self.row("passthrough %s latency p50 / p99" % label,
+                     "%s / %s" % (fmt_us(sat["ci_p50_us"]), fmt_us(sat["ci_p99_us"])),
+                     "%s / %s" % (fmt_us(sat["plain_p50_us"]), fmt_us(sat["plain_p99_us"])),
+                     "%s / %s" % (fmt_ratio(sat["p50_ratio"]), fmt_ratio(sat["p99_ratio"])))
 
     def scan_cost(self, files):
         """What the passthrough path's scan costs on each body outside httpd
