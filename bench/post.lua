@@ -20,3 +20,12 @@ function done(summary, latency, requests)
       latency.max, latency.mean,
       e.connect, e.read, e.write, e.status, e.timeout))
 end
+
+-- With $DELAY_MS, each connection waits that long before each request: a
+-- steady request rate, the same for every variant, whatever it costs.
+local delay_ms = tonumber(os.getenv("DELAY_MS") or "")
+if delay_ms and delay_ms > 0 then
+   function delay()
+      return delay_ms
+   end
+end

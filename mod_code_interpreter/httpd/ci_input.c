@@ -1,63 +1,88 @@
 /*
  * ci_input.c - the request side. At locations with CodeInterpreter on, a
- * POST with a JSON body is read once (bounded), scanned for the bytes
- * "code_interpreter", rewritten when it carries the tool, and handed back to
- * mod_proxy by a replay input filter.
+ * POST with a JSON body is read once (bounded) and scanned for the tool's
+ * name as it arrives. A body without it is handed back to mod_proxy as the
+ * very buckets it came in, never copied; one with it is flattened, parsed and
+ * rewritten when it carries the tool. A replay input filter hands either to
+ * mod_proxy.
  */
 #include <apr_strings.h>
 #include <http_core.h>
 #include <http_protocol.h>
 #include <http_request.h>
 #include <util_filter.h>
-#include "ci_buf.h"
 #include "ci_dirconf.h"
 #include "ci_input.h"
 #include "ci_loop.h"
 #include "ci_output.h"
 #include "ci_owner.h"
 #include "ci_registry.h"
+#include "ci_scan.h"
 #include "ci_state.h"
 #include "mod_code_interpreter.h"
 
 static const char replay_filter_name[] = "CODE_INTERPRETER_REPLAY";
+static ap_filter_rec_t *replay_filter_rec;
 
 /* ---- replay ------------------------------------------------------------ */
 
-typedef struct replay_ctx {
-    const char *data;
-    apr_size_t len;
-    int sent;
-} replay_ctx;
-
 /* Hands back the whole stored body and EOS on the first read, whatever
  * readbytes asks: mod_proxy then sees EOS within its prefetch and sends the
- * body with a Content-Length, without spooling it to a temporary file. */
+ * body with a Content-Length, without spooling it to a temporary file. The
+ * body is moved, not copied; later reads get EOS alone. A speculative read
+ * gets copies of the buckets (no bytes copied) and leaves the body. */
 static apr_status_t replay_filter(ap_filter_t *f, apr_bucket_brigade *bb,
                                   ap_input_mode_t mode, apr_read_type_e block,
                                   apr_off_t readbytes)
 {
-    replay_ctx *ctx = f->ctx;
-    apr_bucket_alloc_t *ba = f->c->bucket_alloc;
+    apr_bucket_brigade *body = f->ctx;
+    apr_bucket *b;
+    (void)block;
+    (void)readbytes;
     if (mode != AP_MODE_READBYTES && mode != AP_MODE_SPECULATIVE &&
         mode != AP_MODE_EXHAUSTIVE && mode != AP_MODE_GETLINE)
         return APR_ENOTIMPL;
-    if (!ctx->sent && ctx->len > 0)
-        APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_immortal_create(ctx->data, ctx->len, ba));
-    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(ba));
-    if (mode != AP_MODE_SPECULATIVE)
-        ctx->sent = 1;
+    if (APR_BRIGADE_EMPTY(body)) {
+        APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(f->c->bucket_alloc));
+        return APR_SUCCESS;
+    }
+    if (mode != AP_MODE_SPECULATIVE) {
+        APR_BRIGADE_CONCAT(bb, body);
+        return APR_SUCCESS;
+    }
+    for (b = APR_BRIGADE_FIRST(body); b != APR_BRIGADE_SENTINEL(body);
+         b = APR_BUCKET_NEXT(b)) {
+        apr_bucket *copy;
+        apr_status_t rv = apr_bucket_copy(b, &copy);
+        if (rv != APR_SUCCESS)
+            return rv;
+        APR_BRIGADE_INSERT_TAIL(bb, copy);
+    }
     return APR_SUCCESS;
 }
 
-static void replay(request_rec *r, const char *data, apr_size_t len)
+/* Replay BODY (its buckets, EOS last) to mod_proxy. LEN is its length;
+ * the client's own Content-Length is kept when it still says that. */
+static void replay(request_rec *r, apr_bucket_brigade *body, apr_off_t len,
+                   int same_length)
 {
-    replay_ctx *ctx = apr_pcalloc(r->pool, sizeof(*ctx));
-    ctx->data = data;
-    ctx->len = len;
-    ap_add_input_filter(replay_filter_name, ctx, r, r->connection);
-    apr_table_setn(r->headers_in, "Content-Length",
-                   apr_psprintf(r->pool, "%" APR_SIZE_T_FMT, len));
+    ap_add_input_filter_handle(replay_filter_rec, body, r, r->connection);
+    if (same_length && !apr_table_get(r->headers_in, "Transfer-Encoding") &&
+        apr_table_get(r->headers_in, "Content-Length"))
+        return;
+    apr_table_setn(r->headers_in, "Content-Length", apr_off_t_toa(r->pool, len));
     apr_table_unset(r->headers_in, "Transfer-Encoding");
+}
+
+/* Replay bytes of the request's pool (the rewritten body). */
+static void replay_bytes(request_rec *r, const char *data, apr_size_t len)
+{
+    apr_bucket_alloc_t *ba = r->connection->bucket_alloc;
+    apr_bucket_brigade *body = apr_brigade_create(r->pool, ba);
+    if (len)
+        APR_BRIGADE_INSERT_TAIL(body, apr_bucket_immortal_create(data, len, ba));
+    APR_BRIGADE_INSERT_TAIL(body, apr_bucket_eos_create(ba));
+    replay(r, body, (apr_off_t)len, 0);
 }
 
 /* ---- reading the body -------------------------------------------------- */
@@ -87,54 +112,146 @@ static int body_read_failed(request_rec *r, apr_status_t rv)
     return ci_send_error(r, &err);
 }
 
-/* Append the data buckets of BB to BUF. Returns 1 at EOS, -1 over its limit. */
-static int take_buckets(apr_bucket_brigade *bb, ci_buf *buf)
+/* The body as it is read: its buckets, set aside in the request's pool, in
+ * order and EOS last, and the scan of their bytes. */
+typedef struct body_reader {
+    request_rec *r;
+    apr_bucket_brigade *kept;
+    apr_off_t len, limit;
+    apr_size_t held;            /* memory the kept buckets may hold */
+    int pieces, packed;         /* data buckets read; of them, packed */
+    apr_bucket *dense;          /* our own bucket small pieces are packed in */
+    ci_scan scan;
+} body_reader;
+
+/* A bucket read from the socket holds a buffer of APR_BUCKET_BUFF_SIZE
+ * however few bytes came, and so does a copy of a small one (the bucket
+ * allocator's smallest block for data). Kept as they come, the pieces of a
+ * client that trickles its body would hold up to 200 times its size: past
+ * twice the body's bytes (plus this slack), small pieces are packed into
+ * buckets of our own instead. Pieces from a client that sends at speed are
+ * full buffers and are kept as they are. */
+#define HELD_SLACK (64 * 1024)
+#define PIECE_COST(n) ((n) > APR_BUCKET_BUFF_SIZE ? (n) : APR_BUCKET_BUFF_SIZE)
+
+/* Append DATA to our own packing bucket at the end of KEPT (a new one when
+ * there is none or it is full). */
+static void pack(body_reader *rd, const char *data, apr_size_t n)
 {
-    apr_bucket *b;
-    for (b = APR_BRIGADE_FIRST(bb); b != APR_BRIGADE_SENTINEL(bb);
-         b = APR_BUCKET_NEXT(b)) {
+    while (n) {
+        apr_bucket *d = rd->dense;
+        apr_size_t room, take;
+        if (!d || APR_BRIGADE_LAST(rd->kept) != d ||
+            ((apr_bucket_heap *)d->data)->alloc_len == d->length) {
+            apr_bucket_alloc_t *ba = rd->r->connection->bucket_alloc;
+            char *buf = apr_bucket_alloc(APR_BUCKET_BUFF_SIZE, ba);
+            d = apr_bucket_heap_create(buf, APR_BUCKET_BUFF_SIZE, apr_bucket_free, ba);
+            d->length = 0;
+            APR_BRIGADE_INSERT_TAIL(rd->kept, d);
+            rd->dense = d;
+            rd->held += APR_BUCKET_BUFF_SIZE;
+        }
+        room = ((apr_bucket_heap *)d->data)->alloc_len - d->length;
+        take = n < room ? n : room;
+        memcpy(((apr_bucket_heap *)d->data)->base + d->length, data, take);
+        d->length += take;
+        data += take;
+        n -= take;
+    }
+}
+
+/* Move bucket B (N bytes at DATA) to the kept body: set aside as it is, or
+ * its bytes packed when keeping it would hold too much memory. */
+static apr_status_t keep(body_reader *rd, apr_bucket *b, const char *data, apr_size_t n)
+{
+    apr_status_t rv;
+    if (rd->held + PIECE_COST(n) > 2 * (apr_size_t)rd->len + HELD_SLACK) {
+        pack(rd, data, n);
+        rd->packed++;
+        apr_bucket_delete(b);
+        return APR_SUCCESS;
+    }
+    /* a no-op for the heap buckets of a plain connection; a transient
+     * bucket (TLS) is copied into the heap */
+    if ((rv = apr_bucket_setaside(b, rd->r->pool)) != APR_SUCCESS)
+        return rv;
+    rd->held += PIECE_COST(n);
+    APR_BUCKET_REMOVE(b);
+    APR_BRIGADE_INSERT_TAIL(rd->kept, b);
+    return APR_SUCCESS;
+}
+
+/* Scan and keep the buckets of BB. Returns 1 at EOS (kept too), 0 when more
+ * is to come, -1 past the limit; *RV is set on a failed read. */
+static int take_buckets(body_reader *rd, apr_bucket_brigade *bb, apr_status_t *rv)
+{
+    while (!APR_BRIGADE_EMPTY(bb)) {
+        apr_bucket *b = APR_BRIGADE_FIRST(bb);
         const char *data;
         apr_size_t n;
-        if (APR_BUCKET_IS_EOS(b))
+        if (APR_BUCKET_IS_EOS(b)) {
+            APR_BUCKET_REMOVE(b);
+            APR_BRIGADE_INSERT_TAIL(rd->kept, b);
             return 1;
-        if (APR_BUCKET_IS_METADATA(b) ||
-            apr_bucket_read(b, &data, &n, APR_BLOCK_READ) != APR_SUCCESS || !n)
+        }
+        if (APR_BUCKET_IS_METADATA(b)) {
+            apr_bucket_delete(b);
             continue;
-        if (ci_buf_append(buf, data, n) < 0)
+        }
+        if ((*rv = apr_bucket_read(b, &data, &n, APR_BLOCK_READ)) != APR_SUCCESS)
+            return 0;
+        if ((apr_off_t)n > rd->limit - rd->len)
             return -1;
+        rd->len += (apr_off_t)n;
+        rd->pieces++;
+        ci_scan_feed(&rd->scan, data, n);
+        if (!n)
+            apr_bucket_delete(b);
+        else if ((*rv = keep(rd, b, data, n)) != APR_SUCCESS)
+            return 0;
     }
     return 0;
 }
 
-/* Read the whole body, at most LIMIT bytes. OK, or the status already sent. */
-static int read_body(request_rec *r, apr_off_t limit, char **out, apr_size_t *outlen)
+/* Read the whole body, at most LIMIT bytes, into RD. OK, or the status
+ * already sent. */
+static int read_body(request_rec *r, apr_off_t limit, body_reader *rd)
 {
     const char *cl = apr_table_get(r->headers_in, "Content-Length");
     apr_off_t declared = 0;
     apr_bucket_brigade *bb;
-    ci_buf buf;
     int state = 0;
 
     if (cl && (apr_strtoff(&declared, cl, NULL, 10) != APR_SUCCESS || declared < 0))
         declared = 0;
     if (declared > limit)
         return body_too_large(r, limit);
-    ci_buf_init(&buf, r->pool, (apr_size_t)limit);
-    ci_buf_reserve(&buf, (apr_size_t)(declared > 0 ? declared : 8192));
+    memset(rd, 0, sizeof(*rd));
+    rd->r = r;
+    rd->limit = limit;
+    rd->kept = apr_brigade_create(r->pool, r->connection->bucket_alloc);
+    ci_scan_init(&rd->scan);
     bb = apr_brigade_create(r->pool, r->connection->bucket_alloc);
     while (state == 0) {
         apr_status_t rv = ap_get_brigade(r->input_filters, bb, AP_MODE_READBYTES,
                                          APR_BLOCK_READ, 65536);
+        if (rv == APR_SUCCESS)
+            state = take_buckets(rd, bb, &rv);
         if (rv != APR_SUCCESS)
             return body_read_failed(r, rv);
-        state = take_buckets(bb, &buf);
-        apr_brigade_cleanup(bb);
     }
-    if (state < 0)
-        return body_too_large(r, limit);
-    *out = buf.data;
-    *outlen = buf.len;
-    return OK;
+    apr_brigade_cleanup(bb);
+    return state < 0 ? body_too_large(r, limit) : OK;
+}
+
+/* The body in one NUL-terminated piece, for the parser. */
+static char *flatten(body_reader *rd, apr_size_t *len)
+{
+    char *buf = apr_palloc(rd->r->pool, (apr_size_t)rd->len + 1);
+    *len = (apr_size_t)rd->len;
+    apr_brigade_flatten(rd->kept, buf, len);
+    buf[*len] = '\0';
+    return buf;
 }
 
 /* ---- the fixups hook --------------------------------------------------- */
@@ -183,7 +300,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
     st->owner = ci_owner_of(r);     /* now: before mod_headers may change a header */
     st->started = apr_time_now();
     apr_table_unset(r->headers_in, "Accept-Encoding");
-    replay(r, req->body, req->body_len);
+    replay_bytes(r, req->body, req->body_len);
     ap_add_output_filter(ci_output_filter_name, NULL, r, r->connection);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r,
                   "CI0101: intercepted: tool=%s container=%s stream=%d "
@@ -200,27 +317,33 @@ static int ci_fixups(request_rec *r)
     ci_rewrite_opts opts = { 0 };
     ci_request *req = NULL;
     ci_error err;
-    char *body = NULL;
-    apr_size_t len = 0;
+    body_reader rd;
+    char *body;
+    apr_size_t len;
     apr_time_t t0;
     int rc;
 
     if (!d || d->enabled != 1 || r->main || r->prev || r->method_number != M_POST ||
         !is_json(r))
         return DECLINED;
-    if ((rc = read_body(r, ci_dir_max_body(d), &body, &len)) != OK)
+    if ((rc = read_body(r, ci_dir_max_body(d), &rd)) != OK)
         return rc;
-    t0 = apr_time_now();
-    if (!ci_body_mentions_tool(body, len)) {
-        replay(r, body, len);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0105: body of %" APR_OFF_T_FMT
+                  " bytes in %d pieces (%d packed): %s", rd.len, rd.pieces, rd.packed,
+                  rd.scan.found ? "the tool's name is there, parsing"
+                                : "no tool, passed through as it came");
+    if (!rd.scan.found) {
+        replay(r, rd.kept, rd.len, 1);
         return DECLINED;
     }
+    t0 = apr_time_now();
+    body = flatten(&rd, &len);
     sandbox = ci_sandbox_lookup(r->server, d->sandbox);
     opts.function_name = ci_dir_function_name(d);
     opts.function_description = ci_function_description(sandbox && sandbox->internet);
     switch (ci_request_rewrite(r->pool, body, len, &opts, &req, &err)) {
     case CI_REQ_PASS:
-        replay(r, body, len);
+        replay(r, rd.kept, rd.len, 1);
         return DECLINED;
     case CI_REQ_ERROR:
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
@@ -239,6 +362,6 @@ static int ci_fixups(request_rec *r)
 void ci_input_register_hooks(apr_pool_t *p)
 {
     ap_hook_fixups(ci_fixups, NULL, NULL, APR_HOOK_REALLY_FIRST);
-    ap_register_input_filter(replay_filter_name, replay_filter, NULL,
-                             AP_FTYPE_RESOURCE);
+    replay_filter_rec = ap_register_input_filter(replay_filter_name, replay_filter,
+                                                 NULL, AP_FTYPE_RESOURCE);
 }
