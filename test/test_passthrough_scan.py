@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, script_input
+from conftest import API_KEY, TOOL, script_input
 
 PIECE = 40
 # Pacing between a slow client's writes (its writes are what is being
@@ -41,9 +41,20 @@ ALL_ESCAPED = b"".join(b"\\u%04x" % c for c in NAME)
 
 # ------------------------------------------------------------------ helpers
 
+@pytest.fixture(autouse=True)
+def padded_bodies_accepted(model):
+    """The bodies carry a "pad" member to put the name where a test wants
+    it: the upstream accepts it, as an OpenAI-compatible one with vendor
+    parameters would."""
+    model.allow_parameters("pad")
+    yield
+    model.reset()
+
+
 def request_head(path, length=None, chunked=False, expect=False):
     head = "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" % path
     head += "Content-Type: application/json\r\n"
+    head += "Authorization: Bearer %s\r\n" % API_KEY
     if expect:
         head += "Expect: 100-continue\r\n"
     if chunked:
