@@ -26,7 +26,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 # One directory per test session, so concurrent sessions never share a server root.
 RUN = os.path.join(HERE, ".run", str(os.getpid()))
-SHARED_SPEC = os.path.join(TOP, "..", "shared", "spec")
+# OpenAI's published documents and recorded traffic, beside the project at
+# ../shared/spec; CI_SPEC_DIR points elsewhere.
+SHARED_SPEC = os.environ.get("CI_SPEC_DIR") or os.path.normpath(
+    os.path.join(TOP, "..", "shared", "spec"))
+# CI=true, as CI sets it: the test command installed every prerequisite, so
+# one that is missing fails the run instead of skipping tests.
+CI = os.environ.get("CI") == "true"
 MODULE = os.environ.get("CI_MODULE", os.path.join(TOP, ".libs", "mod_code_interpreter.so"))
 HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
 MODDIR = "/usr/lib/apache2/modules"
@@ -36,6 +42,16 @@ TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 # OpenAI, refuses a request without an API key).
 API_KEY = "sk-test-0123456789"
 CLIENT_HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY}
+
+
+def require(condition, reason):
+    """Skip the calling test (or fixture) saying REASON when CONDITION is
+    false; under CI=true fail it instead."""
+    if condition:
+        return
+    if CI:
+        pytest.fail("CI=true, and " + reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port():

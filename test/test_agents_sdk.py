@@ -19,18 +19,13 @@ import subprocess
 import pytest
 
 from conftest import TOOL
-from test_node_sdk import NODE, NODE_DIR, NPM, node_modules  # noqa: F401 (fixture)
+from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
 
 OUTPUTS = "code_interpreter_call.outputs"
 TURN1 = [[{"call": "x = 6 * 7\nprint(x)"}], [{"text": "forty-two"}]]
 # x is not defined in turn 2's sandbox: every request gets a new one.
 TURN2 = [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]
 NAME_ERROR = "NameError: name 'x' is not defined"
-
-pytestmark = pytest.mark.skipif(
-    NODE is None or NPM is None,
-    reason="node and npm are needed for the Agents SDK tests (missing: %s)"
-    % ", ".join(n for n, p in (("node", NODE), ("npm", NPM)) if p is None))
 
 
 class AgentsRejected(Exception):

@@ -18,7 +18,7 @@ import warnings
 import pytest
 
 from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, FakeE2B, Httpd, base_conf,
-                      script_input, start_helper, wait_until, without_ids)
+                      require, script_input, start_helper, wait_until, without_ids)
 from fake_model import build_response_object
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -556,8 +556,7 @@ LIFECYCLE = ("response.created", "response.in_progress", "response.completed",
 def schema_checker():
     """check(event) -> [] when EVENT is a ResponseStreamEvent, else its failures
     as (type, path within the event, keyword, message)."""
-    if not os.path.exists(OPENAPI):
-        pytest.skip("the OpenAPI spec is absent: %s" % OPENAPI)
+    require(os.path.exists(OPENAPI), "the OpenAPI document is absent: %s" % OPENAPI)
     if "check" in _SCHEMA:
         return _SCHEMA["check"]
     with warnings.catch_warnings():
@@ -648,8 +647,7 @@ def test_events_deviate_from_the_schema_only_where_the_real_stream_does(
 # ------------------------------------------------------------- recorded stream
 
 def recorded_events():
-    if not os.path.exists(RECORDED):
-        pytest.skip("the recorded stream is absent: %s" % RECORDED)
+    require(os.path.exists(RECORDED), "the recorded stream is absent: %s" % RECORDED)
     with open(RECORDED) as f:
         return [json.loads(line) for line in f if line.strip()]
 
