@@ -40,6 +40,13 @@ int ci_buf_append(ci_buf *b, const char *data, apr_size_t len)
     return 0;
 }
 
+void ci_buf_clear(ci_buf *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
 const char *ci_buf_str(const ci_buf *b)
 {
     return b->data ? b->data : "";

@@ -20,6 +20,8 @@ void ci_buf_init(ci_buf *b, apr_pool_t *p, apr_size_t max);
 void ci_buf_reserve(ci_buf *b, apr_size_t n);
 /* Append LEN bytes. 0, or -1 (nothing appended) past the limit. */
 int ci_buf_append(ci_buf *b, const char *data, apr_size_t len);
+/* Empty it, keeping its memory. */
+void ci_buf_clear(ci_buf *b);
 /* The bytes (a "" when empty). */
 const char *ci_buf_str(const ci_buf *b);
 

@@ -7,6 +7,7 @@
 #include <apr_strings.h>
 #include <json-c/json.h>
 #include "ci_json.h"
+#include "ci_buf.h"
 #include "ci_code_decoder.h"
 
 /* Where the decoder is in the arguments text. */
@@ -67,8 +68,8 @@ struct ci_code_decoder {
     /* The bytes decoded during the current feed. Those past `commit` are
      * the start of a raw UTF-8 character the delta did not finish: they are
      * kept in `tail` and returned with the next delta. */
-    char *out;
-    apr_size_t out_len, out_cap, commit;
+    ci_buf out;
+    apr_size_t commit;
     char tail[4];
     apr_size_t tail_len;
 };
@@ -103,19 +104,7 @@ static int unexpected(ci_code_decoder *d, unsigned char c, const char *wanted)
 
 static void out_put(ci_code_decoder *d, const char *s, apr_size_t n)
 {
-    if (d->out_len + n >= d->out_cap) {
-        apr_size_t cap = d->out_cap ? d->out_cap : 256;
-        char *grown;
-        while (cap <= d->out_len + n)
-            cap *= 2;
-        grown = apr_palloc(d->pool, cap);
-        if (d->out_len)
-            memcpy(grown, d->out, d->out_len);
-        d->out = grown;
-        d->out_cap = cap;
-    }
-    memcpy(d->out + d->out_len, s, n);
-    d->out_len += n;
+    ci_buf_append(&d->out, s, n);     /* unbounded: never fails */
 }
 
 static void key_put(ci_code_decoder *d, const char *s, apr_size_t n)
@@ -165,7 +154,7 @@ static void emit_cp(ci_code_decoder *d, unsigned cp)
         n = 4;
     }
     emit(d, u, n);
-    d->commit = d->out_len;
+    d->commit = d->out.len;
 }
 
 /* A high surrogate that turned out to have no low half: U+FFFD, as json-c. */
@@ -266,7 +255,7 @@ static int utf8_byte(ci_code_decoder *d, unsigned char c)
         goto bad;
     emit(d, (const char *)&c, 1);
     if (!d->u8_need)
-        d->commit = d->out_len;
+        d->commit = d->out.len;
     return 1;
 bad:
     fail(d, CI_CODE_BAD_UTF8, "invalid UTF-8 in a string");
@@ -287,7 +276,7 @@ static int on_string(ci_code_decoder *d, unsigned char c)
         fail(d, CI_CODE_SYNTAX, "a NUL byte inside a string");
     else {
         emit(d, (const char *)&c, 1);   /* (control characters pass, as in json-c) */
-        d->commit = d->out_len;
+        d->commit = d->out.len;
     }
     return 1;
 }
@@ -514,7 +503,7 @@ static apr_size_t plain_run(ci_code_decoder *d, const char *s, apr_size_t n)
         k++;
     if (k) {
         out_put(d, s, k);
-        d->commit = d->out_len;
+        d->commit = d->out.len;
     }
     return k;
 }
@@ -527,19 +516,18 @@ ci_code_decoder *ci_code_decoder_create(apr_pool_t *p)
     ci_code_decoder *d = apr_pcalloc(p, sizeof(*d));
     pthread_once(&once, probe_json_c);
     d->pool = p;
+    ci_buf_init(&d->out, p, APR_SIZE_MAX / 2);
     ci_code_decoder_reset(d);
     return d;
 }
 
 void ci_code_decoder_reset(ci_code_decoder *d)
 {
-    char *out = d->out;
-    apr_size_t cap = d->out_cap;
+    ci_buf out = d->out;
     apr_pool_t *p = d->pool;
     memset(d, 0, sizeof(*d));
     d->pool = p;
     d->out = out;
-    d->out_cap = cap;
     d->state = P_START;
     d->status = CI_CODE_OK;
 }
@@ -553,7 +541,8 @@ ci_code_status ci_code_decoder_feed(ci_code_decoder *d, const char *delta,
     *outlen = 0;
     if (d->status != CI_CODE_OK)
         return d->status;
-    d->out_len = d->commit = 0;
+    ci_buf_clear(&d->out);
+    d->commit = 0;
     out_put(d, d->tail, d->tail_len);
     while (i < len && d->status == CI_CODE_OK) {
         if (d->state == P_STRING && d->str == STR_CODE && !d->high && !d->u8_need) {
@@ -569,11 +558,11 @@ ci_code_status ci_code_decoder_feed(ci_code_decoder *d, const char *delta,
         }
     }
     /* What follows the last whole character waits for the next delta. */
-    d->tail_len = d->out_len - d->commit;
-    memcpy(d->tail, d->out + d->commit, d->tail_len);
-    d->out[d->commit] = '\0';
+    d->tail_len = d->out.len - d->commit;
+    memcpy(d->tail, d->out.data + d->commit, d->tail_len);
+    d->out.data[d->commit] = '\0';
     d->code_len += d->commit;
-    *out = d->out;
+    *out = d->out.data;
     *outlen = d->commit;
     return d->status;
 }

@@ -1,15 +1,12 @@
 /* ci_sse_reader.c - an incremental reader of server-sent events. */
 #include <string.h>
 #include <apr_strings.h>
+#include "ci_buf.h"
 #include "ci_json.h"
 #include "ci_sse_reader.h"
 
 /* A growable byte buffer, always NUL-terminated. Its memory is reused:
  * emptying it keeps the capacity. */
-typedef struct sse_buf {
-    char *p;
-    apr_size_t len, cap;
-} sse_buf;
 
 /* Where the value of the current line goes. */
 typedef enum { TO_DATA, TO_EVENT, TO_ID, TO_NOWHERE } sse_target;
@@ -46,44 +43,10 @@ struct ci_sse_reader {
     apr_size_t field_len;    /* FIELD_MAX + 1: longer than any known name */
     int id_has_nul;
 
-    sse_buf data, event, id, id_new;
+    ci_buf data, event, id, id_new;    /* unbounded: the reader counts */
 };
 
 static const char bom_bytes[3] = { '\xEF', '\xBB', '\xBF' };
-
-/* ---- buffers ---------------------------------------------------------- */
-
-/* Room for N more bytes and the NUL. Capacity doubles, so the memory left
- * behind in the pool is at most the final capacity. */
-static void buf_reserve(apr_pool_t *p, sse_buf *b, apr_size_t n)
-{
-    apr_size_t cap = b->cap ? b->cap : 64;
-    char *grown;
-    if (b->len + n < b->cap)
-        return;
-    while (cap <= b->len + n)
-        cap *= 2;
-    grown = apr_palloc(p, cap);
-    if (b->len)
-        memcpy(grown, b->p, b->len);
-    b->p = grown;
-    b->cap = cap;
-}
-
-static void buf_append(apr_pool_t *p, sse_buf *b, const char *s, apr_size_t n)
-{
-    buf_reserve(p, b, n);
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_clear(sse_buf *b)
-{
-    b->len = 0;
-    if (b->p)
-        b->p[0] = '\0';
-}
 
 /* ---- status ----------------------------------------------------------- */
 
@@ -100,16 +63,16 @@ static void dispatch(ci_sse_reader *r)
     ci_sse_event ev;
     if (r->data.len == 0)          /* no data line: nothing to dispatch */
         return;
-    r->data.p[--r->data.len] = '\0';   /* the "\n" after the last data line */
-    if (r->data.len == 6 && !memcmp(r->data.p, "[DONE]", 6)) {
+    r->data.data[--r->data.len] = '\0';   /* the "\n" after the last data line */
+    if (r->data.len == 6 && !memcmp(r->data.data, "[DONE]", 6)) {
         r->status = CI_SSE_READ_DONE;
         return;
     }
-    ev.event = r->event.len ? r->event.p : "message";
+    ev.event = r->event.len ? r->event.data : "message";
     ev.event_len = r->event.len ? r->event.len : 7;
-    ev.data = r->data.p;
+    ev.data = r->data.data;
     ev.data_len = r->data.len;
-    ev.id = r->id.len ? r->id.p : "";
+    ev.id = r->id.len ? r->id.data : "";
     r->events++;
     if (r->fn(r->baton, &ev) != 0)
         fail(r, CI_SSE_READ_STOPPED, "the stream reader was stopped by its caller");
@@ -119,8 +82,8 @@ static void dispatch(ci_sse_reader *r)
 static void end_event(ci_sse_reader *r)
 {
     dispatch(r);
-    buf_clear(&r->data);
-    buf_clear(&r->event);
+    ci_buf_clear(&r->data);
+    ci_buf_clear(&r->event);
     r->block = 0;
 }
 
@@ -142,9 +105,9 @@ static void begin_value(ci_sse_reader *r)
 {
     r->target = field_target(r);
     if (r->target == TO_EVENT)
-        buf_clear(&r->event);
+        ci_buf_clear(&r->event);
     else if (r->target == TO_ID) {
-        buf_clear(&r->id_new);
+        ci_buf_clear(&r->id_new);
         r->id_has_nul = 0;
     }
 }
@@ -153,15 +116,15 @@ static void value_bytes(ci_sse_reader *r, const char *s, apr_size_t n)
 {
     switch (r->target) {
     case TO_DATA:
-        buf_append(r->pool, &r->data, s, n);
+        ci_buf_append(&r->data, s, n);
         break;
     case TO_EVENT:
-        buf_append(r->pool, &r->event, s, n);
+        ci_buf_append(&r->event, s, n);
         break;
     case TO_ID:
         if (memchr(s, '\0', n))
             r->id_has_nul = 1;
-        buf_append(r->pool, &r->id_new, s, n);
+        ci_buf_append(&r->id_new, s, n);
         break;
     case TO_NOWHERE:
         break;
@@ -171,9 +134,9 @@ static void value_bytes(ci_sse_reader *r, const char *s, apr_size_t n)
 static void end_value(ci_sse_reader *r)
 {
     if (r->target == TO_DATA)
-        buf_append(r->pool, &r->data, "\n", 1);
+        ci_buf_append(&r->data, "\n", 1);
     else if (r->target == TO_ID && !r->id_has_nul) {
-        sse_buf t = r->id;      /* the new id becomes the last event id */
+        ci_buf t = r->id;      /* the new id becomes the last event id */
         r->id = r->id_new;
         r->id_new = t;
     }
@@ -313,6 +276,10 @@ ci_sse_reader *ci_sse_reader_create(apr_pool_t *p, apr_size_t max_event,
     r->max_round = max_round;
     r->fn = fn;
     r->baton = baton;
+    ci_buf_init(&r->data, p, APR_SIZE_MAX / 2);
+    ci_buf_init(&r->event, p, APR_SIZE_MAX / 2);
+    ci_buf_init(&r->id, p, APR_SIZE_MAX / 2);
+    ci_buf_init(&r->id_new, p, APR_SIZE_MAX / 2);
     ci_sse_reader_reset(r);
     return r;
 }
@@ -325,10 +292,10 @@ void ci_sse_reader_reset(ci_sse_reader *r)
     r->bom = 0;
     r->after_cr = 0;
     r->line = AT_LINE_START;
-    buf_clear(&r->data);
-    buf_clear(&r->event);
-    buf_clear(&r->id);
-    buf_clear(&r->id_new);
+    ci_buf_clear(&r->data);
+    ci_buf_clear(&r->event);
+    ci_buf_clear(&r->id);
+    ci_buf_clear(&r->id_new);
 }
 
 ci_sse_read_status ci_sse_reader_feed(ci_sse_reader *r, const char *buf,
@@ -377,7 +344,7 @@ apr_size_t ci_sse_reader_events(const ci_sse_reader *r)
 
 apr_size_t ci_sse_reader_footprint(const ci_sse_reader *r)
 {
-    return r->data.cap + r->event.cap + r->id.cap + r->id_new.cap;
+    return r->data.alloc + r->event.alloc + r->id.alloc + r->id_new.alloc;
 }
 
 ci_sse_read_status ci_sse_event_json(apr_pool_t *p, const ci_sse_event *ev,

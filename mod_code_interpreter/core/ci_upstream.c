@@ -284,6 +284,8 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(list);
     give_back(h, rc == CURLE_OK);
+    memset(ans, 0, sizeof(*ans));
+    ans->streamed = b.streamed;   /* set on failure too: the stream was cut */
     if (rc != CURLE_OK) {
         *err = b.over ? "the answer exceeds the size limit"
                       : apr_pstrdup(p, curl_easy_strerror(rc));
@@ -294,6 +296,5 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     ans->len = b.body.len;
     ans->content_type = b.content_type;
     ans->retry_after = b.retry_after;
-    ans->streamed = b.streamed;
     return APR_SUCCESS;
 }

@@ -34,7 +34,8 @@ typedef struct ci_upstream_answer {
     apr_size_t len;
     const char *content_type;  /* NULL when absent */
     const char *retry_after;   /* NULL when absent */
-    int streamed;              /* the body went to the sink (body is empty) */
+    int streamed;              /* the body went to the sink (body is empty);
+                                  set when the call failed mid-stream too */
 } ci_upstream_answer;
 
 /* One-time libcurl set-up (parent, real post_config). */

@@ -460,10 +460,10 @@ static int follow_up(driver *dv, ci_next next)
                   rv == APR_SUCCESS ? ans.status : 0, apr_time_now() - t0);
     if (rv == APR_EOF)            /* the relay or the client stopped it */
         return dv->r->connection->aborted ? -1 : relay_failed(dv);
+    if (ans.streamed && rv != APR_TIMEUP && rv != APR_ECONNABORTED)
+        return take_relayed_round(dv);   /* whole, or cut: the relay knows */
     if (rv != APR_SUCCESS)
         return followup_failed(dv, rv, why);
-    if (ans.streamed)
-        return take_relayed_round(dv);
     if (ans.status != 200) {
         dv->passthrough_status = ans.status;
         dv->error_answer = ans;

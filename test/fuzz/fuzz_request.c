@@ -42,11 +42,14 @@ static void check_intercept(apr_pool_t *p, const ci_request *req,
                     json_type_object);
     root = ci_json_parse(p, req->body, req->body_len, &err);
 
-    /* Never streamed upstream. */
+    /* Streamed upstream exactly when the client asked for a stream (its
+     * rounds are relayed); a JSON client's rounds come whole. */
     v = ci_json_get(root, "stream", json_type_boolean);
-    FUZZ_CHECK(v && !json_object_get_boolean(v), "upstream body streams");
-    FUZZ_CHECK(!json_object_object_get_ex(root, "stream_options", NULL),
-               "stream_options kept");
+    FUZZ_CHECK(v && json_object_get_boolean(v) == req->wants_stream,
+               "upstream stream flag is not the client's");
+    if (!req->wants_stream)
+        FUZZ_CHECK(!json_object_object_get_ex(root, "stream_options", NULL),
+                   "stream_options kept for a JSON client");
 
     /* Our tool replaced theirs; nothing of type code_interpreter is left. */
     tools = ci_json_get(root, "tools", json_type_array);
