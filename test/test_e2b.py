@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, sanitizer_reports,
-                      script_input, start_helper, wait_until)
+from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, script_input,
+                      start_helper, wait_until)
 from test_configtest import assert_syntax_error
 
 OUTPUTS = "code_interpreter_call.outputs"
@@ -85,38 +85,33 @@ def e2b(model, tmp_path_factory):
         sandbox_line("cloudgone", "env:E2B_TEST_KEY", "http://127.0.0.1:9"),
         location("/e2bgone/v1/responses", model.port, "cloudgone"),
     ])
-    server = Httpd("e2b", base_conf(model.port, extra=extra), env={"E2B_TEST_KEY": KEY})
+    server = Httpd("e2b", base_conf(model.port, extra=extra), env={"E2B_TEST_KEY": KEY},
+                   fakes=[fake])
     try:
         server.start()
         yield Env(server, fake, key_file)
     finally:
-        server.stop()
-        proc.kill()
-        proc.wait()
+        try:
+            server.stop()
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(autouse=True)
 def checked(e2b, model):
-    """Per test: reset the fake and the model, mark the log; afterwards check
-    that nothing leaked or crashed."""
+    """Per test: reset the fake and the model; afterwards (besides the checks
+    of every server, conftest.py) only the sandboxes a test let expire on
+    purpose expired, and no key reached the log."""
     e2b.fake.reset()
     model.reset()
-    e2b.server.mark()
     EXPIRED.clear()
     yield
-    st = e2b.fake.wait(lambda s: not s["live"] and
-                       s["created"] == s["deleted"] + len(EXPIRED))
-    assert st["live"] == [], st["live"]
+    st = e2b.fake.until(lambda s: not s["live"], "the fake's sandboxes to be deleted")
     assert set(st["expired_ids"]) == EXPIRED
-    assert st["created"] == st["deleted"] + len(EXPIRED), (st["created"], st["deleted"])
-    started, destroyed = e2b.server.wait_sandboxes_destroyed()
     text = e2b.server.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
     for key in ALL_KEYS:
         assert key not in text
-    reports = sanitizer_reports(e2b.server.root)
-    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
 
 def ci_body(rounds):
