@@ -291,6 +291,17 @@ static ci_sandbox_def *make_def(apr_pool_t *p)
     return d;
 }
 
+/* No sandbox_url: the data plane is https://49999-<id>.<domain>, the domain
+ * the create answer names, else api_base's (api.localhost: loopback). */
+static ci_sandbox_def *def_without_sandbox_url(apr_pool_t *p)
+{
+    ci_sandbox_def *def = make_def(p);
+    def->api_base = apr_psprintf(p, "http://api.localhost:%s/", getenv("FAKE_E2B_PORT"));
+    def->sandbox_url = NULL;
+    def->timeout = apr_time_from_sec(5);
+    return def;
+}
+
 /* Start a sandbox in its own pool (as the session does). */
 static ci_sandbox *start_ok(apr_pool_t *p, const ci_sandbox_def *def, apr_pool_t **sbpool)
 {
@@ -450,6 +461,51 @@ static void test_create_body_options(void **state)
     json_object_put(st);
     stop(sb, sbpool);
     wait_deletes(1);
+}
+
+/* A lifetime= shorter than an execution may take: the sandbox is asked to
+ * live the execution timeout plus a margin, at creation and before each
+ * execution. */
+static void test_create_body_short_lifetime(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    json_object *st;
+
+    def->lifetime = 10;
+    def->timeout = apr_time_from_sec(60);
+    sb = start_ok(p, def, &sbpool);
+    run(sb, p, "print(1)");
+    st = fake_state();
+    assert_int_equal(json_object_get_int(member(member(json_object_array_get_idx(
+                         member(st, "creates"), 0), "body"), "timeout")), 90);
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 1);
+    assert_int_equal(json_object_get_int(member(json_object_array_get_idx(
+                         member(st, "timeouts"), 0), "timeout")), 90);
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A domain in the create answer that is not a host name (here it would send
+ * the sandbox's tokens to another host) is refused, and the sandbox the
+ * service made is deleted. */
+static void test_create_unusable_domain(void **state)
+{
+    apr_pool_t *p = *state;
+    json_object *st;
+
+    fake_switch("{\"domain\": \"sandbox.localhost@127.0.0.1:9\"}");
+    assert_string_equal(start_fails(p, def_without_sandbox_url(p)),
+                        "the E2B sandbox service answered with an unusable domain");
+    wait_deletes(1);
+    st = fake_state();
+    assert_int_equal(json_object_get_int(member(st, "created")), 1);
+    assert_int_equal(json_object_get_int(member(st, "deleted")), 1);
+    assert_int_equal(json_object_array_length(member(st, "executes")), 0);
+    json_object_put(st);
+    assert_no_leaks();
 }
 
 /* Each execution first extends the lifetime, then posts /execute with the
@@ -862,15 +918,6 @@ static void run_unreachable(apr_pool_t *p, const ci_sandbox_def *def, const char
     assert_no_leaks();
 }
 
-static ci_sandbox_def *def_without_sandbox_url(apr_pool_t *p)
-{
-    ci_sandbox_def *def = make_def(p);
-    def->api_base = apr_psprintf(p, "http://api.localhost:%s/", getenv("FAKE_E2B_PORT"));
-    def->sandbox_url = NULL;
-    def->timeout = apr_time_from_sec(5);
-    return def;
-}
-
 /* sandbox_url unset and no domain in the create answer: the data plane is
  * https://49999-<id>.<domain of api_base>. With api_base on api.localhost
  * that is a loopback name where nothing listens on 443, so the execution
@@ -895,6 +942,8 @@ static const struct CMUnitTest tests[] = {
     TEST(test_round_trip),
     TEST(test_create_body),
     TEST(test_create_body_options),
+    TEST(test_create_body_short_lifetime),
+    TEST(test_create_unusable_domain),
     TEST(test_data_plane_headers),
     TEST(test_large_code_no_expect),
     TEST(test_garbage_lines_skipped),
