@@ -29,3 +29,5 @@ CI_SANITIZE=1 CI_MODULE="$(pwd)/build-asan/src/.libs/mod_code_interpreter.so" \
 # APR pools recycle memory and can hide a use-after-free from ASan: a
 # representative subset under valgrind as well.
 CI_VALGRIND=1 $PYTEST test/test_valgrind.py
+# Mutants: one-line changes to the module that the tests must notice.
+./scripts/mutants.sh
