@@ -144,7 +144,9 @@ def drive(server):
     status, _, body = server.post("/quick/v1/responses", ci_body(
         [[{"call": "import time\ntime.sleep(10)"}], [{"call": "print('fresh')"}],
          [{"text": "{{outputs}}"}]]), timeout=timeout)
-    check("a timeout", status == 200 and body["output"][0]["status"] == "failed"
+    check("a timeout", status == 200 and body["output"][0]["status"] == "completed"
+          and body["output"][0]["outputs"] == [{"type": "logs", "logs": "The execution "
+                                                "timed out after 3 s and was stopped."}]
           and body["output"][1]["outputs"] == [{"type": "logs", "logs": "fresh\n"}],
           str(body)[:300])
 

@@ -3,8 +3,13 @@ pytest fixtures: a real httpd (Debian's apache2) with mod_proxy and the
 module, in a server root generated under test/.run/, in front of the scripted
 model upstream (test/fake_model.py).
 
-After every test: no httpd child crashed, and every sandbox the test started
-was destroyed (the module logs CI0302 on start and CI0301 on destroy).
+Every server started with Httpd.start() is checked after every test while it
+runs, and once more when it stops (Httpd.check, Httpd.stop): no httpd child
+crashed, the sanitizers (when built in) reported nothing, and every sandbox
+was destroyed -- counted from the facts, not from what the module logs: the
+sandbox processes below the server's httpd processes (local provider), the
+sandboxes alive on the fake E2B services the server uses (GET /_state). After
+a test none may be left but the warm ones the server reports.
 """
 import contextlib
 import http.client
@@ -26,7 +31,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 # One directory per test session, so concurrent sessions never share a server root.
 RUN = os.path.join(HERE, ".run", str(os.getpid()))
-SHARED_SPEC = os.path.join(TOP, "..", "shared", "spec")
+# OpenAI's published documents and recorded traffic, beside the project at
+# ../shared/spec; CI_SPEC_DIR points elsewhere.
+SHARED_SPEC = os.environ.get("CI_SPEC_DIR") or os.path.normpath(
+    os.path.join(TOP, "..", "shared", "spec"))
+# CI=true, as CI sets it: the test command installed every prerequisite, so
+# one that is missing fails the run instead of skipping tests.
+CI = os.environ.get("CI") == "true"
 MODULE = os.environ.get("CI_MODULE", os.path.join(TOP, ".libs", "mod_code_interpreter.so"))
 HTTPD = shutil.which("apache2") or "/usr/sbin/apache2"
 MODDIR = "/usr/lib/apache2/modules"
@@ -36,6 +47,16 @@ TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 # OpenAI, refuses a request without an API key).
 API_KEY = "sk-test-0123456789"
 CLIENT_HEADERS = {"Content-Type": "application/json", "Authorization": "Bearer " + API_KEY}
+
+
+def require(condition, reason):
+    """Skip the calling test (or fixture) saying REASON when CONDITION is
+    false; under CI=true fail it instead."""
+    if condition:
+        return
+    if CI:
+        pytest.fail("CI=true, and " + reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def free_port():
@@ -71,6 +92,26 @@ def without_ids(resp):
             return [walk(v) for v in o]
         return o
     return walk(resp)
+
+
+def process_exists(pid):
+    return os.path.exists("/proc/%d" % pid)
+
+
+def live_processes():
+    """(pid, start time) of every process on the host."""
+    return {(pid, fields[19]) for pid, (_, _, fields) in proc_table().items()}
+
+
+def wait_for(get, want, timeout=30):
+    """Poll GET until it returns WANT (bounded by TIMEOUT seconds); return
+    the last value either way, for the caller's message."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = get()
+        if value == want or time.monotonic() >= deadline:
+            return value
+        time.sleep(0.02)
 
 
 def wait_until(predicate, what, timeout=30):
@@ -181,13 +222,25 @@ def sanitizer_reports(root):
 
 # What httpd's parent logs once it has (re)read its configuration.
 RESUMING = "configured -- resuming normal operations"
+HTTPD_COMM = os.path.basename(HTTPD)[:15]
+# Where every test server answers server-status (for its warm sandboxes).
+STATUS_PATH = "/.ci-test/server-status"
+# How long the checks wait for a sandbox to go (a bound, not a pace).
+SETTLE = 30
 
 
 class Httpd:
-    """One httpd server root. conf_body is inserted into the template."""
+    """One httpd server root. conf_body is inserted into the template.
+    FAKES: the fake E2B services (FakeE2B) its sandbox tools use."""
 
-    def __init__(self, name, conf_body, mpm="event", env=None):
+    # Started and not stopped yet: every test ends with their check().
+    running = []
+
+    def __init__(self, name, conf_body, mpm="event", env=None, fakes=()):
         self.name = name
+        self.fakes = list(fakes)
+        # pids of children a test killed on purpose (not crashes)
+        self.killed = set()
         self.root = os.path.join(RUN, name)
         self.port = free_port()
         self.conf_body = conf_body
@@ -227,6 +280,9 @@ LogFormat "%r %>s rounds=%{{ci-rounds}}n exec=%{{ci-executions}}n module_us=%{{c
 CustomLog "{self.access_log}" ci
 Timeout 60
 TypesConfig /etc/mime.types
+<Location {STATUS_PATH}>
+  SetHandler server-status
+</Location>
 {self.conf_body}
 """
         with open(os.path.join(self.root, "httpd.conf"), "w") as f:
@@ -245,21 +301,106 @@ TypesConfig /etc/mime.types
         if os.path.exists(self.error_log):
             os.unlink(self.error_log)
         self.ctl("start")
+        self.log_mark = 0
         deadline = time.time() + 15
         while time.time() < deadline:
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                Httpd.running.append(self)
                 return self
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("httpd did not start:\n" + self.log())
 
     def stop(self):
+        """Stop httpd; then check that it is gone with every sandbox it had,
+        and that nothing crashed (the last check of a server)."""
+        parent = self.parent_pid()
+        live = self.sandbox_processes()      # the warm ones, normally
         self.ctl("stop", check=False)
         pidfile = os.path.join(self.root, "httpd.pid")
         deadline = time.time() + 15
         while os.path.exists(pidfile) and time.time() < deadline:
             time.sleep(0.05)
+        if self not in Httpd.running:
+            return
+        Httpd.running.remove(self)
+        if parent is not None:
+            wait_until(lambda: not process_exists(parent), "httpd %s (pid %d) to exit"
+                       % (self.name, parent), SETTLE)
+        left = wait_for(lambda: live & live_processes(), set(), SETTLE)
+        assert not left, "sandbox processes of %s left running after it stopped: %s" % (
+            self.name, sorted(pid for pid, _ in left))
+        self.check_fakes()
+        self.check_log()
+
+    # ---- the checks ----
+    def parent_pid(self):
+        try:
+            with open(os.path.join(self.root, "httpd.pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def sandbox_processes(self):
+        """(pid, start time) of this server's live local sandboxes: the
+        bubblewrap processes its httpd processes started. A zombie counts:
+        a sandbox nobody waited for is not destroyed."""
+        parent = self.parent_pid()
+        if parent is None:
+            return set()
+        table = proc_table()
+        httpds = {parent} | {pid for pid, (ppid, comm, _) in table.items()
+                             if ppid == parent and comm == HTTPD_COMM}
+        return {(pid, fields[19]) for pid, (ppid, comm, fields) in table.items()
+                if ppid in httpds and comm == "bwrap"}
+
+    def status_lines(self):
+        """server-status?auto as a dict."""
+        status, _, body = self.request("GET", STATUS_PATH + "?auto")
+        assert status == 200, (status, body)
+        return dict(l.split(": ", 1) for l in body.decode().splitlines() if ": " in l)
+
+    def warm_sandboxes(self):
+        return int(self.status_lines().get("CodeInterpreterWarmSandboxes", "0"))
+
+    def check_fakes(self):
+        """No sandbox alive on the fake E2B services, and as many deleted
+        (or expired) as were created since the fake's last reset."""
+        for fake in self.fakes:
+            fake.until(lambda st: not st["live"] and
+                       st["created"] == st["deleted"] + st["expired"],
+                       "the fake E2B sandboxes of %s to be deleted (created == deleted "
+                       "+ expired, none live)" % self.name, SETTLE)
+
+    def check_log(self):
+        """No child crashed (but those a test killed), no sanitizer report."""
+        crashes = [l for l in self.log_since_mark().splitlines() if "exit signal" in l and
+                   not any(" child pid %d exit signal" % pid in l for pid in self.killed)]
+        assert not crashes, "httpd children of %s crashed:\n%s" % (self.name,
+                                                                   "\n".join(crashes))
+        reports = sanitizer_reports(self.root)
+        assert not reports, "sanitizer reports:\n" + "\n".join(reports)
+
+    def check(self):
+        """After a test: no sandbox is left but the warm ones the server
+        reports (no request is in flight any more), on the fakes none at all,
+        the log agrees (as many sandboxes destroyed as started) and nothing
+        crashed."""
+        def settled():
+            live = self.sandbox_processes()
+            return not live or len(live) == self.warm_sandboxes()
+        if not wait_for(settled, True, SETTLE):
+            live = self.sandbox_processes()
+            raise AssertionError(
+                "%s: %d sandbox processes (pids %s) after the test, %d warm ones reported"
+                % (self.name, len(live), sorted(pid for pid, _ in live),
+                   self.warm_sandboxes()))
+        self.check_fakes()
+        started, destroyed = self.wait_sandboxes_destroyed()
+        assert started == destroyed, "%s logged %d sandboxes started, %d destroyed" % (
+            self.name, started, destroyed)
+        self.check_log()
 
     def _children(self, parent):
         comm = os.path.basename(HTTPD)[:15]
@@ -429,26 +570,24 @@ def httpd(model):
 
 @contextlib.contextmanager
 def checked(server, model=None):
-    """Around one test on SERVER: the model's record and the log are marked
-    first; afterwards no child crashed, every sandbox started was destroyed,
-    and the sanitizers (when built in) reported nothing."""
+    """Around one test on SERVER: the model's record is reset and the log
+    marked first (the checks afterwards are every_server_checked's)."""
     if model is not None:
         model.reset()
     server.mark()
     yield server
-    started, destroyed = server.wait_sandboxes_destroyed()
-    text = server.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
-    reports = sanitizer_reports(server.root)
-    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
 
 @pytest.fixture(autouse=True)
-def checked_server(request):
-    """Every test that uses the main server runs inside checked()."""
-    if "httpd" not in request.fixturenames:
-        yield
-        return
-    with checked(request.getfixturevalue("httpd"), request.getfixturevalue("model")):
-        yield
+def every_server_checked(request):
+    """Around every test: the log of every running server is marked; after
+    it, every server still running passes Httpd.check() (one stopped during
+    the test passed the checks of Httpd.stop()). A test on the main server
+    starts with the model's record reset."""
+    if "httpd" in request.fixturenames:
+        request.getfixturevalue("model").reset()
+    for server in Httpd.running:
+        server.mark()
+    yield
+    for server in list(Httpd.running):
+        server.check()

@@ -19,22 +19,13 @@ import subprocess
 import pytest
 
 from conftest import TOOL
-from test_node_sdk import NODE, NODE_DIR, NPM, node_modules  # noqa: F401 (fixture)
+from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
 
 OUTPUTS = "code_interpreter_call.outputs"
 TURN1 = [[{"call": "x = 6 * 7\nprint(x)"}], [{"text": "forty-two"}]]
 # x is not defined in turn 2's sandbox: every request gets a new one.
 TURN2 = [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]
 NAME_ERROR = "NameError: name 'x' is not defined"
-
-pytestmark = pytest.mark.skipif(
-    NODE is None or NPM is None,
-    reason="node and npm are needed for the Agents SDK tests (missing: %s)"
-    % ", ".join(n for n, p in (("node", NODE), ("npm", NPM)) if p is None))
-
-
-class AgentsRejected(Exception):
-    """A turn failed inside the Agents SDK."""
 
 
 def run_agents(httpd, *flags, turn1=TURN1, turn2=TURN2, path="/v1"):
@@ -176,26 +167,47 @@ def test_without_outputs_the_replayed_call_has_none(httpd, model, node_modules):
     assert NAME_ERROR in second["finalOutput"]
 
 
-@pytest.mark.xfail(strict=True, raises=AgentsRejected, reason=(
-    "Client limitation, kept as designed: a call whose execution failed (here: the sandbox timeout) is returned "
-    "with status \"failed\"; @openai/agents 0.14.3 only accepts in_progress, "
-    "completed or interpreting for a code_interpreter_call it replays, so the "
-    "next turn of any agent that hit a sandbox failure throws a ZodError before "
-    "a request is sent"))
-def test_a_failed_call_can_be_replayed(httpd, model, node_modules):
-    report = run_agents(httpd, path="/quick/v1",
-                        turn1=[[{"call": "import time\ntime.sleep(30)"}],
-                               [{"text": "it took too long"}]],
-                        turn2=[[{"text": "fine"}]])
-    assert report["turns"], report["detail"]
-    first = report["turns"][0]
-    assert first["finalOutput"] == "it took too long"
+TIMED_OUT = "The execution timed out after 3 s and was stopped."
+RESTARTED = (" The interpreter was restarted: variables, imports and files from "
+             "earlier calls are gone.")
+NOT_RUN = "The arguments were not a JSON object with a string field \"code\"; nothing was run."
+SLEEP = "import time\ntime.sleep(30)"
+# A call whose execution failed, and one that was not run: the path, turn 1's
+# script, the code the call shows, its logs, what the model was told.
+UNFINISHED = [
+    pytest.param("/quick/v1", [[{"call": SLEEP}], [{"text": "it went wrong"}]],
+                 SLEEP, TIMED_OUT, TIMED_OUT + RESTARTED, id="timed-out"),
+    pytest.param("/v1", [[{"raw_call": {"name": "python", "arguments": "not json"}}],
+                         [{"text": "it went wrong"}]],
+                 "not json", NOT_RUN, NOT_RUN, id="not-run"),
+]
+
+
+@pytest.mark.parametrize("path,turn1,code,logs,told", UNFINISHED)
+def test_a_failed_call_can_be_replayed(httpd, model, node_modules, path, turn1, code, logs,
+                                       told):
+    # The call is "completed", with why in its outputs: the SDK refuses to
+    # replay "failed" or "incomplete" (its schema for a code_interpreter_call
+    # status: in_progress, completed, interpreting), so the next turn of an
+    # agent that met a sandbox failure would throw before it is sent.
+    report = run_agents(httpd, path=path, turn1=turn1, turn2=[[{"text": "fine"}]])
+    succeeded(report)
+    first, second = report["turns"]
+    assert first["finalOutput"] == "it went wrong"
     [call1] = ci_items(first["history"])
-    assert call1["status"] == "failed"
-    error = report["error"]
-    if error is not None:
-        # Only the replay in the SDK is the known failure; anything else is not.
-        assert error["turn"] == 2 and error["name"] == "ZodError", report["detail"]
-        assert len(model.requests()) == 2, "turn 2 reached the upstream"
-        raise AgentsRejected(error["message"])
-    assert report["turns"][1]["finalOutput"] == "fine"
+    assert call1["status"] == "completed"
+    assert call1["providerData"]["code"] == code
+    assert call1["providerData"]["outputs"] == [{"type": "logs", "logs": logs}]
+    seen = model.requests()
+    assert len(seen) == 3, [r["json"] for r in seen]
+    # turn 1: the model was told what happened (and that the interpreter restarted)
+    told_items = [i for i in inputs_of(seen[1]) if i.get("type") == "function_call_output"]
+    assert [i["output"] for i in told_items] == [told]
+    # turn 2: the SDK replayed the call as it got it, and the upstream got it
+    # as a function call and its output
+    [replayed] = [i for i in report["sent"][1]["input"]
+                  if i.get("type") == "code_interpreter_call"]
+    assert replayed["id"] == call1["id"] and replayed["status"] == "completed"
+    assert replayed["outputs"] == [{"type": "logs", "logs": logs}]
+    check_translated(seen[2], call1["id"], code, logs)
+    assert second["finalOutput"] == "fine"

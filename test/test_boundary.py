@@ -403,7 +403,7 @@ PATHS = [
                                        [{"text": "done"}]], 200, [CALLED, DONE]),
     ("timeout", "/quick/v1/responses", [[{"call": "import time\ntime.sleep(10)"}],
                                         [{"text": "done"}]], 200,
-     [("code_interpreter_call", "failed", None), DONE]),
+     [("code_interpreter_call", "completed", None), DONE]),
     ("upstream-4xx", "/v1/responses", [[CALL], [{"error": {"status": 400,
                                                            "body": UPSTREAM_ERROR}}]], 400,
      UPSTREAM_ERROR),

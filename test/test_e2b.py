@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, sanitizer_reports,
-                      script_input, start_helper, wait_until)
+from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, script_input,
+                      start_helper, wait_until)
 from test_configtest import assert_syntax_error
 
 OUTPUTS = "code_interpreter_call.outputs"
@@ -85,38 +85,33 @@ def e2b(model, tmp_path_factory):
         sandbox_line("cloudgone", "env:E2B_TEST_KEY", "http://127.0.0.1:9"),
         location("/e2bgone/v1/responses", model.port, "cloudgone"),
     ])
-    server = Httpd("e2b", base_conf(model.port, extra=extra), env={"E2B_TEST_KEY": KEY})
+    server = Httpd("e2b", base_conf(model.port, extra=extra), env={"E2B_TEST_KEY": KEY},
+                   fakes=[fake])
     try:
         server.start()
         yield Env(server, fake, key_file)
     finally:
-        server.stop()
-        proc.kill()
-        proc.wait()
+        try:
+            server.stop()
+        finally:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture(autouse=True)
 def checked(e2b, model):
-    """Per test: reset the fake and the model, mark the log; afterwards check
-    that nothing leaked or crashed."""
+    """Per test: reset the fake and the model; afterwards (besides the checks
+    of every server, conftest.py) only the sandboxes a test let expire on
+    purpose expired, and no key reached the log."""
     e2b.fake.reset()
     model.reset()
-    e2b.server.mark()
     EXPIRED.clear()
     yield
-    st = e2b.fake.wait(lambda s: not s["live"] and
-                       s["created"] == s["deleted"] + len(EXPIRED))
-    assert st["live"] == [], st["live"]
+    st = e2b.fake.until(lambda s: not s["live"], "the fake's sandboxes to be deleted")
     assert set(st["expired_ids"]) == EXPIRED
-    assert st["created"] == st["deleted"] + len(EXPIRED), (st["created"], st["deleted"])
-    started, destroyed = e2b.server.wait_sandboxes_destroyed()
     text = e2b.server.log_since_mark()
-    assert "exit signal" not in text, text
-    assert started == destroyed, "sandboxes started %d, destroyed %d" % (started, destroyed)
     for key in ALL_KEYS:
         assert key not in text
-    reports = sanitizer_reports(e2b.server.root)
-    assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
 
 def ci_body(rounds):
@@ -337,7 +332,7 @@ def test_keepalive_lines_are_ignored(e2b):
 def test_cut_stream_fails_the_call(e2b):
     e2b.fake.control(cut_stream=True)
     call, told = run_one(e2b, "print(42)")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": "42\n" + CUT}]
     assert told == "42\n" + CUT + RESTARTED
 
@@ -348,7 +343,7 @@ def test_cut_stream_discards_the_sandbox_for_the_next_call(e2b):
                                  [{"text": "{{outputs}}"}]])
     assert status == 200, body
     c1, c2, msg = body["output"]
-    assert [c["status"] for c in (c1, c2)] == ["failed", "failed"]
+    assert [c["status"] for c in (c1, c2)] == ["completed", "completed"]
     assert c1["outputs"] == [{"type": "logs", "logs": CUT}]
     assert c2["outputs"] == [{"type": "logs", "logs": "False\n" + CUT}]
     assert json.loads(msg["content"][0]["text"]) == [CUT + RESTARTED,
@@ -368,7 +363,7 @@ def test_execution_that_never_ends_times_out(e2b):
     # The code is held until after the answer: only the timeout can end it.
     e2b.fake.control(hold_execute="never")
     call, told = run_one(e2b, "print(42)")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": TIMED_OUT}]
     assert told == TIMED_OUT + RESTARTED
     st = e2b.fake.state()
@@ -382,7 +377,7 @@ def test_execution_that_never_ends_times_out(e2b):
 def test_output_before_a_timeout_is_kept(e2b):
     call, told = run_one(e2b, "print(0)\nprint(1)\nimport threading\n"
                               "threading.Event().wait(60)\nprint(2)")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": "0\n1\n" + TIMED_OUT}]
     assert told == "0\n1\n" + TIMED_OUT + RESTARTED
 
@@ -399,7 +394,7 @@ def test_huge_output_is_cut_with_the_marker(e2b):
 def test_output_past_the_hard_cap_stops_the_execution(e2b):
     e2b.fake.control(huge_output=33 * 1024 * 1024)
     call, told = run_one(e2b, "print('anything')")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     [logs] = call["outputs"]
     m = re.fullmatch(r"x{4096}\n\[\.\.\. (\d+) more bytes of output were cut \.\.\.\]\n"
                      + re.escape(TOO_MUCH), logs["logs"])
@@ -431,7 +426,7 @@ def test_sandbox_expired_between_calls(e2b, model):
     status, _, body = result["r"]
     assert status == 200, body
     c1, c2, c3, msg = body["output"]
-    assert [c["status"] for c in (c1, c2, c3)] == ["completed", "failed", "completed"]
+    assert [c["status"] for c in (c1, c2, c3)] == ["completed"] * 3
     assert c2["outputs"] == [{"type": "logs", "logs": EXPIRED_MSG}]
     assert c3["outputs"] == [{"type": "logs", "logs": "False\n"}]
     assert json.loads(msg["content"][0]["text"]) == \
@@ -446,7 +441,7 @@ def test_sandbox_expired_between_calls(e2b, model):
 def test_kernel_dies_fails_the_call(e2b):
     e2b.fake.control(kernel_dies=True)
     call, told = run_one(e2b, "print(42)")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     text = "UnexpectedEndOfExecution: Kernel died\n"
     assert call["outputs"] == [{"type": "logs", "logs": text + DIED}]
     assert told == text + DIED + RESTARTED
@@ -455,7 +450,7 @@ def test_kernel_dies_fails_the_call(e2b):
 def test_execute_502_fails_the_call(e2b):
     e2b.fake.control(execute_status=502)
     call, told = run_one(e2b, "print(42)")
-    assert call["status"] == "failed"
+    assert call["status"] == "completed"
     assert call["outputs"] == [{"type": "logs", "logs": HTTP_502}]
     assert told == HTTP_502 + RESTARTED
 

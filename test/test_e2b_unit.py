@@ -2,22 +2,33 @@
 service: built against the httpd-free library, run once per C test, with
 deletes both on the worker pool and inline (no pool started)."""
 import os
+import shutil
 import subprocess
 
 import pytest
 
-from conftest import TOP, start_helper
+from conftest import TOP, require, start_helper
+
+# The configured tree whose test/unit/test_e2b is built and run: this one,
+# or another (CI_TREE: scripts/mutants.sh points it at a mutant's copy).
+TREE = os.environ.get("CI_TREE") or TOP
 
 @pytest.fixture(scope="module")
 def binary():
     """test/unit/test_e2b, built by the project's Makefile against the
     httpd-free library (its one definition, CORE_SOURCES in Makefile.am)."""
-    if not os.path.exists(os.path.join(TOP, "Makefile")):
-        pytest.fail("the project is not configured: run scripts/build.sh first")
-    out = subprocess.run(["make", "-C", TOP, "test/unit/test_e2b"],
+    if not os.path.exists(os.path.join(TREE, "Makefile")):
+        pytest.fail("%s is not configured: run scripts/build.sh first" % TREE)
+    # configure leaves the C tests out without cmocka
+    missing = [what for what, there in (
+        ("make", shutil.which("make")), ("pkg-config", shutil.which("pkg-config")),
+        ("cmocka (libcmocka-dev)", shutil.which("pkg-config") and subprocess.run(
+            ["pkg-config", "--exists", "cmocka"]).returncode == 0)) if not there]
+    require(not missing, "the E2B C tests need %s" % ", ".join(missing))
+    out = subprocess.run(["make", "-C", TREE, "test/unit/test_e2b"],
                          capture_output=True, text=True)
     assert out.returncode == 0, "building test/unit/test_e2b failed:\n" + out.stdout + out.stderr
-    return os.path.join(TOP, "test", "unit", "test_e2b")
+    return os.path.join(TREE, "test", "unit", "test_e2b")
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_model  # noqa: E402
+from conftest import SHARED_SPEC, require  # noqa: E402
 
 CODE_TOOL = {
     "type": "function",
@@ -23,8 +24,7 @@ CODE_TOOL = {
     "strict": False,
 }
 AUTH = {"Authorization": "Bearer sk-fake-model-test"}
-SPEC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "spec",
-                    "openai-openapi.json")
+SPEC = os.path.join(SHARED_SPEC, "openai-openapi.json")
 NO_KEY = {"error": {
     "message": "You didn't provide an API key. You need to provide your API key in an "
                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
@@ -298,8 +298,7 @@ def test_refuses_unknown_parameters(port):
 
 
 def test_known_parameters_are_those_of_create_response():
-    if not os.path.exists(SPEC):
-        pytest.skip("the OpenAPI spec is absent: %s" % SPEC)
+    require(os.path.exists(SPEC), "the OpenAPI document is absent: %s" % SPEC)
     with open(SPEC) as f:
         schemas = json.load(f)["components"]["schemas"]
     props = set()

@@ -1,7 +1,7 @@
 """Installation: "make install DESTDIR=..." (through apxs) puts the module where
-Debian's httpd loads it from, and the Debian package (opt-in: CI_TEST_DEB=1,
-it takes a minute or two) builds from a clean tree and holds a loadable module
-with its .load and .conf files.
+Debian's httpd loads it from, and the Debian package (it takes a minute or
+two: run under CI=true, or with CI_TEST_DEB=1) builds from a clean tree and
+holds a loadable module with its .load and .conf files.
 
 Each test works on a copy of the tracked (and not ignored) files in a
 temporary directory, so nothing is built inside the checkout."""
@@ -12,17 +12,28 @@ import tempfile
 
 import pytest
 
-from conftest import HTTPD, MODDIR, TOP
+from conftest import CI, HTTPD, MODDIR, TOP, require
 
 MODULE_PATH = "usr/lib/apache2/modules/mod_code_interpreter.so"
 PACKAGE = "libapache2-mod-code-interpreter"
 BUILD_TIMEOUT = 900
 
-pytestmark = [
-    pytest.mark.skipif(os.geteuid() != 0, reason="installation tests run as root"),
-    pytest.mark.skipif(shutil.which("dpkg-buildpackage") is None,
-                       reason="dpkg-buildpackage is missing (apt-get install dpkg-dev)"),
-]
+
+@pytest.fixture(scope="module", autouse=True)
+def prerequisites():
+    require(os.geteuid() == 0, "installation tests run as root")
+    require(shutil.which("dpkg-buildpackage") is not None,
+            "dpkg-buildpackage is missing (apt-get install dpkg-dev)")
+    require(shutil.which("git") is not None and git_toplevel() == os.path.realpath(TOP),
+            "%s is not a git checkout (or git is missing): the files to copy are unknown"
+            % TOP)
+
+
+def git_toplevel():
+    """The top of the git work tree holding TOP (a clone or a worktree), or None."""
+    r = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=TOP,
+                       capture_output=True, text=True)
+    return os.path.realpath(r.stdout.strip()) if r.returncode == 0 else None
 
 
 def run(cmd, cwd, **kw):
@@ -36,8 +47,6 @@ def run(cmd, cwd, **kw):
 
 def copy_tree(dest):
     """Copy the files a clone would hold (plus new, not ignored ones) to dest."""
-    if not os.path.isdir(os.path.join(TOP, ".git")) or shutil.which("git") is None:
-        pytest.skip("not a git checkout: the files to copy are unknown")
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                              "--exclude-standard"], cwd=TOP, capture_output=True,
                             check=True).stdout.decode().split("\0")
@@ -138,14 +147,17 @@ def test_make_install_destdir_puts_a_loadable_module(built):
 
 # ------------------------------------------------------------ Debian package
 
-@pytest.mark.skipif(os.environ.get("CI_TEST_DEB") != "1",
+@pytest.mark.skipif(not CI and os.environ.get("CI_TEST_DEB") != "1",
                     reason="building the Debian package takes a minute or two: "
-                           "set CI_TEST_DEB=1")
+                           "it runs under CI=true, or with CI_TEST_DEB=1")
 def test_debian_package():
     work = tempfile.mkdtemp(prefix="ci-deb-")
     try:
         src = copy_tree(os.path.join(work, "mod-code-interpreter"))
-        run(["dpkg-buildpackage", "-us", "-uc", "-b"], src)
+        # A distribution's build, which runs the unit tests (dh_auto_test)
+        # with no ../shared beside the tree: CI=true is not its business.
+        env = {k: v for k, v in os.environ.items() if k != "CI"}
+        run(["dpkg-buildpackage", "-us", "-uc", "-b"], src, env=env)
         debs = [f for f in os.listdir(work)
                 if f.startswith(PACKAGE + "_") and f.endswith(".deb")]
         assert len(debs) == 1, os.listdir(work)

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, TOOL, script_input, without_ids
+from conftest import HERE, SHARED_SPEC, TOOL, require, script_input, without_ids
 
 NODE_DIR = os.path.join(HERE, "node")
 NODE = shutil.which("node")
@@ -23,14 +23,14 @@ STREAM_SCRIPT = [[{"call": "total = sum(range(10))\nprint(total)"}],
                  [{"text": "the sum is {{last_output}}"}]]
 OUTPUTS = "code_interpreter_call.outputs"
 
-pytestmark = pytest.mark.skipif(
-    NODE is None or NPM is None,
-    reason="node and npm are needed for the SDK tests (missing: %s)"
-    % ", ".join(n for n, p in (("node", NODE), ("npm", NPM)) if p is None))
 
 
 @pytest.fixture(scope="session")
 def node_modules():
+    """test/node's packages (the OpenAI SDK, the Agents SDK), installed once."""
+    require(NODE is not None and NPM is not None,
+            "node and npm are needed for the SDK tests (missing: %s)"
+            % ", ".join(n for n, p in (("node", NODE), ("npm", NPM)) if p is None))
     target = os.path.join(NODE_DIR, "node_modules")
     if not os.path.isdir(target):
         r = subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
@@ -62,7 +62,8 @@ class SdkRun:
 
 def run_node(httpd, script, *args, path="/v1"):
     """Run SCRIPT in test/node against HTTPD; returns the CompletedProcess."""
-    env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path))
+    env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path),
+               CI_SPEC_DIR=SHARED_SPEC)
     return subprocess.run([NODE, os.path.join(NODE_DIR, script), *args],
                           cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=120)
 
@@ -99,8 +100,8 @@ def test_sdk_parses_code_interpreter_response(httpd, model, node_modules):
 def test_sdk_response_matches_openapi_schema(httpd, model, node_modules):
     run = run_sdk(httpd, "sdk_json.mjs", SCRIPT)
     skipped = run.marked("SKIP-SCHEMA:")
-    if skipped:
-        pytest.skip("schema validation skipped: %s" % skipped[0])
+    require(not skipped, "the OpenAPI document is absent, the response was not validated: %s"
+            % (skipped or [""])[0])
     failed = run.marked("SCHEMA-FAIL:")
     assert not failed, "the response does not match the OpenAPI schema:\n" + "\n".join(failed)
     assert run.returncode == 0, str(run)

@@ -280,41 +280,47 @@ static void add_function_output(ci_loop *l, ci_call *c, const char *text)
     json_object_array_add(l->new_items, json_object_get(o));
 }
 
-static void finish_call(ci_loop *l, ci_call *c, const char *status,
-                        const ci_exec_result *res, const char *model_text)
+/* A call of ours ends "completed" however it ended: its code ran, raised,
+ * timed out, lost its sandbox, or was not run at all (bad arguments, a
+ * limit). "failed" and "incomplete" are valid in the Responses API, but the
+ * OpenAI Agents SDK refuses to replay a code_interpreter_call in either
+ * status, so the next turn of an agent that met one would fail before it is
+ * sent (docs/ARCHITECTURE.md). What happened is in the outputs (the output
+ * so far, then why), and the model is told (MODEL_TEXT). */
+static void finish_call(ci_loop *l, ci_call *c, const ci_exec_result *res,
+                        const char *model_text)
 {
-    json_object_object_add(c->item, "status", json_object_new_string(status));
+    json_object_object_add(c->item, "status", json_object_new_string("completed"));
     if (l->req->include_outputs)
         json_object_object_add(c->item, "outputs",
                                outputs_of(res, ci_exec_failed(res) ? res->failure : NULL));
     add_function_output(l, c, model_text);
 }
 
-static void not_executed(ci_loop *l, ci_call *c, const char *status,
-                         const char *why)
+static void not_executed(ci_loop *l, ci_call *c, const char *why)
 {
     ci_exec_result *res = apr_pcalloc(l->p, sizeof(*res));
     res->outcome = CI_EXEC_NOT_RUN;
     res->failure = why;
     res->text = "";
     c->result = res;
-    finish_call(l, c, status, res, why);
+    finish_call(l, c, res, why);
 }
 
 int ci_loop_may_execute(ci_loop *l, ci_call *c)
 {
     if (!c->code) {
-        not_executed(l, c, "failed", c->arguments_error);
+        not_executed(l, c, c->arguments_error);
         return 0;
     }
     if (l->final_sent) {
-        not_executed(l, c, "incomplete", "Not run: this response reached its "
-                                         "limit of code executions.");
+        not_executed(l, c, "Not run: this response reached its limit of code "
+                           "executions.");
         return 0;
     }
     if (l->req->max_tool_calls >= 0 && l->executions >= l->req->max_tool_calls) {
-        not_executed(l, c, "incomplete", "Not run: the request's max_tool_calls "
-                                         "limit was reached.");
+        not_executed(l, c, "Not run: the request's max_tool_calls limit was "
+                           "reached.");
         return 0;
     }
     return 1;
@@ -325,8 +331,7 @@ void ci_loop_record(ci_loop *l, ci_call *c, const ci_exec_result *res)
     c->result = ci_exec_result_copy(l->p, res);
     c->executed = 1;
     l->executions++;
-    finish_call(l, c, ci_exec_failed(res) ? "failed" : "completed",
-                c->result, ci_exec_model_text(l->p, c->result));
+    finish_call(l, c, c->result, ci_exec_model_text(l->p, c->result));
 }
 
 /* ---- what next --------------------------------------------------------- */

@@ -582,8 +582,11 @@ static ci_exec_outcome stream_failure(ci_sandbox *sb, apr_pool_t *p, const strea
         return CI_EXEC_TIMED_OUT;
     }
     if (rc != CURLE_OK && !st->status) {
+        /* The model is told what happened; the operator, where. */
         *msg = apr_psprintf(p, "The sandbox could not be reached (%s).",
                             curl_easy_strerror(rc));
+        ci_log(CI_LOG_WARNING, "CI0312: the E2B sandbox at %s could not be reached (%s)",
+               sb->data_base, curl_easy_strerror(rc));
         return CI_EXEC_LOST;
     }
     return CI_EXEC_COMPLETED;

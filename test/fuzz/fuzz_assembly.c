@@ -9,7 +9,7 @@
  * next round; finally assemble the client's response and serialise it.
  *
  * Checked: no crash, leak or undefined behaviour; items keep output order;
- * every call ends completed, failed or incomplete; max_tool_calls and the
+ * every call ends completed (however it ended); max_tool_calls and the
  * final tool-less round are honoured; follow-up bodies and the response are
  * valid JSON; the response lists every item of every round, and the tools
  * and tool_choice the client sent.

