@@ -223,6 +223,8 @@ def sanitizer_reports(root):
 # What httpd's parent logs once it has (re)read its configuration.
 RESUMING = "configured -- resuming normal operations"
 HTTPD_COMM = os.path.basename(HTTPD)[:15]
+# The local sandbox supervisor (httpd/ci_supd.c names its process so).
+SUPERVISOR_COMM = "ci-supervisor"
 # Where every test server answers server-status (for its warm sandboxes).
 STATUS_PATH = "/.ci-test/server-status"
 # How long the checks wait for a sandbox to go (a bound, not a pace).
@@ -344,14 +346,15 @@ TypesConfig /etc/mime.types
 
     def sandbox_processes(self):
         """(pid, start time) of this server's live local sandboxes: the
-        bubblewrap processes its httpd processes started. A zombie counts:
-        a sandbox nobody waited for is not destroyed."""
+        bubblewrap processes its httpd processes or its sandbox supervisor
+        started. A zombie counts: a sandbox nobody waited for is not
+        destroyed."""
         parent = self.parent_pid()
         if parent is None:
             return set()
         table = proc_table()
         httpds = {parent} | {pid for pid, (ppid, comm, _) in table.items()
-                             if ppid == parent and comm == HTTPD_COMM}
+                             if ppid == parent and comm in (HTTPD_COMM, SUPERVISOR_COMM)}
         return {(pid, fields[19]) for pid, (ppid, comm, fields) in table.items()
                 if ppid in httpds and comm == "bwrap"}
 
