@@ -148,11 +148,8 @@ static void limit(int resource, apr_uint64_t value)
     setrlimit(resource, &rl);
 }
 
-/* Between vfork and exec, in the parent's memory: system calls only, no
- * allocation, no return. */
-static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
+void ci_signals_default(void)
 {
-    static char *const empty_env[] = { NULL };
     struct sigaction dfl;
     sigset_t none;
     int sig;
@@ -163,6 +160,15 @@ static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
         sigaction(sig, &dfl, NULL);
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* Between vfork and exec, in the parent's memory: system calls only, no
+ * allocation, no return. */
+static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
+{
+    static char *const empty_env[] = { NULL };
+
+    ci_signals_default();
     setpgid(0, 0);
     /* The start-up probe runs in the parent, as root: become the user the
      * children will run as, so that it tests what they will do. */

@@ -54,4 +54,8 @@ typedef struct ci_spawn_limits {
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
                            pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd);
 
+/* Every signal disposition back to the default and none blocked (system
+ * calls only: safe between vfork and exec). */
+void ci_signals_default(void);
+
 #endif

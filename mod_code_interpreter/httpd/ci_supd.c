@@ -44,6 +44,7 @@
 #include "ci_supd.h"
 #include "ci_supervisor.h"
 #include "ci_supproto.h"
+#include "ci_workers.h"
 #include "mod_code_interpreter.h"
 
 #define RETAINED_KEY "mod_code_interpreter_supervisor"
@@ -89,17 +90,9 @@ static void sup_sink(ci_log_level level, const char *file, int line,
 
 static void reset_signals(void)
 {
-    struct sigaction dfl;
-    sigset_t none;
-    int sig;
-    memset(&dfl, 0, sizeof(dfl));
-    dfl.sa_handler = SIG_DFL;
     /* Every disposition back to the default, SIGCHLD's too: the supervisor
      * reaps its sandboxes and needs their exit statuses. */
-    for (sig = 1; sig < NSIG; sig++)
-        sigaction(sig, &dfl, NULL);
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    ci_signals_default();
     /* Writes to a dead peer fail with EPIPE rather than kill the supervisor. */
     signal(SIGPIPE, SIG_IGN);
 }
