@@ -227,6 +227,12 @@ HTTPD_COMM = os.path.basename(HTTPD)[:15]
 SUPERVISOR_COMM = "ci-supervisor"
 # Where every test server answers server-status (for its warm sandboxes).
 STATUS_PATH = "/.ci-test/server-status"
+# Where the suite deletes the containers a test left (every test server).
+CLEANUP_PATH = "/.ci-test/containers"
+# Headers of a request without an owner (base_conf): no container.
+ANONYMOUS = {"X-Anonymous": "1"}
+# The Authorization the JavaScript clients in test/node send.
+NODE_CALLER = "Bearer test-key"
 # How long the checks wait for a sandbox to go (a bound, not a pace).
 SETTLE = 30
 
@@ -253,6 +259,9 @@ class Httpd:
         self.error_log = os.path.join(self.root, "logs", "error_log")
         self.access_log = os.path.join(self.root, "logs", "access_log")
         self.log_mark = 0
+        # the Authorization values requests carried: their containers are
+        # deleted after each test
+        self.callers = set()
 
     def write_conf(self, conf_body=None):
         if conf_body is not None:
@@ -284,6 +293,9 @@ Timeout 60
 TypesConfig /etc/mime.types
 <Location {STATUS_PATH}>
   SetHandler server-status
+</Location>
+<Location {CLEANUP_PATH}>
+  CodeInterpreterContainers On
 </Location>
 {self.conf_body}
 """
@@ -385,11 +397,48 @@ TypesConfig /etc/mime.types
         reports = sanitizer_reports(self.root)
         assert not reports, "sanitizer reports:\n" + "\n".join(reports)
 
+    def delete_containers(self):
+        """Delete every container of the callers this test used, through
+        the Containers API; the number deleted."""
+        deleted = 0
+        for caller in sorted(self.callers | {CLIENT_HEADERS["Authorization"],
+                                             NODE_CALLER}):
+            deleted += self.delete_containers_at(CLEANUP_PATH, {"Authorization": caller})
+        self.callers = set()
+        return deleted
+
+    def delete_containers_at(self, path, headers):
+        """Delete the running containers the Containers API at PATH lists
+        for HEADERS (a location with an owner expression of its own)."""
+        deleted = 0
+        while True:
+            status, _, data = self._plain("GET", path + "?limit=100", headers)
+            if status != 200:
+                return deleted
+            running = [c["id"] for c in json.loads(data)["data"]
+                       if c["status"] == "running"]
+            for cid in running:
+                status, _, _ = self._plain("DELETE", path + "/" + cid, headers)
+                assert status == 200, (cid, status)
+                deleted += 1
+            if not running:
+                return deleted
+
+    def _plain(self, method, path, headers):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request(method, path, headers=headers)
+        resp = conn.getresponse()
+        data = resp.read()
+        conn.close()
+        return resp.status, resp.getheaders(), data
+
     def check(self):
-        """After a test: no sandbox is left but the warm ones the server
-        reports (no request is in flight any more), on the fakes none at all,
-        the log agrees (as many sandboxes destroyed as started) and nothing
-        crashed."""
+        """After a test: its containers deleted, no sandbox is left but the
+        warm ones the server reports (no request is in flight any more), on
+        the fakes none at all, the log agrees (as many sandboxes destroyed as
+        started) and nothing crashed."""
+        self.delete_containers()
+
         def settled():
             live = self.sandbox_processes()
             return not live or len(live) == self.warm_sandboxes()
@@ -456,6 +505,8 @@ TypesConfig /etc/mime.types
         hdrs = dict(CLIENT_HEADERS)
         hdrs.update(headers or {})
         hdrs = {k: v for k, v in hdrs.items() if v is not None}
+        if hdrs.get("Authorization"):
+            self.callers.add(hdrs["Authorization"])
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         if isinstance(body, str):
@@ -483,10 +534,27 @@ def base_conf(model_port, extra=""):
   ProxyPass {up}/v1/responses
   CodeInterpreter On
 </Location>
+<Location /v1/containers>
+  CodeInterpreterContainers On
+</Location>
+# A request with X-Anonymous has no owner: its sandbox is its own, destroyed
+# when it ends (ANONYMOUS).
+<If "-n %{{HTTP:X-Anonymous}}">
+  CodeInterpreterOwner "%{{HTTP:X-No-Such-Header}}"
+</If>
 <Location /plain/v1/responses>
   ProxyPass {up}/v1/responses
 </Location>
 CodeInterpreterSandbox quick provider=local timeout=3 max_output=2k
+CodeInterpreterSandbox brief provider=local idle=2s retention=1h
+<Location /brief/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter brief
+</Location>
+<Location /brief/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter brief
+</Location>
 <Location /quick/v1/responses>
   ProxyPass {up}/v1/responses
   CodeInterpreter quick

@@ -7,10 +7,17 @@ One HTTP/1.1 server on loopback speaks both halves of the E2B protocol:
   ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``,
   ``GET /sandboxes/{id}``, ``GET /sandboxes``, ``GET /v2/sandboxes``),
   authenticated by ``X-API-Key``;
-* the code-interpreter data plane (``POST /execute``), authenticated by the
-  sandbox's ``X-Access-Token`` / ``E2B-Traffic-Access-Token`` and routed by
-  ``E2b-Sandbox-Id``. Code really runs, in a Python namespace that persists per
-  sandbox, and the answer is the NDJSON stream the real service sends.
+* the code-interpreter data plane (``POST /execute``, ``POST /contexts``,
+  ``GET /contexts``, ``DELETE /contexts/{id}``, ``POST /contexts/{id}/restart``,
+  ``GET /health``), authenticated by the sandbox's ``X-Access-Token`` /
+  ``E2B-Traffic-Access-Token`` (the context calls by the traffic token alone,
+  as the SDKs send them) and routed by ``E2b-Sandbox-Id``. Code really runs, in
+  a Python namespace per execution context that persists across executions
+  (each sandbox starts with one default context; ``/execute`` without
+  ``context_id`` runs there), and the answer is the NDJSON stream the real
+  service sends. Restarting a context empties its namespace and ends an
+  execution still streaming from it with an ``UnexpectedEndOfExecution``
+  error, as the real server's kernel restart does.
 
 Test control (no authentication):
 
@@ -26,10 +33,12 @@ Test control (no authentication):
   after ``HOLD_LIMIT`` seconds gives up: the execution ends with an error line
   named ``FakeHoldExpired``, the delete with a 500.
 * ``GET /_state`` returns what happened (see ``FakeE2BServer.snapshot``): among
-  others, every control-plane and execute request with the client's
-  address:port (``peer``), and ``closed``, the client addresses of the
-  connections that have ended since (a client that drops its connection
-  after a request shows there).
+  others, every control-plane, execute and context request with the client's
+  address:port (``peer``): ``creates``, ``deletes``, ``timeouts`` (each
+  ``POST /sandboxes/{id}/timeout``), ``executes``, ``contexts`` (each
+  ``POST /contexts``), ``restarts`` (each ``POST /contexts/{id}/restart``);
+  and ``closed``, the client addresses of the connections that have ended
+  since (a client that drops its connection after a request shows there).
 
 Run: ``python3 test/fake_e2b.py --port 0 [--api-key KEY ...] [--verbose]``;
 prints ``READY <port>`` once listening. In-process: ``start()``.
@@ -55,6 +64,7 @@ import threading
 import time
 import traceback
 import urllib.parse
+import uuid
 import zlib
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,6 +85,13 @@ DEFAULT_KEEPALIVE = 5.0
 HUGE_LINE_BYTES = 64 * 1024
 GARBAGE_LINES = (b"not json at all\n", b'{"truncated":\n')
 PNG_MARKER = "__FAKE_PNG__"
+CONTEXT_CWD = "/home/user"
+# What the server's streaming execution says when its context's connection
+# closes under it (template/server/messaging.py).
+UNEXPECTED_END = {"type": "error", "name": "UnexpectedEndOfExecution",
+                  "value": "Connection to the execution was closed before the execution "
+                           "was finished",
+                  "traceback": ""}
 
 # name -> type used to coerce values posted to /_control
 SWITCHES = {
@@ -93,6 +110,12 @@ SWITCHES = {
     "create_without_domain": bool,
     "hold_execute": str,
     "hold_delete": str,
+    # seconds a sandbox may live from its start (the plan's cap): a timeout
+    # call ends it no later, and once it is older the call answers 400
+    "max_instance_length": float,
+    # the status POST /contexts and POST /contexts/{id}/restart answer with
+    # (a plain-text error, as the server's), doing nothing
+    "context_status": int,
 }
 
 STATUS_MESSAGES = {
@@ -226,6 +249,24 @@ class _Sink(io.TextIOBase):
 _DONE = object()
 
 
+class Context:
+    """One execution context (a Jupyter kernel in the real server): its own
+    namespace, one execution at a time."""
+
+    def __init__(self, context_id, language="python", cwd=CONTEXT_CWD):
+        self.id = context_id
+        self.language = language
+        self.cwd = cwd
+        self.namespace = {"__name__": "__main__", "__builtins__": builtins}
+        self.lock = threading.Lock()
+        self.execution_count = 0
+        self.pending = []       # put() of each execution streaming from it
+        self.dropped = False    # restarted or removed: its executions are over
+
+    def describe(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+
 class Sandbox:
     def __init__(self, sandbox_id, api_key, body, timeout, with_token):
         now = time.time()
@@ -239,21 +280,23 @@ class Sandbox:
         self.expires_at = now + timeout
         self.envd_token = secrets.token_hex(16) if with_token else None
         self.traffic_token = secrets.token_hex(16)
-        self.execution_count = 0
-        self.kernel_lock = threading.Lock()
-        self.kernels = {"default": self._new_namespace()}
+        self.execution_count = 0   # in all its contexts
+        # The server starts a default Python context (its id is a kernel id
+        # like any other); "default" names it too.
+        default = Context(str(uuid.uuid4()))
+        self.default_context_id = default.id
+        self.contexts = {default.id: default}
 
-    @staticmethod
-    def _new_namespace():
-        return {"__name__": "__main__", "__builtins__": builtins}
+    def context(self, context_id=None):
+        """The context CONTEXT_ID (None or "default": the default one), or None."""
+        if not context_id or context_id == "default":
+            context_id = self.default_context_id
+        return self.contexts.get(context_id)
 
     @property
     def kernel(self):
-        """The default Python namespace that persists across executions."""
-        return self.kernels["default"]
-
-    def restart_kernel(self):
-        self.kernels["default"] = self._new_namespace()
+        """The default context's namespace, which persists across executions."""
+        return self.context().namespace
 
     def details(self):
         return {
@@ -303,6 +346,8 @@ class FakeE2BServer(ThreadingHTTPServer):
             self.deletes = []
             self.executes = []
             self.timeouts = []
+            self.contexts = []
+            self.restarts = []
             self.leaks = []
             self.expired_ids = []
             self.issued_tokens = {}  # token -> kind, kept after the sandbox is gone
@@ -398,6 +443,8 @@ class FakeE2BServer(ThreadingHTTPServer):
                 "deletes": list(self.deletes),
                 "executes": list(self.executes),
                 "timeouts": list(self.timeouts),
+                "contexts": list(self.contexts),
+                "restarts": list(self.restarts),
                 "leaks": list(self.leaks),
                 "held": [dict(h) for h in self.held],
                 "hold_expired": list(self.hold_expired),
@@ -412,6 +459,10 @@ class FakeE2BServer(ThreadingHTTPServer):
                         "created_at": sb.created_at,
                         "expires_at": sb.expires_at,
                         "execution_count": sb.execution_count,
+                        "default_context_id": sb.default_context_id,
+                        "contexts": {cid: dict(ctx.describe(),
+                                               execution_count=ctx.execution_count)
+                                     for cid, ctx in sb.contexts.items()},
                         "envdAccessToken": sb.envd_token,
                         "trafficAccessToken": sb.traffic_token,
                     }
@@ -424,13 +475,40 @@ class FakeE2BServer(ThreadingHTTPServer):
         self.server_close()
 
     # -- code execution ----------------------------------------------------
-    def run_code(self, sb, code, env_vars, put):
-        """Run code in the sandbox's kernel; put() each output item, then _DONE."""
+    def replace_context(self, sb, context_id, remove=False):
+        """Restart (or REMOVE) context CONTEXT_ID of SB: a fresh namespace
+        under the same id; the executions streaming from the old one end with
+        UnexpectedEndOfExecution (their code, a thread here, runs on in the
+        dropped namespace). The new context, or None when there is none."""
+        with self.lock:
+            old = sb.context(context_id)
+            if old is None:
+                return None
+            new = None
+            if remove:
+                del sb.contexts[old.id]
+            else:
+                new = Context(old.id, old.language, old.cwd)
+                sb.contexts[old.id] = new
+            old.dropped = True
+            pending, old.pending = old.pending, []
+        for put in pending:
+            put(dict(UNEXPECTED_END))
+            put(_DONE)
+        return new
+
+    def run_code(self, sb, ctx, code, env_vars, put):
+        """Run code in context CTX of SB; put() each output item, then _DONE."""
+        with self.lock:
+            ctx.pending.append(put)
         try:
-            with sb.kernel_lock:
+            with ctx.lock:
                 with self.lock:
+                    if ctx.dropped:   # restarted while this one waited its turn
+                        return
                     sb.execution_count += 1
-                    count = sb.execution_count
+                    ctx.execution_count += 1
+                    count = ctx.execution_count
                 put({"type": "number_of_executions", "execution_count": count})
                 gate = self.switch("hold_execute")
                 if gate is not None and not self.hold(gate, "execute", sb.id):
@@ -445,7 +523,7 @@ class FakeE2BServer(ThreadingHTTPServer):
                         saved = {k: os.environ.get(k) for k in env}
                         os.environ.update({k: str(v) for k, v in env.items()})
                         try:
-                            self._run_cell(sb.kernel, code, "<cell %s:%d>" % (sb.id, count), put)
+                            self._run_cell(ctx.namespace, code, "<cell %s:%d>" % (sb.id, count), put)
                         finally:
                             for k, v in saved.items():
                                 if v is None:
@@ -453,10 +531,13 @@ class FakeE2BServer(ThreadingHTTPServer):
                                 else:
                                     os.environ[k] = v
                 else:
-                    self._run_cell(sb.kernel, code, "<cell %s:%d>" % (sb.id, count), put)
+                    self._run_cell(ctx.namespace, code, "<cell %s:%d>" % (sb.id, count), put)
         except BaseException as exc:  # the fake itself failed; report it as the kernel would
             put({"type": "error", "name": type(exc).__name__, "value": str(exc), "traceback": ""})
         finally:
+            with self.lock:
+                if put in ctx.pending:
+                    ctx.pending.remove(put)
             put(_DONE)
 
     @staticmethod
@@ -840,11 +921,25 @@ class Handler(BaseHTTPRequestHandler):
             return
         with srv.lock:
             sb = srv.sandboxes.get(sid)
+            cap = srv.switches.get("max_instance_length")
+            too_old = False
             if sb is not None:
-                sb.expires_at = time.time() + timeout
+                # as the service: counted from now, shorter or longer than
+                # before, never past the cap counted from the start
+                now = time.time()
+                if cap is not None and now - sb.created_at > cap:
+                    too_old = True
+                else:
+                    ttl = timeout if cap is None else \
+                        min(timeout, cap - (now - sb.created_at))
+                    sb.expires_at = now + ttl
         if sb is None:
             record["status"] = 404
             self._not_found(sid)
+            return
+        if too_old:
+            record["status"] = 400
+            self._api_error(400, "Max instance length exceeded")
             return
         record["status"] = 204
         srv.sweep()  # a timeout of 0 ends the sandbox now
@@ -904,7 +999,10 @@ class Handler(BaseHTTPRequestHandler):
             record["status"] = 502
             self._text(502, "sandbox not found")
             return
-        if (sb.envd_token and headers.get("x-access-token") != sb.envd_token) or \
+        # The SDKs send the access token with executions only; the traffic
+        # token with every call.
+        if (parts == ["execute"] and sb.envd_token and
+                headers.get("x-access-token") != sb.envd_token) or \
                 (sb.traffic_token and headers.get("e2b-traffic-access-token") != sb.traffic_token):
             record["status"] = 401
             self._text(401, "unauthorized")
@@ -912,6 +1010,9 @@ class Handler(BaseHTTPRequestHandler):
         if parts == ["health"] and self.command == "GET":
             record["status"] = 200
             self._json(200, "Request was successful")
+            return
+        if parts[:1] == ["contexts"]:
+            self._contexts(sb, parts, record)
             return
         if parts != ["execute"] or self.command != "POST":
             record["status"] = 404
@@ -933,7 +1034,9 @@ class Handler(BaseHTTPRequestHandler):
             record["status"] = 400
             self._text(400, "Only one of context_id or language can be provided")
             return
-        if context_id and context_id not in sb.kernels:
+        with srv.lock:
+            ctx = sb.context(context_id)
+        if ctx is None:
             record["status"] = 404
             self._text(404, "Context %s not found" % context_id)
             return
@@ -948,20 +1051,87 @@ class Handler(BaseHTTPRequestHandler):
                                          "msg": "Input should be a valid dictionary"}]})
             return
         record["status"] = 200
-        self._execute(sb, req["code"], env_vars)
+        self._execute(sb, ctx, req["code"], env_vars)
 
-    def _execute(self, sb, code, env_vars):
+    def _contexts(self, sb, parts, record):
+        """The server's context endpoints (template/server/main.py)."""
+        srv = self.server
+        is_create = parts == ["contexts"] and self.command == "POST"
+        is_restart = len(parts) == 3 and parts[2] == "restart" and self.command == "POST"
+        if is_restart:
+            record["context_id"] = parts[1]
+        with srv.lock:
+            if is_create:
+                srv.contexts.append(record)
+            elif is_restart:
+                srv.restarts.append(record)
+            forced = srv.switches.get("context_status") if is_create or is_restart else None
+        if forced is not None:
+            record["status"] = forced
+            self._text(forced, STATUS_MESSAGES.get(forced, "error"))
+            return
+        if is_create:
+            req = record["body"] if record["body"] is not None else {}
+            if not isinstance(req, dict) or \
+                    any(k in req and req[k] is not None and not isinstance(req[k], str)
+                        for k in ("language", "cwd")):
+                record["status"] = 422
+                self._json(422, {"detail": [{"type": "string_type", "loc": ["body"],
+                                             "msg": "Input should be a valid string"}]})
+                return
+            language = (req.get("language") or "python").lower().strip()
+            if language not in ("python", "py", "python3"):
+                record["status"] = 500
+                self._text(500, "Failed to create context: this fake runs python only, "
+                                "not %s" % language)
+                return
+            ctx = Context(str(uuid.uuid4()), "python", req.get("cwd") or CONTEXT_CWD)
+            with srv.lock:
+                sb.contexts[ctx.id] = ctx
+            record["status"] = 200
+            record["id"] = ctx.id
+            self._json(200, ctx.describe())
+        elif parts == ["contexts"] and self.command == "GET":
+            with srv.lock:
+                listed = [ctx.describe() for ctx in sb.contexts.values()]
+            record["status"] = 200
+            self._json(200, listed)
+        elif is_restart:
+            restarted = srv.replace_context(sb, parts[1])
+            record["status"] = 200 if restarted else 404
+            if restarted:
+                self._json(200, None)
+            else:
+                self._text(404, "Context %s not found" % parts[1])
+        elif len(parts) == 2 and self.command == "DELETE":
+            with srv.lock:
+                found = sb.context(parts[1]) is not None
+            if found:
+                srv.replace_context(sb, parts[1], remove=True)
+                record["status"] = 200
+                self._json(200, None)
+            else:
+                record["status"] = 404
+                self._text(404, "Context %s not found" % parts[1])
+        elif len(parts) <= 2 or (len(parts) == 3 and parts[2] == "restart"):
+            record["status"] = 405
+            self._json(405, {"detail": "Method Not Allowed"})
+        else:
+            record["status"] = 404
+            self._json(404, {"detail": "Not Found"})
+
+    def _execute(self, sb, ctx, code, env_vars):
         srv = self.server
         with srv.lock:
             sw = dict(srv.switches)
         interval = sw.get("keepalive_interval", DEFAULT_KEEPALIVE)
         if sw.get("huge_output"):
-            items = self._huge_items(sb, sw["huge_output"])
+            items = self._huge_items(sb, ctx, sw["huge_output"])
         elif sw.get("kernel_dies"):
-            items = self._dead_kernel_items(sb)
+            items = self._dead_kernel_items(sb, ctx)
         else:
             q = queue.Queue()
-            threading.Thread(target=srv.run_code, args=(sb, code, env_vars, q.put),
+            threading.Thread(target=srv.run_code, args=(sb, ctx, code, env_vars, q.put),
                              name="fake-e2b-exec-%s" % sb.id, daemon=True).start()
             items = self._queue_items(q, interval)
         self._stream(items, cut=sw.get("cut_stream", False), garbage=sw.get("garbage_lines", False),
@@ -995,10 +1165,11 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
-    def _huge_items(self, sb, total):
+    def _huge_items(self, sb, ctx, total):
         with self.server.lock:
             sb.execution_count += 1
-            count = sb.execution_count
+            ctx.execution_count += 1
+            count = ctx.execution_count
         yield {"type": "number_of_executions", "execution_count": count}
         left = total
         while left > 0:
@@ -1007,12 +1178,14 @@ class Handler(BaseHTTPRequestHandler):
             left -= n
             yield {"type": "stdout", "text": text, "timestamp": time.time_ns()}
 
-    def _dead_kernel_items(self, sb):
-        with sb.kernel_lock:
+    def _dead_kernel_items(self, sb, ctx):
+        with ctx.lock:
             with self.server.lock:
                 sb.execution_count += 1
-                count = sb.execution_count
-            sb.restart_kernel()
+                ctx.execution_count += 1
+                count = ctx.execution_count
+        # Jupyter starts the dead kernel again: the context is empty
+        self.server.replace_context(sb, ctx.id)
         yield {"type": "number_of_executions", "execution_count": count}
         yield {"type": "error", "name": "UnexpectedEndOfExecution", "value": "Kernel died",
                "traceback": ""}

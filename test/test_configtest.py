@@ -77,9 +77,10 @@ UNKNOWN_KEY_LINES = {
 
 
 KEYS = {
-    "local": "provider, timeout, max_output, python, memory, processes, disk, warm, preload",
-    "e2b": "provider, timeout, max_output, api_key, api_base, template, lifetime, "
-           "internet, sandbox_url",
+    "local": "provider, timeout, max_output, idle, max_idle, retention, python, memory, "
+             "processes, disk, warm, preload",
+    "e2b": "provider, timeout, max_output, idle, max_idle, retention, api_key, api_base, "
+           "template, lifetime, internet, sandbox_url",
 }
 
 
@@ -317,3 +318,40 @@ CodeInterpreterMaxSandboxes 8
     server, r = configtest(request, conf, env={key_var: "e2b_test_key"})
     assert server.root == root
     assert_passes(r)
+
+
+# ------------------------------------------------------------- containers
+
+@pytest.mark.parametrize("value", ["20", "0m", "2d", "31d"])
+def test_bad_idle(request, value):
+    line = "CodeInterpreterSandbox s provider=local idle=%s" % value
+    server, r = configtest(request, line)
+    assert_syntax_error(server, r, line,
+                        "CodeInterpreterSandbox s: idle: '%s' is not a valid duration: "
+                        "expected a whole number of seconds, minutes or hours (30s, 20m, "
+                        "1h) up to 2592000 s" % value)
+
+
+def test_idle_beyond_max_idle(request):
+    line = "CodeInterpreterSandbox s provider=local idle=2h max_idle=1h"
+    server, r = configtest(request, line)
+    assert_syntax_error(server, r, line,
+                        "CodeInterpreterSandbox s: idle=7200 s exceeds max_idle=3600 s: "
+                        "the default expiry must be one a client could ask for")
+
+
+def test_container_settings_accepted(request):
+    server, r = configtest(request, "\n".join([
+        "CodeInterpreterSandbox s provider=local idle=30s max_idle=2h retention=10m",
+        "CodeInterpreterMaxContainersPerOwner 0",
+        "<Location /v1/containers>", "  CodeInterpreterContainers On", "</Location>"]))
+    assert_passes(r)
+
+
+def test_bad_containers_switch(request):
+    line = "  CodeInterpreterContainers maybe"
+    server, r = configtest(request, "\n".join(["<Location /v1/containers>", line,
+                                               "</Location>"]))
+    assert_syntax_error(server, r, line.strip(),
+                        "CodeInterpreterContainers: 'maybe' is not valid: expected on or "
+                        "off")

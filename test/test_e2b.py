@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, script_input,
-                      start_helper, wait_until)
+from conftest import (ANONYMOUS, CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf,
+                      script_input, start_helper, wait_until)
 from test_configtest import assert_syntax_error
 
 OUTPUTS = "code_interpreter_call.outputs"
@@ -120,8 +120,11 @@ def ci_body(rounds):
 
 
 def post(env, rounds, path="/e2b/v1/responses"):
-    """POST a scripted request; returns (status, headers, parsed body)."""
-    status, hdrs, raw = env.server.request("POST", path, ci_body(rounds))
+    """POST a scripted request; returns (status, headers, parsed body). The
+    caller has no owner: the request's own sandbox, deleted when it ends (a
+    container's E2B sandbox: test_e2b_containers.py)."""
+    status, hdrs, raw = env.server.request("POST", path, ci_body(rounds),
+                                           headers=ANONYMOUS)
     BODIES.append(raw)
     for key in ALL_KEYS:
         assert key.encode() not in raw
@@ -530,7 +533,8 @@ def test_streamed_round_trip(e2b):
     body = ci_body([[{"call": "x = 41"}], [{"call": "print(x + 1)"}],
                     [{"text": "{{last_output}}"}]])
     body["stream"] = True
-    status, _, raw = e2b.server.request("POST", "/e2b/v1/responses", body)
+    status, _, raw = e2b.server.request("POST", "/e2b/v1/responses", body,
+                                        headers=ANONYMOUS)
     BODIES.append(raw)
     assert status == 200
     events = sse_events(raw)
@@ -548,7 +552,8 @@ def test_streamed_create_failure(e2b):
     e2b.fake.control(create_status=401)
     body = ci_body([[{"call": "print(42)"}], [{"text": "{{last_output}}"}]])
     body["stream"] = True
-    status, _, raw = e2b.server.request("POST", "/e2b/v1/responses", body)
+    status, _, raw = e2b.server.request("POST", "/e2b/v1/responses", body,
+                                        headers=ANONYMOUS)
     BODIES.append(raw)
     for key in ALL_KEYS:
         assert key.encode() not in raw
@@ -576,7 +581,7 @@ def test_client_disconnect_stops_the_execution_and_deletes(e2b, model):
     conn.request("POST", "/e2b/v1/responses",
                  body=json.dumps(ci_body([[{"call": "print('never')"}],
                                           [{"text": "{{last_output}}"}]])),
-                 headers=CLIENT_HEADERS)
+                 headers=dict(CLIENT_HEADERS, **ANONYMOUS))
     st = e2b.fake.until(lambda s: s["held"], "the execution to start")
     [execute] = st["executes"]
     conn.sock.shutdown(socket.SHUT_RDWR)
@@ -656,15 +661,16 @@ def test_delete_is_off_the_request_path(e2b):
     answers are in."""
     e2b.fake.control(hold_delete="delete")
     conn = http.client.HTTPConnection("127.0.0.1", e2b.server.port, timeout=30)
-    conn.request("POST", "/e2b/v1/responses", headers=CLIENT_HEADERS, body=json.dumps(
-        ci_body([[{"call": "print(42)"}], [{"text": "{{last_output}}"}]])))
+    conn.request("POST", "/e2b/v1/responses", headers=dict(CLIENT_HEADERS, **ANONYMOUS),
+                 body=json.dumps(ci_body([[{"call": "print(42)"}],
+                                          [{"text": "{{last_output}}"}]])))
     r = conn.getresponse()
     first = json.loads(r.read())
     assert r.status == 200, first
     assert first["output"][-1]["content"][0]["text"] == "42\n"
     sock = conn.sock
     e2b.fake.until(lambda s: s["held"], "the delete to reach the service")
-    conn.request("POST", "/e2b/v1/responses", headers=CLIENT_HEADERS,
+    conn.request("POST", "/e2b/v1/responses", headers=dict(CLIENT_HEADERS, **ANONYMOUS),
                  body=json.dumps(ci_body([[{"text": "no code"}]])))
     try:
         r = conn.getresponse()
@@ -766,8 +772,9 @@ def test_literal_key_is_not_echoed_by_configtest_errors(e2b, model):
     out = server.configtest()
     assert_syntax_error(server, out, line,
                         "CodeInterpreterSandbox bad: unknown key 'bogus' for provider e2b: "
-                        "expected one of provider, timeout, max_output, api_key, api_base, "
-                        "template, lifetime, internet, sandbox_url")
+                        "expected one of provider, timeout, max_output, idle, max_idle, "
+                        "retention, api_key, api_base, template, lifetime, internet, "
+                        "sandbox_url")
     assert KEY not in out.stderr + out.stdout
 
 

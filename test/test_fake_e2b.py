@@ -587,3 +587,151 @@ def test_client_gone_ends_a_quiet_execution_stream(fake):
     # noticed while the code is still held, long before a keepalive would fail
     st = wait_state(fake, lambda s: peer in s["closed"], "the stream to end")
     assert [h["what"] for h in st["held"]] == ["execute"]
+
+
+# -- lifetime and execution contexts (containers) -----------------------------
+
+def test_timeout_needs_the_key_and_counts_from_now(fake, server):
+    sb = fake.create()
+    path = "/sandboxes/%s/timeout" % sb["sandboxID"]
+    for key in (None, "e2b_wrong"):
+        status, body, _ = fake.json("POST", path, {"timeout": 30}, key=key)
+        assert (status, body) == (401, {"code": 401, "message": "Invalid API key"})
+    assert fake.state()["timeouts"] == []
+    for seconds in (600, 10):   # longer, then shorter: each counted from the call
+        before = time.time()
+        status, body, _ = fake.json("POST", path, {"timeout": seconds})
+        after = time.time()
+        assert (status, body) == (204, None)
+        assert before + seconds <= server.sandboxes[sb["sandboxID"]].expires_at <= after + seconds
+    status, body, _ = fake.json("POST", path, {"timeout": "10"})
+    assert status == 400 and body["code"] == 400
+    peer = "%s:%d" % fake.conn.sock.getsockname()[:2]
+    assert fake.state()["timeouts"] == [
+        {"id": sb["sandboxID"], "timeout": 600, "status": 204, "peer": peer},
+        {"id": sb["sandboxID"], "timeout": 10, "status": 204, "peer": peer},
+        {"id": sb["sandboxID"], "timeout": "10", "status": 400, "peer": peer}]
+
+
+def test_max_instance_length_caps_then_refuses_the_timeout(fake, server):
+    sb = fake.create()
+    path = "/sandboxes/%s/timeout" % sb["sandboxID"]
+    sandbox = server.sandboxes[sb["sandboxID"]]
+    fake.control(max_instance_length=100)
+    assert fake.json("POST", path, {"timeout": 600})[0] == 204
+    assert sandbox.expires_at == pytest.approx(sandbox.created_at + 100, abs=1e-3)
+    fake.control(max_instance_length=0)
+    status, body, _ = fake.json("POST", path, {"timeout": 600})
+    assert (status, body) == (400, {"code": 400, "message": "Max instance length exceeded"})
+    st = fake.state()
+    assert [t["status"] for t in st["timeouts"]] == [204, 400]
+    assert st["live"] == [sb["sandboxID"]]   # it ends at its end time, as before
+
+
+def context_call(fake, sb, method, path, body=None, headers=None):
+    resp, raw = fake.request(method, path, body,
+                             headers=headers if headers is not None else fake.exec_headers(sb))
+    return resp, raw
+
+
+def new_context(fake, sb, body=None):
+    resp, raw = context_call(fake, sb, "POST", "/contexts",
+                             body if body is not None else {"language": "python"})
+    assert resp.status == 200, raw
+    return json.loads(raw)
+
+
+def test_contexts_have_their_own_namespaces_and_restart_empties_one(fake, server):
+    sb = fake.create()
+    ctx = new_context(fake, sb, {"language": "Python", "cwd": "/home/user"})
+    assert set(ctx) == {"id", "language", "cwd"}
+    assert (ctx["language"], ctx["cwd"]) == ("python", "/home/user")
+    default = server.sandboxes[sb["sandboxID"]].default_context_id
+    resp, raw = context_call(fake, sb, "GET", "/contexts")
+    assert resp.status == 200
+    assert sorted(c["id"] for c in json.loads(raw)) == sorted([default, ctx["id"]])
+
+    fake.execute(sb, "x = 'mine'", extra={"context_id": ctx["id"]})
+    fake.execute(sb, "x = 'default'")
+    lines = fake.execute(sb, "x", extra={"context_id": ctx["id"]})
+    assert lines[0] == {"type": "number_of_executions", "execution_count": 2}
+    assert lines[1]["text"] == "'mine'"
+    assert fake.execute(sb, "x", extra={"context_id": "default"})[1]["text"] == "'default'"
+
+    resp, raw = context_call(fake, sb, "POST", "/contexts/%s/restart" % ctx["id"])
+    assert (resp.status, raw) == (200, b"null")
+    lines = fake.execute(sb, "x", extra={"context_id": ctx["id"]})
+    assert lines[0] == {"type": "number_of_executions", "execution_count": 1}
+    assert lines[1]["name"] == "NameError"
+    assert server.sandboxes[sb["sandboxID"]].kernel["x"] == "default"
+
+    resp, raw = context_call(fake, sb, "POST", "/contexts/nope/restart")
+    assert (resp.status, raw) == (404, b"Context nope not found")
+    resp, raw = context_call(fake, sb, "DELETE", "/contexts/%s" % ctx["id"])
+    assert (resp.status, raw) == (200, b"null")
+    resp, raw = fake.execute_raw(sb, "1", extra={"context_id": ctx["id"]})
+    assert (resp.status, raw) == (404, ("Context %s not found" % ctx["id"]).encode())
+
+    st = fake.state()
+    assert [(c["sandbox_id"], c["id"], c["status"]) for c in st["contexts"]] == \
+        [(sb["sandboxID"], ctx["id"], 200)]
+    assert [(r["sandbox_id"], r["context_id"], r["status"]) for r in st["restarts"]] == \
+        [(sb["sandboxID"], ctx["id"], 200), (sb["sandboxID"], "nope", 404)]
+    assert st["sandboxes"][sb["sandboxID"]]["contexts"] == {
+        default: {"id": default, "language": "python", "cwd": "/home/user",
+                  "execution_count": 2}}
+    assert st["leaks"] == []
+
+
+def test_context_calls_want_the_traffic_token_not_the_access_token(fake):
+    sb = fake.create()
+    only_traffic = {k: v for k, v in fake.exec_headers(sb).items() if k != "X-Access-Token"}
+    resp, raw = context_call(fake, sb, "POST", "/contexts", {}, headers=only_traffic)
+    assert resp.status == 200 and json.loads(raw)["language"] == "python"
+    no_traffic = {k: v for k, v in fake.exec_headers(sb).items()
+                  if k != "E2B-Traffic-Access-Token"}
+    resp, raw = context_call(fake, sb, "POST", "/contexts", {}, headers=no_traffic)
+    assert (resp.status, raw) == (401, b"unauthorized")
+    resp, raw = context_call(fake, sb, "POST", "/contexts", {"language": "r"})
+    assert resp.status == 500 and raw.startswith(b"Failed to create context")
+
+
+def test_restart_ends_the_execution_streaming_from_the_context(fake, server):
+    sb = fake.create()
+    ctx = new_context(fake, sb)
+    fake.execute(sb, "kept = 1", extra={"context_id": ctx["id"]})
+    fake.control(hold_execute="busy")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("lines", Client(fake.port).execute(
+        sb, "late = 1", extra={"context_id": ctx["id"]})))
+    t.start()
+    wait_state(fake, lambda s: s["held"], "the held execution")
+    resp, raw = context_call(fake, sb, "POST", "/contexts/%s/restart" % ctx["id"])
+    assert resp.status == 200
+    t.join(10)
+    assert out["lines"] == [{"type": "number_of_executions", "execution_count": 2},
+                            dict(fake_e2b.UNEXPECTED_END),
+                            {"type": "end_of_execution"}]
+    # the next execution runs at once in the empty context, not behind the
+    # old one (still held)
+    fake.control(hold_execute=None)
+    lines = fake.execute(sb, "print(sorted(k for k in globals() if not k.startswith('_')))",
+                         extra={"context_id": ctx["id"]})
+    assert lines[1]["text"] == "[]\n"
+    assert [h["what"] for h in fake.state()["held"]] == ["execute"]
+    fake.json("POST", "/_release", {"gate": "busy"}, key=None)
+    wait_state(fake, lambda s: not s["held"], "the old execution to go on")
+    assert "late" not in server.sandboxes[sb["sandboxID"]].context(ctx["id"]).namespace
+
+
+def test_switch_context_status(fake):
+    sb = fake.create()
+    ctx = new_context(fake, sb)
+    fake.control(context_status=503)
+    resp, raw = context_call(fake, sb, "POST", "/contexts", {})
+    assert (resp.status, raw) == (503, b"Service unavailable")
+    resp, raw = context_call(fake, sb, "POST", "/contexts/%s/restart" % ctx["id"])
+    assert (resp.status, raw) == (503, b"Service unavailable")
+    st = fake.state()
+    assert [c["status"] for c in st["contexts"]] == [200, 503]
+    assert [r["status"] for r in st["restarts"]] == [503]

@@ -32,6 +32,10 @@ CodeInterpreterAuditLog "%s"
   CodeInterpreter On
   CodeInterpreterOwner %%{HTTP:X-User}
 </Location>
+<Location /by-user/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreterOwner %%{HTTP:X-User}
+</Location>
 """ % (audit, secret_line, model.port)
     server.write_conf(base_conf(model.port, extra))
     server.audit = audit
@@ -79,6 +83,8 @@ def test_owner_is_the_keyed_authorization(keyed, model):
 def test_owner_expression(keyed, model):
     assert run(keyed, "/by-user/v1/responses", {"X-User": "alice"}) == \
         owner_key(SECRET, "alice")
+    # alice's container, found where her expression holds
+    assert keyed.delete_containers_at("/by-user/v1/containers", {"X-User": "alice"}) == 1
     # no such header: an empty owner, stored as none
     assert run(keyed, "/by-user/v1/responses") is None
 

@@ -57,14 +57,22 @@ def test_cap_holds_across_children(capped, model):
     assert body["error"]["message"] == ("This server is running as many code sandboxes "
                                         "as it allows; retry shortly.")
     assert results["slow"][0] == 200
-    # The slot is released after the request: the next one runs.
-    deadline = time.time() + 10
-    while status_lines(capped)["CodeInterpreterLiveSandboxes"] != "0":
-        assert time.time() < deadline
-        time.sleep(0.05)
+    # The first request's container keeps its slot after the request; the
+    # caller's next new conversation takes it over (its own least recently
+    # used idle container is expired to make room: never another caller's).
+    assert status_lines(capped)["CodeInterpreterLiveSandboxes"] == "1"
+    first = results["slow"][2]["output"][0]["container_id"]
     one_call(capped, "print(7)", results, "after")
     assert results["after"][0] == 200
     assert results["after"][2]["output"][0]["status"] == "completed"
+    assert results["after"][2]["output"][0]["container_id"] != first
+    assert status_lines(capped)["CodeInterpreterLiveSandboxes"] == "1"
+    other = {"Authorization": "Bearer sk-another-caller"}
+    status, _, body = capped.post("/v1/responses", {
+        "model": "m", "tools": [TOOL],
+        "input": script_input([[{"call": "print(8)"}], [{"text": "done"}]])},
+        headers=other)
+    assert (status, body["error"]["code"]) == (503, "sandbox_capacity")
 
 
 def test_status_counts_a_request(capped, model):

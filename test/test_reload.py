@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conftest import CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf, script_input, start_helper
+from conftest import (ANONYMOUS, CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf,
+                      script_input, start_helper)
 
 KEY_A = "e2b_reload_key_a_0123456789"
 KEY_B = "e2b_reload_key_b_9876543210"
@@ -54,11 +55,14 @@ def server(model, e2b, request):
     server.stop()
 
 
-def one_request(server, code="print(1)"):
+def one_request(server, code="print(1)", headers=ANONYMOUS):
+    """One request, by default of a caller without an owner: the request's
+    own E2B sandbox, deleted when it ends (or by the reaper when its child
+    dies)."""
     return server.post("/e2b/v1/responses", {
         "model": "m", "tools": [TOOL],
         "input": script_input([[{"call": code}], [{"text": "{{last_output}}"}]])},
-        timeout=60)
+        timeout=60, headers=headers)
 
 
 def wait_for(cond, timeout, what):
@@ -222,7 +226,7 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
         body = json.dumps({"model": "m", "tools": [TOOL], "input": script_input(
             [[{"call": "print(1)"}], [{"text": "ok"}]])})
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
+        conn.request("POST", "/e2b/v1/responses", body, dict(CLIENT_HEADERS, **ANONYMOUS))
         first = conn.getresponse()
         assert first.status == 200
         first.read()
@@ -231,7 +235,7 @@ def test_old_child_creates_nothing_with_a_retired_key(model, e2b, request):
         server.graceful()
         # the old child answers on the kept connection: a refusal to retry,
         # and the connection closed so that the retry reaches a new child
-        conn.request("POST", "/e2b/v1/responses", body, CLIENT_HEADERS)
+        conn.request("POST", "/e2b/v1/responses", body, dict(CLIENT_HEADERS, **ANONYMOUS))
         again = conn.getresponse()
         assert again.status == 503
         assert json.loads(again.read()) == {"error": {

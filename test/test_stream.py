@@ -17,7 +17,7 @@ import warnings
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, FakeE2B, Httpd, base_conf,
+from conftest import (ANONYMOUS, CLIENT_HEADERS, SHARED_SPEC, TOOL, FakeE2B, Httpd, base_conf,
                       require, script_input, start_helper, wait_until, without_ids)
 from fake_model import build_response_object
 
@@ -759,9 +759,11 @@ def test_keepalive_comments_while_the_code_runs(sserver, stream_e2b, model):
 def test_disconnect_stops_the_loop(httpd, model):
     # The code never finishes on its own: only the disconnect (or the
     # execution timeout, which the log tells apart) can stop it.
+    # (a request's own sandbox, the caller having no owner: it goes with the
+    # client; a container's run is interrupted instead, test_containers.py)
     code = "import threading\nthreading.Event().wait()"
     s = SSE(httpd, "/v1/responses",
-            stream_body([[{"call": code}], [{"text": "never"}]]))
+            stream_body([[{"call": code}], [{"text": "never"}]]), headers=ANONYMOUS)
     s.until("response.code_interpreter_call.interpreting")
     # (interpreting leaves before the sandbox is asked to run the code)
     wait_until(lambda: sandboxes_of(httpd), "a sandbox running the code")

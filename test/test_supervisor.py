@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, sanitizer_reports, script_input
+from conftest import ANONYMOUS, TOOL, Httpd, base_conf, sanitizer_reports, script_input
 from procstat import proc_table
 
 # The code runs once a "sleep" process exists below the sandbox.
@@ -37,6 +37,10 @@ def conf(model_port, warm=0, mpm_lines=EVENT_ONE_CHILD):
 CodeInterpreterSandbox slow provider=local timeout=300 warm=%d
 <Location /slow/v1/responses>
   ProxyPass http://127.0.0.1:%d/v1/responses
+  CodeInterpreter slow
+</Location>
+<Location /slow/v1/containers>
+  CodeInterpreterContainers On
   CodeInterpreter slow
 </Location>
 <Location /server-status>
@@ -119,20 +123,20 @@ def sandboxes_of(sup):
             if ppid == sup and f[0] != "Z"}
 
 
-def post(server, code, path="/slow/v1/responses", timeout=120):
+def post(server, code, path="/slow/v1/responses", timeout=120, tool=TOOL, headers=None):
     return server.post(path, {
-        "model": "m", "tools": [TOOL], "include": ["code_interpreter_call.outputs"],
+        "model": "m", "tools": [tool], "include": ["code_interpreter_call.outputs"],
         "input": script_input([[{"call": code}], [{"text": "{{last_output}}"}]])},
-        timeout=timeout)
+        timeout=timeout, headers=headers)
 
 
-def start_slow(server):
-    """A request running SLOW, in a thread; its answer lands in the list."""
+def start_slow(server, code=SLOW, **kw):
+    """A request running CODE (SLOW), in a thread; its answer lands in the list."""
     answers = []
 
     def go():
         try:
-            answers.append(post(server, SLOW, timeout=300))
+            answers.append(post(server, code, timeout=300, **kw))
         except Exception as e:      # the connection dies with its child
             answers.append(e)
     t = threading.Thread(target=go, daemon=True)
@@ -168,8 +172,9 @@ def test_sandboxes_are_direct_children_of_the_supervisor(server, model):
 
 
 def test_child_killed_mid_execution_leaves_no_sandbox(server, model):
+    """A request's own sandbox (the caller has no owner)."""
     sup = supervisor(server)
-    t, answers = start_slow(server)
+    t, answers = start_slow(server, headers=ANONYMOUS)
     box = wait_busy_sandbox(sup)
     doomed = descendants(sup)
     assert box in doomed and len(doomed) >= 3       # bwrap, python, sleep
@@ -182,11 +187,36 @@ def test_child_killed_mid_execution_leaves_no_sandbox(server, model):
     assert not t.is_alive() and isinstance(answers[0], Exception)
     # The supervisor stays; the next request (a new child) is served.
     assert supervisors(server) == [sup]
-    status, _, body = post(server, "print(6 * 7)")
+    status, _, body = post(server, "print(6 * 7)", headers=ANONYMOUS)
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
     assert "CI0611: connection of process %d closed; its 1 sandbox(es) destroyed" \
         % child in server.log_since_mark()
+
+
+def test_child_killed_mid_execution_interrupts_the_run_and_keeps_the_container(
+        server, model):
+    sup = supervisor(server)
+    status, _, c = server.post("/slow/v1/containers", {"name": "kept"})
+    assert status == 200, c
+    tool = {"type": "code_interpreter", "container": c["id"]}
+    t, answers = start_slow(server, "x = 5\n" + SLOW, tool=tool)
+    box = wait_busy_sandbox(sup)
+    kernel = {p for p in descendants(box) if proc_table()[p][1] == "python3"}
+    sleeper = {p for p in descendants(box) if proc_table()[p][1] == "sleep"}
+    [child] = children(server)
+    os.kill(child, 9)
+    # the run is interrupted (its sleep ends), the interpreter lives on
+    wait_for(lambda: not any(running(p) for p in sleeper), "the run to be interrupted")
+    t.join(60)
+    assert not t.is_alive() and isinstance(answers[0], Exception)
+    assert all(running(p) for p in kernel | {box})
+    status, _, body = post(server, "print(x)", tool=tool)
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "5\n"}]
+    assert body["output"][0]["container_id"] == c["id"]
+    # nothing else runs: the container's sandbox is the supervisor's only one
+    assert [p for p, comm in sandboxes_of(sup).items() if comm == "bwrap"] == [box]
 
 
 def test_supervisor_killed_takes_its_sandboxes_and_is_respawned(server, model):
@@ -211,11 +241,16 @@ def test_supervisor_killed_takes_its_sandboxes_and_is_respawned(server, model):
     log = server.log_since_mark()
     assert "CI0606: sandbox supervisor %d died" % sup in log
     assert "CI0604: sandbox supervisor %d started" % new[0] in log
-    status, _, body = post(server, "print(6 * 7)")
+    # The directory went with it: a turn chained to a response of before
+    # gets a new container (docs/OPERATIONS.md).
+    status, _, body = server.post("/slow/v1/responses", {
+        "model": "m", "tools": [TOOL], "include": ["code_interpreter_call.outputs"],
+        "previous_response_id": body["id"],
+        "input": script_input([[{"call": "print(6 * 7)"}], [{"text": "{{last_output}}"}]])})
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
-    # Destroyed with its request (the pool cleanup runs after the answer).
-    wait_for(lambda: descendants(new[0]) == set(), "the request's sandbox to go")
+    assert body["output"][0]["container_id"] != call["container_id"]
+    assert len([p for p, comm in sandboxes_of(new[0]).items() if comm == "bwrap"]) == 1
 
 
 def status_counts(server):
@@ -239,8 +274,9 @@ def test_graceful_keeps_the_supervisor_and_its_warm_sandboxes(server, model):
     status, _, body = post(server, "print(6 * 7)")
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
-    wait_for(lambda: status_counts(server) == (2, 2), "the pool to refill")
-    assert len(set(sandboxes_of(sup)) & warm) == 1
+    # a warm one became the request's container; the pool refilled beside it
+    wait_for(lambda: status_counts(server) == (3, 2), "the pool to refill")
+    assert set(sandboxes_of(sup)) >= warm
 
 
 @pytest.mark.parametrize("server", [1], indirect=True)

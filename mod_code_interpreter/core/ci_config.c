@@ -71,6 +71,23 @@ const char *ci_parse_seconds(apr_pool_t *p, const char *value, int max, int *out
                            "seconds from 1 to %d", value ? value : "", max);
 }
 
+const char *ci_parse_duration(apr_pool_t *p, const char *value, int max, int *out)
+{
+    const char *end;
+    int n, unit;
+    if (parse_int(value, 1, max, &n, &end) == 0) {
+        unit = !strcmp(end, "s") ? 1 : !strcmp(end, "m") ? 60 : !strcmp(end, "h") ? 3600
+             : 0;
+        if (unit && (apr_int64_t)n * unit <= max) {
+            *out = n * unit;
+            return NULL;
+        }
+    }
+    return apr_psprintf(p, "'%s' is not a valid duration: expected a whole number "
+                           "of seconds, minutes or hours (30s, 20m, 1h) up to %d s",
+                        value ? value : "", max);
+}
+
 const char *ci_parse_count(apr_pool_t *p, const char *value, int max,
                            int allow_zero, int *out)
 {

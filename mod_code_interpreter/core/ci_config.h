@@ -17,6 +17,8 @@ const char *ci_parse_size(apr_pool_t *p, const char *value, apr_uint64_t max,
 /* Whole seconds, 1..MAX, optional "s" suffix. */
 const char *ci_parse_seconds(apr_pool_t *p, const char *value, int max, int *out);
 /* A positive count 1..MAX (or 0..MAX when ALLOW_ZERO). */
+/* "30s", "20m" or "1h" as seconds, at most MAX. */
+const char *ci_parse_duration(apr_pool_t *p, const char *value, int max, int *out);
 const char *ci_parse_count(apr_pool_t *p, const char *value, int max,
                            int allow_zero, int *out);
 /* An absolute http:// or https:// URL with a host. */

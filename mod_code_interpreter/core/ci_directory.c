@@ -89,6 +89,8 @@ ci_directory *ci_directory_create(apr_pool_t *p, const ci_directory_limits *limi
     return d;
 }
 
+static void bound_items(ci_directory *d);
+
 /* ---- owners -------------------------------------------------------------- */
 
 static owner_list *owner_of(ci_directory *d, const char *owner, int make)
@@ -180,7 +182,7 @@ static void forget(ci_directory *d, rec *r)
 
 static apr_time_t expires_at(const ci_container *c)
 {
-    return c->last_active_at + apr_time_from_sec((apr_time_t)c->idle_minutes * 60);
+    return c->last_active_at + apr_time_from_sec((apr_time_t)c->idle_seconds);
 }
 
 /* A running container stops: it is kept for retention, then forgotten. */
@@ -222,8 +224,9 @@ static ci_dir_status admit(ci_directory *d, owner_list *o, apr_time_t now,
     return CI_DIR_OK;
 }
 
-static rec *new_rec(ci_directory *d, owner_list *o, const char *name, const char *tool,
-                    const char *memory_limit, int idle_minutes, apr_time_t now)
+static rec *new_rec(ci_directory *d, owner_list *o, const char *id,
+                    const char *name, const char *tool,
+                    const char *memory_limit, int idle_seconds, apr_time_t now)
 {
     apr_pool_t *rp;
     rec *r;
@@ -231,13 +234,13 @@ static rec *new_rec(ci_directory *d, owner_list *o, const char *name, const char
     r = apr_pcalloc(rp, sizeof(*r));
     r->pool = rp;
     r->owner = o;
-    r->c.id = ci_mint_id(rp, "cntr_", 24);
+    r->c.id = id ? apr_pstrdup(rp, id) : ci_mint_id(rp, "cntr_", 24);
     r->c.owner = (const char *)(o + 1);
     r->c.name = name ? apr_pstrdup(rp, name) : NULL;
     r->c.tool = apr_pstrdup(rp, tool);
     r->c.memory_limit = apr_pstrdup(rp, memory_limit ? memory_limit : "1g");
     r->c.created_at = r->c.last_active_at = now;
-    r->c.idle_minutes = idle_minutes;
+    r->c.idle_seconds = idle_seconds;
     r->c.status = CI_CNTR_RUNNING;
     r->prev = o->last;
     if (o->last) o->last->next = r; else o->first = r;
@@ -248,9 +251,15 @@ static rec *new_rec(ci_directory *d, owner_list *o, const char *name, const char
     return r;
 }
 
+void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits)
+{
+    d->lim = *limits;
+    bound_items(d);
+}
+
 ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
-                                            const char *name, const char *tool,
-                                            const char *memory_limit, int idle_minutes,
+                                            const char *id, const char *name, const char *tool,
+                                            const char *memory_limit, int idle_seconds,
                                             apr_time_t now, ci_container **out,
                                             ci_container **evicted)
 {
@@ -259,6 +268,8 @@ ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
     *out = *evicted = NULL;
     if (!owner || !*owner)
         return CI_DIR_NO_OWNER;
+    if (id && apr_hash_get(d->by_id, id, APR_HASH_KEY_STRING))
+        return CI_DIR_NOT_FOUND;
     if (!(o = owner_of(d, owner, 1)))
         return CI_DIR_NODE_FULL;
     if ((st = admit(d, o, now, evicted)) != CI_DIR_OK) {
@@ -268,7 +279,7 @@ ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
         }
         return st;
     }
-    *out = &new_rec(d, o, name, tool, memory_limit, idle_minutes, now)->c;
+    *out = &new_rec(d, o, id, name, tool, memory_limit, idle_seconds, now)->c;
     return CI_DIR_OK;
 }
 
@@ -302,6 +313,19 @@ void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now)
 {
     if (now > c->last_active_at)
         c->last_active_at = now;
+}
+
+ci_container *ci_directory_find(ci_directory *d, const char *id)
+{
+    rec *r = id ? apr_hash_get(d->by_id, id, APR_HASH_KEY_STRING) : NULL;
+    return r ? &r->c : NULL;
+}
+
+void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now)
+{
+    ci_container *c = ci_directory_find(d, id);
+    if (c && c->status == CI_CNTR_RUNNING)
+        ci_directory_touch(d, c, now);
 }
 
 void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now)
@@ -339,6 +363,27 @@ apr_time_t ci_directory_next_expiry(const ci_directory *d)
             next = expires_at(&r->c);
     }
     return next;
+}
+
+apr_hash_t *ci_directory_tally(const ci_directory *d, apr_pool_t *p, int *retained)
+{
+    apr_hash_t *by_tool = apr_hash_make(p);
+    apr_hash_index_t *hi;
+    *retained = 0;
+    for (hi = apr_hash_first(p, d->by_id); hi; hi = apr_hash_next(hi)) {
+        const rec *r = apr_hash_this_val(hi);
+        int *n;
+        if (r->c.status != CI_CNTR_RUNNING) {
+            (*retained)++;
+            continue;
+        }
+        if (!(n = apr_hash_get(by_tool, r->c.tool, APR_HASH_KEY_STRING))) {
+            n = apr_pcalloc(p, sizeof(*n));
+            apr_hash_set(by_tool, apr_pstrdup(p, r->c.tool), APR_HASH_KEY_STRING, n);
+        }
+        (*n)++;
+    }
+    return by_tool;
 }
 
 int ci_directory_live(const ci_directory *d)
@@ -380,7 +425,8 @@ apr_array_header_t *ci_directory_list(ci_directory *d, const char *owner,
     int i, start = 0;
     *has_more = 0;
     for (r = o ? o->first : NULL; r; r = r->next)
-        if (!name || (r->c.name && !strcmp(r->c.name, name)))
+        if (r->c.status != CI_CNTR_DELETED &&
+            (!name || (r->c.name && !strcmp(r->c.name, name))))
             *(ci_container **)apr_array_push(all) = &r->c;
     qsort(all->elts, all->nelts, sizeof(ci_container *),
           ascending ? older_first : newer_first);
@@ -457,4 +503,12 @@ const char *ci_directory_recall(ci_directory *d, const char *item_id, const char
 {
     memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
     return m && owner && !strcmp(m->container->c.owner, owner) ? m->text : NULL;
+}
+
+const char *ci_directory_item_container(ci_directory *d, const char *item_id,
+                                        const char *owner)
+{
+    memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
+    return m && owner && !strcmp(m->container->c.owner, owner) ? m->container->c.id
+                                                                 : NULL;
 }

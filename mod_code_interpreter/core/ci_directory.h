@@ -17,6 +17,7 @@
 #ifndef CI_DIRECTORY_H
 #define CI_DIRECTORY_H
 
+#include <apr_hash.h>
 #include <apr_pools.h>
 #include <apr_tables.h>
 #include <apr_time.h>
@@ -37,7 +38,7 @@ typedef struct ci_container {
                                     before the sandbox exists (lazy creation) */
     apr_time_t created_at;
     apr_time_t last_active_at;
-    int idle_minutes;            /* expires_after.minutes */
+    int idle_seconds;            /* expires_after (minutes on the wire) */
     ci_cntr_status status;
     int busy;                    /* an execution runs in it */
 } ci_container;
@@ -64,19 +65,29 @@ typedef enum {
     CI_DIR_NO_OWNER              /* an empty owner keeps nothing */
 } ci_dir_status;
 
-/* A new running container of OWNER. At a cap, the owner's own least
+/* The limits from now on (the host passes the configuration in force). */
+void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits);
+
+/* A new running container of OWNER, with the id ID (NULL: a fresh one; an
+ * id already in the directory is refused as NOT_FOUND). At a cap, the owner's own least
  * recently used idle container is expired to make room (never another
  * owner's): its record goes to *EVICTED (NULL when none) so that the host
  * destroys its sandbox. The record is the directory's; copy what you keep. */
 ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
-                                            const char *name, const char *tool,
-                                            const char *memory_limit, int idle_minutes,
+                                            const char *id, const char *name, const char *tool,
+                                            const char *memory_limit, int idle_seconds,
                                             apr_time_t now, ci_container **out,
                                             ci_container **evicted);
 
 /* The container ID of OWNER: OK (running), EXPIRED, or NOT_FOUND. */
 ci_dir_status ci_directory_get(ci_directory *d, const char *id, const char *owner,
                                ci_container **out);
+
+/* The container ID whoever owns it: for the host only (its own sandboxes,
+ * its own clock), never for a caller's lookup. NULL when unknown. */
+ci_container *ci_directory_find(ci_directory *d, const char *id);
+/* ID is in use: as ci_directory_touch. */
+void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now);
 
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);
@@ -98,11 +109,15 @@ apr_time_t ci_directory_next_expiry(const ci_directory *d);
 
 /* OWNER's containers, newest first (or oldest: ASCENDING), after the one
  * AFTER (NULL: from the start), at most LIMIT, only those named NAME when
- * NAME is not NULL. *HAS_MORE says whether more follow. Expired and deleted
- * ones are listed too, with their status (as OpenAI lists them). */
+ * NAME is not NULL. *HAS_MORE says whether more follow. Expired ones are
+ * listed too, with their status; deleted ones are not. */
 apr_array_header_t *ci_directory_list(ci_directory *d, const char *owner,
                                       const char *after, int limit, int ascending,
                                       const char *name, int *has_more, apr_pool_t *p);
+
+/* Running containers per tool (name -> count, as an int in the hash's
+ * memory from P) and *RETAINED expired or deleted records kept. */
+apr_hash_t *ci_directory_tally(const ci_directory *d, apr_pool_t *p, int *retained);
 
 /* Live (running) containers: on the node, of OWNER. */
 int ci_directory_live(const ci_directory *d);
@@ -124,5 +139,8 @@ void ci_directory_remember(ci_directory *d, const char *item_id, const char *own
 /* What ITEM_ID stands for, for OWNER; NULL when it was never returned to
  * OWNER or is forgotten. */
 const char *ci_directory_recall(ci_directory *d, const char *item_id, const char *owner);
+/* The container ITEM_ID was returned from, for OWNER; NULL as for recall. */
+const char *ci_directory_item_container(ci_directory *d, const char *item_id,
+                                        const char *owner);
 
 #endif

@@ -322,8 +322,8 @@ const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res)
                                     "to the user]\n", NULL);
     if (ci_exec_failed(res))
         return apr_pstrcat(p, text, *text && text[strlen(text) - 1] != '\n' ? "\n" : "",
-                           res->failure,
-                           " The interpreter was restarted: variables, imports "
-                           "and files from earlier calls are gone.", NULL);
+                           res->failure, res->failure_says_all ? ""
+                           : " The interpreter was restarted: variables, imports "
+                             "and files from earlier calls are gone.", NULL);
     return *text ? text : "(no output)";
 }

@@ -35,6 +35,8 @@ typedef struct ci_exec_result {
     apr_size_t text_len;
     apr_array_header_t *images; /* const char * data URLs (image/png) */
     apr_interval_time_t duration;
+    int failure_says_all;     /* FAILURE tells what became of the interpreter
+                                 (a container's: kept, or restarted) */
 } ci_exec_result;
 
 /* The interpreter is gone (or never ran the code): the call failed. */

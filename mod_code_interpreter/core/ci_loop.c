@@ -25,6 +25,8 @@ struct ci_loop {
     apr_array_header_t *round_items;
     apr_array_header_t *round_calls;
     apr_hash_t *named;       /* upstream item id -> our item id (relayed) */
+    apr_array_header_t *calls; /* every call of ours (ci_call *), in order */
+    const char *notice;      /* told to the model with the next output */
 };
 
 const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes)
@@ -49,7 +51,18 @@ ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
     l->round_items = apr_array_make(p, 8, sizeof(ci_round_item));
     l->round_calls = apr_array_make(p, 4, sizeof(ci_call *));
     l->named = apr_hash_make(p);
+    l->calls = apr_array_make(p, 4, sizeof(ci_call *));
     return l;
+}
+
+void ci_loop_set_container(ci_loop *l, const char *container_id)
+{
+    l->container_id = container_id;
+}
+
+void ci_loop_notice(ci_loop *l, const char *text)
+{
+    l->notice = text;
 }
 
 int ci_loop_items(const ci_loop *l)
@@ -183,6 +196,7 @@ static void take_item(ci_loop *l, json_object *item)
         ri->call->output_index = ri->output_index;
         ri->item = ri->call->item;
         *(ci_call **)apr_array_push(l->round_calls) = ri->call;
+        *(ci_call **)apr_array_push(l->calls) = ri->call;
     }
     else {
         if (ci_json_is_type(item, "function_call"))
@@ -273,6 +287,11 @@ static json_object *outputs_of(const ci_exec_result *res, const char *extra)
 static void add_function_output(ci_loop *l, ci_call *c, const char *text)
 {
     json_object *o = json_object_new_object();
+    if (l->notice) {
+        text = apr_pstrcat(l->p, l->notice, "\n", text, NULL);
+        l->notice = NULL;
+    }
+    c->model_output = text;
     json_object_object_add(o, "type", json_object_new_string("function_call_output"));
     json_object_object_add(o, "call_id", json_object_new_string(c->call_id));
     json_object_object_add(o, "output", json_object_new_string(text));
@@ -413,6 +432,79 @@ static json_object *echo_tools(ci_loop *l)
     json_object_array_put_idx(tools, idx, ci_json_copy(
                                   json_object_array_get_idx(l->req->client_tools, idx)));
     return tools;
+}
+
+/* ---- what outlives the request ------------------------------------------ */
+
+/* The upstream's own function call of C (as it sent it), or NULL. */
+static json_object *upstream_call(ci_loop *l, const ci_call *c)
+{
+    int i, n = (int)json_object_array_length(l->replay);
+    for (i = 0; i < n; i++) {
+        json_object *it = json_object_array_get_idx(l->replay, i);
+        const char *cid = ci_json_str(it, "call_id");
+        if (ci_json_is_type(it, "function_call") && cid && !strcmp(cid, c->call_id))
+            return it;
+    }
+    return NULL;
+}
+
+static json_object *output_item(const ci_call *c)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "type", json_object_new_string("function_call_output"));
+    json_object_object_add(o, "call_id", json_object_new_string(c->call_id));
+    json_object_object_add(o, "output", json_object_new_string(c->model_output));
+    return o;
+}
+
+/* The call as the upstream needs it in an input: without its id (the
+ * upstream's item ids are the upstream's to resolve, and a stateless one
+ * refuses ids it does not know). */
+static json_object *call_for_input(json_object *fc)
+{
+    json_object *o = json_object_new_object();
+    static const char *const keys[] = { "type", "call_id", "name", "arguments" };
+    unsigned i;
+    for (i = 0; i < sizeof(keys) / sizeof(*keys); i++) {
+        json_object *v;
+        if (json_object_object_get_ex(fc, keys[i], &v))
+            json_object_object_add(o, keys[i], json_object_get(v));
+    }
+    return o;
+}
+
+apr_array_header_t *ci_loop_memory(ci_loop *l, apr_pool_t *p, const char **pending)
+{
+    apr_array_header_t *out = apr_array_make(p, l->calls->nelts, sizeof(ci_memory));
+    json_object *owed = NULL;
+    int i;
+    *pending = NULL;
+    for (i = 0; i < l->calls->nelts; i++) {
+        ci_call *c = APR_ARRAY_IDX(l->calls, i, ci_call *);
+        json_object *fc = upstream_call(l, c), *pair;
+        ci_memory *m;
+        if (!fc || !c->model_output)
+            continue;
+        pair = ci_json_own(p, json_object_new_array());
+        json_object_array_add(pair, call_for_input(fc));
+        json_object_array_add(pair, output_item(c));
+        m = apr_array_push(out);
+        m->item_id = c->item_id;
+        m->text = ci_json_pstr(p, pair, NULL);
+        /* Calls of the last round (it ended the loop: the model called a
+         * client function too, or a limit was met): the upstream's stored
+         * response holds them without their outputs, which a request
+         * chained to it must bring. */
+        if (c->round == l->rounds) {
+            if (!owed)
+                owed = ci_json_own(p, json_object_new_array());
+            json_object_array_add(owed, output_item(c));
+        }
+    }
+    if (owed)
+        *pending = ci_json_pstr(p, owed, NULL);
+    return out;
 }
 
 /* ---- the answer -------------------------------------------------------- */

@@ -26,6 +26,7 @@ typedef struct ci_call {
     int executed;                /* 1 once a result was recorded */
     json_object *item;           /* the code_interpreter_call item (assembled) */
     const ci_exec_result *result;
+    const char *model_output;    /* the function output the model was given */
 } ci_call;
 
 /* One output item of a round, as the client will see it. */
@@ -42,6 +43,25 @@ typedef struct ci_loop ci_loop;
  * request's minted "cntr_..." id. */
 ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
                         const char *container_id);
+
+/* The container the calls ran in, once known (lazily, at the first call). */
+void ci_loop_set_container(ci_loop *l, const char *container_id);
+
+/* Tell the model TEXT before the next function output (once). */
+void ci_loop_notice(ci_loop *l, const char *text);
+
+/* What each of our calls in the response stands for upstream. */
+typedef struct ci_memory {
+    const char *item_id;         /* our "ci_..." id */
+    const char *text;            /* JSON array: the upstream's function call
+                                    and our output */
+} ci_memory;
+/* Our calls' memories (ci_memory), and in *PENDING the outputs a request
+ * chained to this response must bring along (a JSON array's text), or NULL:
+ * when the response ended on a round where the model called one of the
+ * client's functions too, the upstream holds our calls of that round
+ * without their outputs. Memory from P. */
+apr_array_header_t *ci_loop_memory(ci_loop *l, apr_pool_t *p, const char **pending);
 
 /* Take one upstream answer, already parsed (a relayed round's
  * response.completed). Returns 0, or -1 with ERR filled. */

@@ -11,8 +11,8 @@
 
 #define DESCRIPTION_HEAD \
     "Run Python 3 code in a sandboxed interpreter, like a notebook: variables, " \
-    "imports and files persist between calls made while answering this " \
-    "request, and nothing survives it. "
+    "imports and files persist between calls, and across the turns of the " \
+    "conversation while its container lives. "
 #define DESCRIPTION_TAIL \
     " The working directory is /mnt/data (writable); save files there. numpy, " \
     "pandas and matplotlib are installed; figures you draw with matplotlib " \
@@ -156,16 +156,23 @@ static int refuse_container(apr_pool_t *p, ci_error *err, int index,
     return -1;
 }
 
-/* container must be {"type":"auto"}: no explicit container, files, memory
- * size or allowlist yet. A "disabled" network policy is what we do anyway. */
+/* container is a container's id, or {"type":"auto"} with an optional
+ * memory tier (checked against the tool's by the glue); no files or
+ * allowlist yet. A "disabled" network policy is what we do anyway. */
 static int check_container(apr_pool_t *p, json_object *tool, int index,
-                           ci_error *err)
+                           ci_request *req, ci_error *err)
 {
     json_object *c, *v;
     if (!json_object_object_get_ex(tool, "container", &c) || c == NULL)
         return 0;
-    if (json_object_is_type(c, json_type_string))
-        return refuse_container(p, err, index, NULL, "Explicit container ids");
+    if (json_object_is_type(c, json_type_string)) {
+        const char *id = json_object_get_string(c);
+        if (!*id || strlen(id) > 128)
+            return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
+                            "a container id or an object");
+        req->container_id = apr_pstrdup(p, id);
+        return 0;
+    }
     if (!json_object_is_type(c, json_type_object))
         return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
                         "an object");
@@ -175,8 +182,13 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if ((v = ci_json_get(c, "file_ids", json_type_array)) &&
         json_object_array_length(v) > 0)
         return refuse_container(p, err, index, "file_ids", "Container files");
-    if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL)
-        return refuse_container(p, err, index, "memory_limit", "Memory limits");
+    if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL) {
+        if (!json_object_is_type(v, json_type_string))
+            return bad_type(p, err,
+                            apr_psprintf(p, "tools[%d].container.memory_limit", index),
+                            "a string");
+        req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
+    }
     if (json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
         !ci_json_is_type(v, "disabled"))
         return refuse_container(p, err, index, "network_policy",
@@ -312,7 +324,8 @@ static const char *replayed_output(apr_pool_t *p, json_object *outputs)
 }
 
 static int translate_call(apr_pool_t *p, json_object *item, int index,
-                          const char *fname, json_object *into, ci_error *err)
+                          const char *fname, json_object *into, ci_request *req,
+                          ci_error *err)
 {
     const char *id = ci_json_str(item, "id");
     json_object *code_v = NULL, *outputs = NULL, *args, *call, *out;
@@ -328,6 +341,8 @@ static int translate_call(apr_pool_t *p, json_object *item, int index,
         code = json_object_get_string(code_v);
     }
     json_object_object_get_ex(item, "outputs", &outputs);
+    if (ci_json_str(item, "container_id"))
+        req->context_container = apr_pstrdup(p, ci_json_str(item, "container_id"));
 
     args = json_object_new_object();
     json_object_object_add(args, "code", json_object_new_string(code));
@@ -355,14 +370,17 @@ static int translate_call(apr_pool_t *p, json_object *item, int index,
  * (the upstream's own function call and our output), spliced into ITEMS.
  * 0, 1 when it is not ours to resolve (it passes as it is), -1 with ERR. */
 static int resolve_reference(apr_pool_t *p, const ci_rewrite_opts *o,
-                             json_object *item, json_object *items, ci_error *err)
+                             json_object *item, json_object *items, ci_request *req,
+                             ci_error *err)
 {
-    const char *id = ci_json_str(item, "id"), *text, *perr;
+    const char *id = ci_json_str(item, "id"), *text, *perr, *container = NULL;
     json_object *stands;
     int k, n;
     if (!o->recall || !id || strncmp(id, "ci_", 3))
         return 1;
-    text = o->recall(o->recall_baton, id);
+    text = o->recall(o->recall_baton, id, &container);
+    if (container)
+        req->context_container = container;
     stands = text ? ci_json_parse(p, text, strlen(text), &perr) : NULL;
     if (!json_object_is_type(stands, json_type_array)) {
         /* As OpenAI answers an id it never returned to this caller. */
@@ -378,7 +396,7 @@ static int resolve_reference(apr_pool_t *p, const ci_rewrite_opts *o,
 
 static json_object *translate_input(apr_pool_t *p, json_object *input,
                                     const ci_rewrite_opts *o, const char *fname,
-                                    ci_error *err)
+                                    ci_request *req, ci_error *err)
 {
     json_object *items = json_object_new_array();
     int i, n;
@@ -401,7 +419,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
             return NULL;
         }
         if (ci_json_is_type(item, "item_reference")) {
-            int rc = resolve_reference(p, o, item, items, err);
+            int rc = resolve_reference(p, o, item, items, req, err);
             if (rc < 0) {
                 json_object_put(items);
                 return NULL;
@@ -413,7 +431,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
             json_object_array_add(items, json_object_get(item));
             continue;
         }
-        if (translate_call(p, item, i, fname, items, err)) {
+        if (translate_call(p, item, i, fname, items, req, err)) {
             json_object_put(items);
             return NULL;
         }
@@ -474,7 +492,18 @@ static int read_flags(apr_pool_t *p, json_object *root, ci_request *req,
     }
     req->uses_conversation =
         json_object_object_get_ex(root, "conversation", &v) && v != NULL;
+    if ((v = ci_json_get(root, "previous_response_id", json_type_string)))
+        req->previous_response_id = apr_pstrdup(p, json_object_get_string(v));
     return 0;
+}
+
+/* The input (most of a long conversation) is encoded once; round 1 and
+ * every follow-up splice that text in. */
+static void encode_input(apr_pool_t *p, ci_request *req)
+{
+    req->input_text = ci_json_array_members(req->input, &req->input_len);
+    req->body = ci_json_with_array(p, req->root, "input", req->input_text,
+                                   req->input_len, "", 0, &req->body_len);
 }
 
 static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
@@ -489,7 +518,8 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
     json_object_object_get_ex(root, "input", &input);
-    req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name, err));
+    req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name,
+                                                req, err));
     if (!req->input)
         return -1;
     json_object_object_add(root, "input", json_object_get(req->input));
@@ -500,11 +530,29 @@ static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
         json_object_object_add(root, "stream", json_object_new_boolean(0));
         json_object_object_del(root, "stream_options");
     }
-    /* The input (most of a long conversation) is encoded once; round 1 and
-     * every follow-up splice that text in. */
-    req->input_text = ci_json_array_members(req->input, &req->input_len);
-    req->body = ci_json_with_array(p, root, "input", req->input_text, req->input_len,
-                                   "", 0, &req->body_len);
+    encode_input(p, req);
+    return 0;
+}
+
+int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items)
+{
+    const char *perr = NULL;
+    json_object *add = ci_json_parse(p, items, strlen(items), &perr);
+    json_object *input;
+    int i, n;
+    if (!json_object_is_type(add, json_type_array))
+        return -1;
+    input = ci_json_own(p, json_object_new_array());
+    n = (int)json_object_array_length(add);
+    for (i = 0; i < n; i++)
+        json_object_array_add(input, json_object_get(json_object_array_get_idx(add, i)));
+    n = (int)json_object_array_length(req->input);
+    for (i = 0; i < n; i++)
+        json_object_array_add(input,
+                              json_object_get(json_object_array_get_idx(req->input, i)));
+    req->input = input;
+    json_object_object_add(req->root, "input", json_object_get(input));
+    encode_input(p, req);
     return 0;
 }
 
@@ -538,9 +586,9 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
     idx = find_tool(p, tools, opts->function_name, err);
     if (idx < 0)
         return CI_REQ_ERROR;
-    if (check_container(p, json_object_array_get_idx(tools, idx), idx, err))
-        return CI_REQ_ERROR;
     req = apr_pcalloc(p, sizeof(*req));
+    if (check_container(p, json_object_array_get_idx(tools, idx), idx, req, err))
+        return CI_REQ_ERROR;
     req->function_name = opts->function_name;
     req->root = root;
     if (rewrite(p, root, idx, opts, req, err))

@@ -24,8 +24,9 @@ typedef struct ci_rewrite_opts {
     /* What our item ITEM_ID, returned earlier to this caller, stands for: a
      * JSON array of the items the upstream needs in its place (its function
      * call and our output), or NULL when it was never returned to this
-     * caller. NULL: item_references pass through as they are. */
-    const char *(*recall)(void *baton, const char *item_id);
+     * caller; *CONTAINER: the container it ran in. NULL: item_references
+     * pass through as they are. */
+    const char *(*recall)(void *baton, const char *item_id, const char **container);
     void *recall_baton;
 } ci_rewrite_opts;
 
@@ -51,6 +52,12 @@ typedef struct ci_request {
     int max_tool_calls;         /* the request's own cap, -1 when absent */
     int uses_conversation;      /* conversation set: follow-ups send new items only */
     int forced_choice;          /* tool_choice forces a tool or is "required" */
+    const char *container_id;   /* tools[].container as an id, or NULL (auto) */
+    const char *memory_limit;   /* tools[].container.memory_limit, or NULL */
+    const char *context_container; /* the container of the context's latest
+                                      code_interpreter_call (a replayed item
+                                      or a recalled reference), or NULL */
+    const char *previous_response_id;
 } ci_request;
 
 /* True when the bytes mention "code_interpreter" at all. A body that does not
@@ -62,6 +69,11 @@ int ci_body_mentions_tool(const char *body, apr_size_t len);
 ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
                                   apr_size_t len, const ci_rewrite_opts *opts,
                                   ci_request **out, ci_error *err);
+
+/* Put ITEMS (a JSON array's text) before the request's input: outputs the
+ * upstream is owed for calls of a previous response. 0, or -1 when ITEMS
+ * is not an array. */
+int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items);
 
 /* The function tool description used when none is configured. */
 const char *ci_default_description(void);

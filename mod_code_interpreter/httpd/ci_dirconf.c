@@ -22,6 +22,7 @@
 #define DEFAULT_WORKERS 8
 #define DEFAULT_QUEUE_LIMIT 64
 #define DEFAULT_MAX_SANDBOXES 64
+#define DEFAULT_MAX_PER_OWNER 16
 
 /* CodeInterpreter NAME uses seen while reading the configuration, checked
  * against the declared sandboxes in check_config (declaration order and
@@ -51,7 +52,7 @@ void *ci_create_server_conf(apr_pool_t *p, server_rec *s)
         default_local = builtin_local(p);
     c->sandboxes = apr_hash_make(p);
     c->declared_at = apr_hash_make(p);
-    c->workers = c->queue_limit = c->max_sandboxes = CI_UNSET;
+    c->workers = c->queue_limit = c->max_sandboxes = c->max_per_owner = CI_UNSET;
     return c;
 }
 
@@ -64,6 +65,8 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->queue_limit = add->queue_limit != CI_UNSET ? add->queue_limit : base->queue_limit;
     c->max_sandboxes = add->max_sandboxes != CI_UNSET ? add->max_sandboxes
                                                       : base->max_sandboxes;
+    c->max_per_owner = add->max_per_owner != CI_UNSET ? add->max_per_owner
+                                                      : base->max_per_owner;
     c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
     c->secret = add->secret ? add->secret : base->secret;
     return c;
@@ -79,6 +82,7 @@ void *ci_create_dir_conf(apr_pool_t *p, char *dir)
     d->keepalive = CI_UNSET;
     d->connect_timeout = CI_UNSET;
     d->upstream_timeout = CI_UNSET;
+    d->containers = CI_UNSET;
     return d;
 }
 
@@ -96,6 +100,7 @@ void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     PICK(keepalive);
     PICK(connect_timeout);
     PICK(upstream_timeout);
+    PICK(containers);
     PICKP(upstream);
     PICKP(function_name);
     PICKP(ca_file);
@@ -171,6 +176,11 @@ int ci_server_max_sandboxes(const ci_server_conf *c)
     return c->max_sandboxes != CI_UNSET ? c->max_sandboxes : DEFAULT_MAX_SANDBOXES;
 }
 
+int ci_server_max_per_owner(const ci_server_conf *c)
+{
+    return c->max_per_owner != CI_UNSET ? c->max_per_owner : DEFAULT_MAX_PER_OWNER;
+}
+
 const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
 {
     ci_server_conf *c = ci_server_config(s);
@@ -239,6 +249,25 @@ static const char *set_server_count(cmd_parms *cmd, void *dummy, const char *v)
         return directive_error(cmd, err);
     *field = n;
     return NULL;
+}
+
+/* CodeInterpreterMaxContainersPerOwner: 0 leaves the server's cap alone. */
+static const char *set_per_owner(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, NOT_IN_DIR_CONTEXT);
+    if (err)
+        return err;
+    if ((err = ci_parse_count(cmd->pool, v, 100000, 1, &c->max_per_owner)))
+        return directive_error(cmd, err);
+    return NULL;
+}
+
+static const char *set_containers(cmd_parms *cmd, void *conf, const char *v)
+{
+    ci_dir_conf *d = conf;
+    const char *err = ci_parse_on_off(cmd->pool, v, &d->containers);
+    return err ? directive_error(cmd, err) : NULL;
 }
 
 static const char *set_enabled(cmd_parms *cmd, void *conf, const char *v)
@@ -364,8 +393,13 @@ const command_rec ci_directives[] = {
                   RSRC_CONF, "executions waiting per child before new ones are refused"),
     AP_INIT_TAKE1("CodeInterpreterMaxSandboxes", set_server_count, SOFF(max_sandboxes),
                   RSRC_CONF, "live sandboxes across the whole server"),
+    AP_INIT_TAKE1("CodeInterpreterMaxContainersPerOwner", set_per_owner, NULL,
+                  RSRC_CONF,
+                  "live containers one caller may hold (0: no bound of its own)"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
                   "file or |command receiving one JSON line per execution"),
+    AP_INIT_TAKE1("CodeInterpreterContainers", set_containers, NULL, DIR_CONF,
+                  "On: serve the Containers API (/containers...) at this location"),
     AP_INIT_TAKE1("CodeInterpreter", set_enabled, NULL, DIR_CONF,
                   "On, Off or the name of a declared sandbox tool"),
     AP_INIT_TAKE1("CodeInterpreterMaxLoops", set_dir_count, NULL, DIR_CONF,

@@ -24,6 +24,7 @@ typedef struct ci_server_conf {
     int workers;
     int queue_limit;
     int max_sandboxes;
+    int max_per_owner;       /* CodeInterpreterMaxContainersPerOwner */
     const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
     ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
 } ci_server_conf;
@@ -46,6 +47,7 @@ typedef struct ci_dir_conf {
     const char *proxy;
     int proxy_set;
     ap_expr_info_t *owner;           /* CodeInterpreterOwner, NULL: Authorization */
+    int containers;                  /* CodeInterpreterContainers: CI_UNSET, 0, 1 */
 } ci_dir_conf;
 
 extern const command_rec ci_directives[];
@@ -77,6 +79,7 @@ const char *ci_dir_function_name(const ci_dir_conf *d);
 int ci_server_workers(const ci_server_conf *c);
 int ci_server_queue_limit(const ci_server_conf *c);
 int ci_server_max_sandboxes(const ci_server_conf *c);
+int ci_server_max_per_owner(const ci_server_conf *c);
 
 /* The sandbox tool NAME of server S (the built-in "local" when not
  * declared), or NULL. */

@@ -17,6 +17,7 @@
 #include "ci_relay.h"
 #include "ci_session.h"
 #include "ci_sse.h"
+#include "ci_containers.h"
 #include "ci_state.h"
 #include "ci_upstream.h"
 #include "mod_code_interpreter.h"
@@ -179,7 +180,7 @@ static int execute_call(driver *dv, ci_call *call)
     if (!ci_loop_may_execute(dv->loop, call))
         return 0;
     if (!dv->session)
-        dv->session = ci_session_create(dv->r, dv->st->sandbox, dv->st->container_id);
+        dv->session = ci_session_create(dv->r, dv->st);
     module_pause(dv);
     t0 = apr_time_now();
     rv = ci_session_run(dv->session, call->code, &res, apr_time_from_msec(250),
@@ -623,16 +624,18 @@ static apr_status_t send_response(driver *dv)
 {
     apr_size_t len;
     const char *body;
+    json_object *final = ci_loop_response(dv->loop);
     log_done(dv);
+    ci_containers_finish(dv->r, dv->st, dv->loop, ci_json_str(final, "id"));
     if (dv->sse) {
-        ci_sse_completed(dv->sse, ci_loop_response(dv->loop));
+        ci_sse_completed(dv->sse, final);
         module_pause(dv);
         set_notes(dv);
         flush_events(dv, 1);
         ap_remove_output_filter(dv->f);
         return dv->r->connection->aborted ? APR_ECONNABORTED : APR_SUCCESS;
     }
-    body = ci_json_text(ci_loop_response(dv->loop), &len);
+    body = ci_json_text(final, &len);
     module_pause(dv);
     return send_body(dv, 200, "application/json", body, len);
 }
@@ -648,6 +651,9 @@ ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
     dv->deadline_at = dv->st->started + ci_dir_deadline(dv->d);
     dv->loop = ci_loop_create(f->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
                               dv->st->container_id);
+    if (dv->st->container_lost)
+        ci_loop_notice(dv->loop, ci_containers_lost_notice(f->r->pool,
+                                                           dv->st->container_lost));
     if (dv->st->req->wants_stream)
         dv->sse = ci_sse_create(f->r->pool);
     if (dv->sse && relayed) {

@@ -15,6 +15,8 @@
 #include "ci_input.h"
 #include "ci_loop.h"
 #include "ci_output.h"
+#include "ci_containers.h"
+#include "ci_containers_api.h"
 #include "ci_owner.h"
 #include "ci_registry.h"
 #include "ci_scan.h"
@@ -276,10 +278,12 @@ static int misconfigured(request_rec *r, const char *name)
     return ci_send_error(r, &err);
 }
 
-static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *req)
+static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *req,
+                     const char *owner)
 {
     ci_req_state *st;
     ci_error err;
+    int rc;
     if (!ci_registry_tool_current(sandbox, r->request_time)) {
         /* This child predates a reload that removed or changed the tool: a
          * request accepted now must not create anything with the old one.
@@ -296,9 +300,14 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
     st = ci_state_create(r);
     st->req = req;
     st->sandbox = sandbox;
-    st->container_id = ci_mint_id(r->pool, "cntr_", 24);
-    st->owner = ci_owner_of(r);     /* now: before mod_headers may change a header */
+    st->owner = owner;
     st->started = apr_time_now();
+    if ((rc = ci_containers_resolve(r, st, &err)) != OK) {
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0106: refused (%d): %s",
+                      err.status, err.message);
+        ap_set_module_config(r->request_config, &code_interpreter_module, NULL);
+        return ci_send_error(r, &err);
+    }
     apr_table_unset(r->headers_in, "Accept-Encoding");
     replay_bytes(r, req->body, req->body_len);
     ap_add_output_filter(ci_output_filter_name, NULL, r, r->connection);
@@ -315,6 +324,7 @@ static int ci_fixups(request_rec *r)
     ci_dir_conf *d = ci_dir_config(r);
     const ci_sandbox_def *sandbox;
     ci_rewrite_opts opts = { 0 };
+    ci_recall_baton recall = { 0 };
     ci_request *req = NULL;
     ci_error err;
     body_reader rd;
@@ -323,6 +333,8 @@ static int ci_fixups(request_rec *r)
     apr_time_t t0;
     int rc;
 
+    if (d && d->containers == 1 && !r->main)
+        ci_containers_api_fixups(r);
     if (!d || d->enabled != 1 || r->main || r->prev || r->method_number != M_POST ||
         !is_json(r))
         return DECLINED;
@@ -341,18 +353,28 @@ static int ci_fixups(request_rec *r)
     sandbox = ci_sandbox_lookup(r->server, d->sandbox);
     opts.function_name = ci_dir_function_name(d);
     opts.function_description = ci_function_description(sandbox && sandbox->internet);
+    /* The owner now: before mod_headers may change a header, and only for
+     * a body that names the tool. */
+    recall.r = r;
+    recall.owner = ci_owner_of(r);
+    opts.recall = ci_containers_recall;
+    opts.recall_baton = &recall;
     switch (ci_request_rewrite(r->pool, body, len, &opts, &req, &err)) {
     case CI_REQ_PASS:
         replay(r, rd.kept, rd.len, 1);
         return DECLINED;
     case CI_REQ_ERROR:
+        if (recall.failed)
+            ci_error_set(&err, 503, CI_SERVER, NULL, "containers_unavailable", r->pool,
+                         "The container directory of this server is unavailable; "
+                         "retry shortly.");
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
                       "CI0102: refused (%d): %s", err.status, err.message);
         return ci_send_error(r, &err);
     default:
         if (!sandbox)
             return misconfigured(r, d->sandbox);
-        rc = intercept(r, sandbox, req);
+        rc = intercept(r, sandbox, req, recall.owner);
         if (rc == OK)           /* (an error answer sets no state) */
             ci_state_get(r)->module_time += apr_time_now() - t0;
         return rc;

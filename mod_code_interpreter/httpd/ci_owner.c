@@ -84,5 +84,7 @@ const char *ci_owner_of(request_rec *r)
     }
     else
         who = apr_table_get(r->headers_in, "Authorization");
-    return who ? ci_owner_key(r->pool, secret, who, strlen(who)) : NULL;
+    /* An empty owner is no owner: it must not be one shared by everyone
+     * who sends none. */
+    return who && *who ? ci_owner_key(r->pool, secret, who, strlen(who)) : NULL;
 }

@@ -18,7 +18,9 @@
 #include <http_protocol.h>
 #include <mod_status.h>
 #include "ci_dirconf.h"
+#include "ci_json.h"
 #include "ci_registry.h"
+#include "ci_supervisor.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
@@ -584,6 +586,44 @@ void ci_registry_child_init(apr_pool_t *pchild, server_rec *s)
 
 /* ---- server-status ------------------------------------------------------ */
 
+/* The containers, as the supervisor (which holds their directory) counts
+ * them. */
+static void containers_status(request_rec *r, int flags)
+{
+    const char *text = NULL, *err = NULL, *perr;
+    json_object *st, *cs, *tools;
+    int running, executing, sandboxes, expired;
+    if (ci_supervisor_status(r->pool, &text, &err) != 0 ||
+        !(st = ci_json_parse(r->pool, text, strlen(text), &perr)) ||
+        !(cs = ci_json_get(st, "containers", json_type_object))) {
+        ap_rprintf(r, flags & AP_STATUS_SHORT ? "CodeInterpreterContainers: unknown\n"
+                      : "<p>Containers: unknown (the sandbox supervisor did not "
+                        "answer)</p>\n");
+        return;
+    }
+    running = json_object_get_int(ci_json_get(cs, "running", json_type_int));
+    executing = json_object_get_int(ci_json_get(cs, "executing", json_type_int));
+    sandboxes = json_object_get_int(ci_json_get(cs, "local_sandboxes", json_type_int));
+    expired = json_object_get_int(ci_json_get(cs, "expired", json_type_int));
+    tools = ci_json_get(cs, "by_tool", json_type_object);
+    if (flags & AP_STATUS_SHORT) {
+        ap_rprintf(r, "CodeInterpreterContainers: running=%d executing=%d idle=%d "
+                      "local_sandboxes=%d expired=%d\n", running, executing,
+                   running - executing, sandboxes, expired);
+        json_object_object_foreach(tools, name, n)
+            ap_rprintf(r, "CodeInterpreterContainers-%s: %d\n", name,
+                       json_object_get_int(n));
+        return;
+    }
+    ap_rprintf(r, "<p>Containers: %d running (%d executing, %d idle; %d local "
+                  "sandboxes), %d expired kept for late references</p>\n<ul>\n",
+               running, executing, running - executing, sandboxes, expired);
+    json_object_object_foreach(tools, tname, tn)
+        ap_rprintf(r, "<li>%s: %d</li>\n", ap_escape_html(r->pool, tname),
+                   json_object_get_int(tn));
+    ap_rputs("</ul>\n", r);
+}
+
 static int ci_status(request_rec *r, int flags)
 {
     int i;
@@ -624,6 +664,7 @@ static int ci_status(request_rec *r, int flags)
     }
     if (!(flags & AP_STATUS_SHORT))
         ap_rputs("</table>\n", r);
+    containers_status(r, flags);
     return OK;
 }
 

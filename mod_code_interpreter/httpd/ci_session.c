@@ -1,7 +1,10 @@
 /*
  * ci_session.c - the sandbox of one intercepted request: a box started on
  * first use, reused for every call of the request, restarted after a
- * failure and destroyed by a request-pool cleanup on every path.
+ * failure and destroyed by a request-pool cleanup on every path. A caller
+ * with an owner uses a container instead: its record is made (or found) at
+ * the first call, its sandbox attached then and let go, still running, at
+ * the end.
  *
  * Memory: the sandbox and its results live in a pool with its own allocator,
  * used by one thread at a time (the worker while a job runs, the request
@@ -11,19 +14,25 @@
 #include <apr_atomic.h>
 #include <apr_strings.h>
 #include <http_request.h>
+#include "ci_containers.h"
 #include "ci_dirconf.h"
 #include "ci_idle.h"
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
+#include "ci_state.h"
 #include "ci_supervisor.h"
 #include "ci_workers.h"
 #include "mod_code_interpreter.h"
 
 struct ci_session {
     request_rec *r;
+    ci_req_state *st;
     const ci_sandbox_def *def;
     const char *container_id;
+    int container;           /* a container's sandbox (the caller has an owner) */
+    int attached;            /* its record is known and the box set up */
+    int has_handle;          /* the directory holds its handle */
     apr_pool_t *root;        /* own allocator */
     ci_box *box;
     int slot;                /* in the server-wide registry, -1: none */
@@ -44,6 +53,18 @@ void ci_session_counts(apr_uint32_t *started, apr_uint32_t *destroyed)
     *destroyed = apr_atomic_read32(&destroyed_count);
 }
 
+/* A remote container's sandbox was made now: how to reach it again goes to
+ * the directory. */
+static void record_handle(ci_session *s, ci_sandbox *sb)
+{
+    const ci_provider *prov = s->def->provider;
+    const char *handle;
+    if (s->has_handle || !prov->handle || !(handle = prov->handle(sb, s->root)))
+        return;
+    ci_containers_set_handle(s->r, s->root, s->st, handle);
+    s->has_handle = 1;
+}
+
 /* The box's starts and destroys: counted, logged, and a remote sandbox
  * recorded in the registry so that a live child can delete it if this one
  * dies. */
@@ -52,6 +73,19 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
     ci_session *s = baton;
     const ci_provider *prov = s->def->provider;
     ci_reap_cred cred;
+    if (s->container) {
+        /* A container's sandbox is attached and let go, not started and
+         * destroyed: the supervisor or the provider keeps it. One made now
+         * is recorded before any code runs in it, so that it is found even
+         * if this child dies during the run. (The worker thread: the
+         * session's pool, not the request's.) */
+        if (ev == CI_BOX_STARTED)
+            record_handle(s, sb);
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r, "CI0305: container %s %s "
+                      "(tool %s)", s->container_id, ev == CI_BOX_STARTED ? "attached"
+                      : "released", s->def->name);
+        return;
+    }
     if (ev == CI_BOX_DESTROYED) {
         apr_atomic_inc32(&destroyed_count);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
@@ -59,7 +93,10 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
                       s->def->name, s->container_id);
         return;
     }
-    if (prov->remote_id && prov->reap_cred && prov->reap_cred(s->def, &cred))
+    /* A container's remote sandbox is not this child's to reap: it expires
+     * at the provider when its container does. */
+    if (!s->container && prov->remote_id && prov->reap_cred &&
+        prov->reap_cred(s->def, &cred))
         ci_registry_set_remote(s->slot, prov->remote_id(sb), prov->name, &cred);
     apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
@@ -169,19 +206,25 @@ static apr_status_t session_cleanup(void *data)
             ci_box_interrupt(s->box);
         s->job = NULL;
     }
-    ci_box_destroy(s->box, "request ended");
+    if (s->container)
+        ci_box_release(s->box);
+    else
+        ci_box_destroy(s->box, "request ended");
     ci_registry_release(s->slot);
     session_pool_destroy(s->root);
     return APR_SUCCESS;
 }
 
-ci_session *ci_session_create(request_rec *r, const ci_sandbox_def *def,
-                              const char *container_id)
+ci_session *ci_session_create(request_rec *r, ci_req_state *st)
 {
     ci_session *s = apr_pcalloc(r->pool, sizeof(*s));
+    const ci_sandbox_def *def = st->sandbox;
+    const char *container_id = st->container_id;
     s->r = r;
+    s->st = st;
     s->def = def;
     s->container_id = container_id;
+    s->container = st->owner && def->provider->attach;
     s->slot = -1;
     s->root = session_pool();
     s->box = ci_box_create(s->root, def, container_id, box_event, s);
@@ -189,20 +232,45 @@ ci_session *ci_session_create(request_rec *r, const ci_sandbox_def *def,
     return s;
 }
 
+/* The first call of a container's session: its record (made now when the
+ * container is new), and the box pointed at its sandbox. */
+static apr_status_t attach_container(ci_session *s, ci_error *err)
+{
+    ci_container c;
+    apr_status_t rv = ci_containers_ensure(s->r, s->st, &c, err);
+    if (rv != APR_SUCCESS)
+        return rv;
+    ci_box_set_container(s->box, s->container_id, ci_containers_unseal(s->r, c.handle),
+                         c.idle_seconds > 0 ? c.idle_seconds : s->def->idle);
+    s->has_handle = c.handle != NULL;
+    s->attached = 1;
+    return APR_SUCCESS;
+}
+
+/* The registry slot a request's own sandbox holds (a container's sandbox
+ * is counted where it lives). */
+static apr_status_t claim_slot(ci_session *s, ci_error *err)
+{
+    if (s->container || s->slot >= 0 || adopt_warm(s) ||
+        (s->slot = ci_registry_claim(s->def->name, s->container_id)) >= 0)
+        return APR_SUCCESS;
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, s->r, "CI0304: sandbox refused: "
+                  "CodeInterpreterMaxSandboxes reached");
+    ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", s->r->pool,
+                 "This server is running as many code sandboxes as it allows; "
+                 "retry shortly.");
+    return APR_EAGAIN;
+}
+
 apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res,
                             apr_interval_time_t tick, int (*wait_tick)(void *),
                             void *baton, ci_error *err)
 {
     apr_status_t rv;
-    if (s->slot < 0 && !adopt_warm(s) &&
-        (s->slot = ci_registry_claim(s->def->name, s->container_id)) < 0) {
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, s->r, "CI0304: sandbox refused: "
-                      "CodeInterpreterMaxSandboxes reached");
-        ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", s->r->pool,
-                     "This server is running as many code sandboxes as it allows; "
-                     "retry shortly.");
-        return APR_EAGAIN;
-    }
+    if (s->container && !s->attached && (rv = attach_container(s, err)) != APR_SUCCESS)
+        return rv;
+    if ((rv = claim_slot(s, err)) != APR_SUCCESS)
+        return rv;
     s->code = apr_pstrdup(s->root, code);
     s->err = NULL;
     rv = ci_job_submit(s->r->pool, run_job, s, &s->job);

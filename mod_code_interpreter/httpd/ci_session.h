@@ -13,8 +13,10 @@
 
 typedef struct ci_session ci_session;
 
-ci_session *ci_session_create(request_rec *r, const ci_sandbox_def *def,
-                              const char *container_id);
+struct ci_req_state;
+
+/* The session of R's sandbox tool and container (ST). */
+ci_session *ci_session_create(request_rec *r, struct ci_req_state *st);
 /* Run CODE; fills RES. Returns APR_SUCCESS, APR_EAGAIN (capacity or queue
  * full: 503), APR_EGENERAL with ERR (sandbox could not start: 503) or
  * APR_ECONNABORTED (interrupted). WAIT_TICK is called every TICK while

@@ -7,6 +7,7 @@
 #define CI_STATE_H
 
 #include <httpd.h>
+#include "ci_directory.h"
 #include "ci_error.h"
 #include "ci_request.h"
 #include "ci_sandbox.h"
@@ -17,6 +18,10 @@ typedef struct ci_req_state {
     const char *container_id;  /* server-minted "cntr_...": what the client
                                   sees and what logs and the registry name */
     const char *owner;         /* keyed hash of the caller (ci_owner.h), or NULL */
+    int container_exists;      /* container_id is in the directory (reused,
+                                  explicit, or made at the first call) */
+    const char *container_lost;/* the context's container, expired: the
+                                  model is told its state is gone */
     apr_time_t started;
     apr_interval_time_t module_time;   /* time spent in the module's own work */
 } ci_req_state;

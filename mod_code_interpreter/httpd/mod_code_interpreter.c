@@ -11,6 +11,7 @@
 #include <ap_mpm.h>
 #include <unixd.h>
 #include "ci_audit.h"
+#include "ci_containers_api.h"
 #include "ci_dirconf.h"
 #include "ci_input.h"
 #include "ci_log.h"
@@ -118,6 +119,7 @@ static void ci_register_hooks(apr_pool_t *p)
     ci_registry_register_hooks(p);
     ci_input_register_hooks(p);
     ci_output_register_hooks(p);
+    ci_containers_api_register_hooks(p);
 }
 
 AP_DECLARE_MODULE(code_interpreter) = {

@@ -8,6 +8,7 @@
 #include <apr_strings.h>
 #include <apr_thread_mutex.h>
 #include "ci_config.h"
+#include "ci_log.h"
 #include "ci_sandbox.h"
 
 extern const ci_provider ci_provider_local;
@@ -47,7 +48,8 @@ const char *ci_provider_names(apr_pool_t *p)
 
 /* ---- definitions --------------------------------------------------------- */
 
-#define COMMON_KEYS "provider, timeout, max_output"
+#define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention"
+#define MAX_IDLE (30 * 86400)
 
 ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
                                         const ci_provider *provider)
@@ -57,6 +59,9 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
     d->provider = provider;
     d->timeout = apr_time_from_sec(30);
     d->max_output = 64 * 1024;
+    d->idle = 20 * 60;
+    d->max_idle = 24 * 3600;
+    d->retention = 3600;
     if (provider->defaults)
         provider->defaults(d);
     return d;
@@ -74,6 +79,12 @@ static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
             d->timeout = apr_time_from_sec(s);
         return e;
     }
+    if (!strcmp(key, "idle"))
+        return ci_parse_duration(p, v, MAX_IDLE, &d->idle);
+    if (!strcmp(key, "max_idle"))
+        return ci_parse_duration(p, v, MAX_IDLE, &d->max_idle);
+    if (!strcmp(key, "retention"))
+        return ci_parse_duration(p, v, MAX_IDLE, &d->retention);
     if (!strcmp(key, "max_output")) {
         if (!(e = ci_parse_size(p, v, (apr_uint64_t)16 << 20, &n)))
             d->max_output = (apr_size_t)n;
@@ -137,6 +148,9 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     for (i = 0; i < argc; i++)
         if ((e = parse_word(p, d, argv[i])))
             return e;
+    if (d->idle > d->max_idle)
+        return apr_psprintf(p, "idle=%d s exceeds max_idle=%d s: the default expiry "
+                               "must be one a client could ask for", d->idle, d->max_idle);
     *out = d;
     return NULL;
 }
@@ -171,7 +185,33 @@ struct ci_box {
     ci_sandbox *sb;
     int failed;                 /* the last run lost the interpreter */
     volatile apr_uint32_t interrupted;
+    /* a container's box */
+    const char *container;      /* its id, or NULL: the request's own box */
+    const char *handle;         /* what attach needs, or NULL */
+    int idle_seconds;
 };
+
+static void set_sandbox(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
+
+void ci_box_set_container(ci_box *b, const char *container_id, const char *handle,
+                          int idle_seconds)
+{
+    b->container = apr_pstrdup(b->p, container_id);
+    b->handle = handle ? apr_pstrdup(b->p, handle) : NULL;
+    b->idle_seconds = idle_seconds;
+}
+
+void ci_box_release(ci_box *b)
+{
+    ci_sandbox *sb = b->sb;
+    apr_pool_t *sbpool = b->sbpool;
+    if (!sb)
+        return;
+    set_sandbox(b, NULL, NULL);
+    if (b->def->provider->release)
+        b->def->provider->release(sb);
+    apr_pool_destroy(sbpool);
+}
 
 ci_box *ci_box_create(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
                       ci_box_listener *listener, void *baton)
@@ -223,7 +263,10 @@ static apr_status_t start(ci_box *b, const char **err)
     ci_sandbox *sb = NULL;
     apr_status_t rv;
     apr_pool_create(&sbpool, b->p);
-    rv = b->def->provider->start(sbpool, b->def, b->tag, &sb, err);
+    rv = b->container
+        ? b->def->provider->attach(sbpool, b->def, b->container, b->handle,
+                                   b->idle_seconds, &sb, err)
+        : b->def->provider->start(sbpool, b->def, b->tag, &sb, err);
     if (rv != APR_SUCCESS) {
         /* The message lives in the pool about to go. */
         *err = *err ? apr_pstrdup(b->p, *err) : NULL;
@@ -251,8 +294,15 @@ apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
     if (apr_atomic_read32(&b->interrupted))   /* while it started */
         return APR_ECONNABORTED;
     rv = b->def->provider->run(b->sb, p, code, res);
-    if (rv == APR_SUCCESS && ci_exec_failed(res))
+    /* A container's sandbox is recovered by its provider, not replaced. */
+    if (rv == APR_SUCCESS && ci_exec_failed(res) && !b->container)
         b->failed = 1;
+    if (rv == APR_SUCCESS && b->container && b->def->provider->keep_alive) {
+        const char *why = NULL;
+        if (b->def->provider->keep_alive(b->sb, b->idle_seconds, &why) != APR_SUCCESS)
+            ci_log(CI_LOG_WARNING, "CI0313: container %s could not be kept alive: %s",
+                   b->container, why ? why : "unknown reason");
+    }
     return rv;
 }
 

@@ -33,6 +33,10 @@ typedef struct ci_sandbox_def {
     const ci_provider *provider;
     apr_interval_time_t timeout;   /* per execution */
     apr_size_t max_output;         /* bytes of output the model sees */
+    /* containers */
+    int idle;                      /* seconds unused before one expires */
+    int max_idle;                  /* the most a client may ask (expires_after) */
+    int retention;                 /* seconds an expired one stays answerable */
     /* local */
     const char *python;
     apr_uint64_t memory;           /* address space per process */
@@ -99,6 +103,26 @@ struct ci_provider {
     apr_status_t (*reap)(const ci_reap_cred *cred, const char *id, const char **err);
     /* Sandboxes can be started ahead of need (warm=N). */
     int warmable;
+
+    /* ---- containers: a sandbox that outlives the process using it ----
+     * A container's sandbox is reached with attach from any child, used,
+     * and let go with release; destroy deletes it. */
+    /* Reach the sandbox of container CONTAINER_ID. HANDLE is what handle
+     * returned for it earlier, or NULL when it has no sandbox yet: then one
+     * is started for it, kept alive for IDLE_SECONDS without use. Failed
+     * outcomes of run do not end a container's sandbox: the provider
+     * recovers it (an empty interpreter) for the next run. APR_NOTFOUND
+     * when HANDLE's sandbox is gone at the provider (its lifetime cap). */
+    apr_status_t (*attach)(apr_pool_t *p, const ci_sandbox_def *d,
+                           const char *container_id, const char *handle,
+                           int idle_seconds, ci_sandbox **out, const char **err);
+    /* What attach needs to reach SB again from another process (secret: it
+     * may hold credentials), or NULL when the container id is enough. */
+    const char *(*handle)(ci_sandbox *sb, apr_pool_t *p);
+    /* It was used: keep it alive IDLE_SECONDS from now. NULL: nothing to do. */
+    apr_status_t (*keep_alive)(ci_sandbox *sb, int idle_seconds, const char **err);
+    /* Let SB go, leaving the sandbox running for the next attach. */
+    void (*release)(ci_sandbox *sb);
 };
 
 /* The provider named NAME, or NULL. */
@@ -141,6 +165,14 @@ void ci_box_adopt(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
  * ran; or the start's status with *ERR. */
 apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
                         ci_exec_result *res, const char **err);
+/* Make B container CONTAINER_ID's: its sandbox is reached with the
+ * provider's attach (HANDLE: from an earlier handle, or NULL), a failed run
+ * leaves its recovery to the provider, each run keeps it alive for
+ * IDLE_SECONDS, and ci_box_release lets it go. Before the first run. */
+void ci_box_set_container(ci_box *b, const char *container_id, const char *handle,
+                          int idle_seconds);
+/* Let the container's sandbox go, leaving it running. */
+void ci_box_release(ci_box *b);
 /* From any thread: stop a run in progress, and any run that starts later. */
 void ci_box_interrupt(ci_box *b);
 /* Destroy the sandbox, if any (WHY goes to the listener). */

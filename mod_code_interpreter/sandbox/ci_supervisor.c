@@ -9,13 +9,25 @@
  *
  * Who owns a sandbox: the connection that created or took it (destroyed
  * when that connection closes: a child that dies leaves nothing running),
- * or a warm pool (destroyed when the parent no longer wants it). A warm
- * sandbox holds a registry slot of its own until a connection takes it; the
- * child then claims one for it.
+ * a warm pool (destroyed when the parent no longer wants it), or a
+ * container (ATTACH): then it stays across connections until its container
+ * expires or is deleted, every connection attached to it may run code, and
+ * their runs take turns in arrival order. A warm sandbox holds a registry
+ * slot of its own until a connection takes it; the child then claims one
+ * for it. A container's sandbox keeps its slot here.
+ *
+ * The container directory (ci_directory, through ci_supdir) lives here too:
+ * this process outlives children and graceful restarts, and being one
+ * thread it serialises every change.
  *
  * Timeouts: the supervisor enforces each execution's deadline (the tool's
- * timeout carried in the definition) by killing the sandbox: END says
- * timed_out and the next run starts a fresh one, as before.
+ * timeout carried in the definition). A request's own sandbox is killed: END
+ * says timed_out and the next run starts a fresh one. A container's is
+ * interrupted first, as Ctrl-C would: SIGINT to every process of the
+ * sandbox but bubblewrap's own, so that Python raises KeyboardInterrupt and
+ * the interpreter and its state live on (END says timed_out, kept); only
+ * when the run has not ended INTERRUPT_GRACE later is the sandbox killed and
+ * started again empty.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -32,10 +44,14 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <apr_file_info.h>
+#include <apr_hash.h>
 #include <apr_strings.h>
 #include <apr_tables.h>
+#include "ci_directory.h"
 #include "ci_json.h"
 #include "ci_log.h"
+#include "ci_supdir.h"
 #include "ci_supervisor.h"
 #include "ci_supproto.h"
 
@@ -43,6 +59,7 @@
 #define READ_CHUNK 65536
 #define BACKLOG_MAX ((apr_size_t)1024 * 1024)   /* stop reading a sandbox past it */
 #define TICK_MS 1000
+#define INTERRUPT_GRACE apr_time_from_sec(2)
 
 /* ---- an output queue ----------------------------------------------------- */
 
@@ -109,6 +126,20 @@ static void outq_free(outq *q)
 typedef struct conn conn;
 typedef struct want want;
 
+/* A RUN waiting for a container's sandbox (malloc'd: the box lives long). */
+typedef struct queued {
+    conn *from;
+    char *code;
+    apr_size_t len;
+    struct queued *next;
+} queued;
+
+/* A connection waiting for an ATTACH to be answered. */
+typedef struct waiter {
+    conn *c;
+    struct waiter *next;
+} waiter;
+
 typedef enum { BOX_STARTING, BOX_IDLE, BOX_RUNNING, BOX_DEAD } box_state;
 
 typedef struct box {
@@ -127,6 +158,12 @@ typedef struct box {
     want *warm;                 /* the pool it belongs to while warm */
     int slot;                   /* the registry slot of a warm one, -1 */
     int counted_warm;           /* the registry counts it as warm */
+    const char *container;      /* the container it is the sandbox of, or NULL */
+    conn *runner;               /* a container's: whose run is in progress */
+    queued *runq;               /* a container's: runs waiting their turn */
+    waiter *waiters;            /* a container's: ATTACHes not yet answered */
+    ci_exec_outcome interrupted;/* a container's run was interrupted (SIGINT)
+                                   for this reason; COMPLETED: it was not */
     struct box *next;
 } box;
 
@@ -137,6 +174,7 @@ struct conn {
     ci_sup_reader *reader;
     apr_pool_t *pool;
     outq out;
+    box *attached;              /* the container sandbox it attached to */
     struct conn *next;
 };
 
@@ -157,6 +195,8 @@ static struct {
     apr_uint32_t next_id;
     int refill_due;             /* at the end of this turn of the loop, or the
                                    cap refused a warm slot: retry each tick */
+    ci_directory *dir;
+    apr_time_t next_expiry_check;
 } sup;
 
 /* ---- sandboxes -------------------------------------------------------------- */
@@ -198,6 +238,40 @@ static void box_release_slot(box *b)
     b->slot = -1;
 }
 
+static void send_text(conn *c, int type, apr_uint32_t id, const char *text);
+static void send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
+
+/* Who hears a sandbox's output: its connection, or its container's runner. */
+static conn *client_of(const box *b)
+{
+    return b->container ? b->runner : b->owner;
+}
+
+/* A container's sandbox goes: everyone waiting on it is told. */
+static void release_waiting(box *b, const char *why)
+{
+    conn *c;
+    while (b->waiters) {
+        waiter *w = b->waiters;
+        b->waiters = w->next;
+        send_text(w->c, CI_SUP_ERROR, 0, why);
+        free(w);
+    }
+    while (b->runq) {
+        queued *q = b->runq;
+        b->runq = q->next;
+        send_end(q->from, b->id, CI_EXEC_LOST);
+        free(q->code);
+        free(q);
+    }
+    if (b->runner)
+        send_end(b->runner, b->id, CI_EXEC_LOST);
+    b->runner = NULL;
+    for (c = sup.conns; c; c = c->next)
+        if (c->attached == b)
+            c->attached = NULL;
+}
+
 static void box_free(box *b)
 {
     box **pp;
@@ -206,6 +280,8 @@ static void box_free(box *b)
             *pp = b->next;
             break;
         }
+    if (b->container)
+        release_waiting(b, "the container's sandbox was removed");
     box_release_slot(b);
     box_kill(b);
     apr_pool_destroy(b->pool);
@@ -223,6 +299,24 @@ static void set_nonblock(int fd)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/* Fork B's sandbox (again, for a container's after a failure): STARTING
+ * until its kernel says ready. -1 when it could not be forked. */
+static int box_spawn(box *b)
+{
+    if (ci_local_spawn(b->pool, b->def, &b->pid, &b->in_fd, &b->out_fd, &b->err_fd)
+        != APR_SUCCESS)
+        return -1;
+    set_nonblock(b->in_fd);
+    set_nonblock(b->out_fd);
+    set_nonblock(b->err_fd);
+    ci_ndjson_reset(b->nd);
+    b->state = BOX_STARTING;
+    b->deadline = apr_time_now() + START_TIMEOUT;
+    ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
+           b->id, (long)b->pid, b->def->name, b->tag);
+    return 0;
+}
+
 /* Start a sandbox of DEF (its text DEFTEXT). NULL with *ERR when it could
  * not even be forked; otherwise it is STARTING until its kernel says ready. */
 static box *box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
@@ -234,27 +328,22 @@ static box *box_start(const ci_sandbox_def *def, const char *deftext, const char
     b = apr_pcalloc(p, sizeof(*b));
     b->pool = p;
     b->def = apr_pmemdup(p, def, sizeof(*def));
+    b->def->name = apr_pstrdup(p, def->name);
+    b->def->python = def->python ? apr_pstrdup(p, def->python) : NULL;
+    b->def->preload = def->preload ? apr_pstrdup(p, def->preload) : NULL;
     b->deftext = apr_pstrdup(p, deftext);
     b->tag = apr_pstrdup(p, tag);
     b->slot = -1;
     b->in_fd = b->out_fd = b->err_fd = -1;
     b->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
-    if (ci_local_spawn(p, b->def, &b->pid, &b->in_fd, &b->out_fd, &b->err_fd)
-        != APR_SUCCESS) {
+    b->id = new_id();
+    if (box_spawn(b) < 0) {
         *err = "the local sandbox could not be forked";
         apr_pool_destroy(p);
         return NULL;
     }
-    set_nonblock(b->in_fd);
-    set_nonblock(b->out_fd);
-    set_nonblock(b->err_fd);
-    b->id = new_id();
-    b->state = BOX_STARTING;
-    b->deadline = apr_time_now() + START_TIMEOUT;
     b->next = sup.boxes;
     sup.boxes = b;
-    ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
-           b->id, (long)b->pid, def->name, tag);
     return b;
 }
 
@@ -285,15 +374,63 @@ static void send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome)
     send_frame(c, CI_SUP_END, id, &o, 1);
 }
 
+/* The run ended with OUTCOME after an interrupt its interpreter survived. */
+static void send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome)
+{
+    char o[2] = { (char)outcome, CI_SUP_END_KEPT };
+    send_frame(c, CI_SUP_END, id, o, 2);
+}
+
 /* The box with ID that C owns: nothing a client sends reaches another
  * connection's sandbox. */
 static box *owned(conn *c, apr_uint32_t id)
 {
     box *b;
     for (b = sup.boxes; b; b = b->next)
-        if (b->id == id && b->owner == c)
+        if (b->id == id && (b->owner == c || (b->container && c->attached == b)))
             return b;
     return NULL;
+}
+
+static void stop_run(box *b, ci_exec_outcome outcome);
+static void interrupt_kernel(box *b, ci_exec_outcome why);
+
+/* C goes: its place in its container's queue, and its run in progress. */
+static void detach(conn *c)
+{
+    box *b = c->attached;
+    queued **qp;
+    waiter **wp;
+    if (!b)
+        return;
+    c->attached = NULL;
+    for (qp = &b->runq; *qp;) {
+        queued *q = *qp;
+        if (q->from == c) {
+            *qp = q->next;
+            free(q->code);
+            free(q);
+        }
+        else
+            qp = &q->next;
+    }
+    for (wp = &b->waiters; *wp;) {
+        waiter *w = *wp;
+        if (w->c == c) {
+            *wp = w->next;
+            free(w);
+        }
+        else
+            wp = &w->next;
+    }
+    if (b->runner == c) {
+        /* Its child left mid-run (it died, or gave up): the run is
+         * interrupted as a timeout is, and the container lives on for the
+         * conversation's next turn. What the run still prints goes nowhere. */
+        b->runner = NULL;
+        if (b->state == BOX_RUNNING && b->interrupted == CI_EXEC_COMPLETED)
+            interrupt_kernel(b, CI_EXEC_INTERRUPTED);
+    }
 }
 
 static void conn_free(conn *c)
@@ -301,6 +438,7 @@ static void conn_free(conn *c)
     conn **pp;
     box *b, *next;
     int n = 0;
+    detach(c);
     for (b = sup.boxes; b; b = next) {
         next = b->next;
         if (b->owner == c) {
@@ -323,6 +461,8 @@ static void conn_free(conn *c)
 
 /* ---- peers ------------------------------------------------------------------ */
 
+static pid_t parent_of(pid_t pid);
+
 /* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
 static pid_t parent_of(pid_t pid)
 {
@@ -342,6 +482,21 @@ static pid_t parent_of(pid_t pid)
     if (!(rp = strrchr(buf, ')')) || sscanf(rp + 1, " %*c %ld", &ppid) != 1)
         return -1;
     return (pid_t)ppid;
+}
+
+/* Whether PID runs bubblewrap (its command name). */
+static int is_bwrap(pid_t pid)
+{
+    char path[64], comm[32];
+    ssize_t n;
+    int fd;
+    snprintf(path, sizeof(path), "/proc/%ld/comm", (long)pid);
+    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        return 1;                 /* gone, or not ours to judge: leave it */
+    n = read(fd, comm, sizeof(comm) - 1);
+    close(fd);
+    comm[n > 0 ? n : 0] = '\0';
+    return !strcmp(comm, "bwrap\n");
 }
 
 /* A peer is httpd's parent itself, or one of its children running as the
@@ -392,7 +547,7 @@ static int warm_count(const want *w)
     box *b;
     int n = 0;
     for (b = sup.boxes; b; b = b->next)
-        if (b->warm == w && !b->owner && b->state != BOX_DEAD)
+        if (b->warm == w && !b->owner && !b->container && b->state != BOX_DEAD)
             n++;
     return n;
 }
@@ -452,7 +607,7 @@ static void set_wants(apr_array_header_t *wants)
     /* Move warm sandboxes to the new pool of the same definition. */
     for (b = sup.boxes; b; b = bn) {
         bn = b->next;
-        if (!b->warm || b->owner)
+        if (!b->warm || b->owner || b->container)
             continue;
         for (w = sup.wants; w && strcmp(w->deftext, b->deftext); w = w->next)
             ;
@@ -492,7 +647,7 @@ static box *warm_ready(const char *deftext)
 {
     box *b;
     for (b = sup.boxes; b; b = b->next)
-        if (b->warm && !b->owner && b->state == BOX_IDLE &&
+        if (b->warm && !b->owner && !b->container && b->state == BOX_IDLE &&
             !strcmp(b->deftext, deftext))
             return b;
     return NULL;
@@ -545,48 +700,356 @@ static int queue_code(box *b, const char *code, apr_size_t len)
     return rc;
 }
 
-static void handle_run(conn *c, const ci_sup_frame *f)
+/* Hand CODE to B's idle kernel for C. */
+static void begin_run(box *b, conn *c, const char *code, apr_size_t len)
 {
-    box *b = owned(c, f->id);
-    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
-        send_end(c, f->id, CI_EXEC_LOST);
-        return;
-    }
-    if (queue_code(b, f->data, f->len) < 0) {
+    if (queue_code(b, code, len) < 0) {
         box_kill(b);
-        send_end(c, f->id, CI_EXEC_LOST);
+        send_end(c, b->id, CI_EXEC_LOST);
         return;
     }
     ci_ndjson_reset(b->nd);
     b->state = BOX_RUNNING;
     b->deadline = apr_time_now() + b->def->timeout;
+    b->interrupted = CI_EXEC_COMPLETED;
+    if (b->container)
+        b->runner = c;
 }
 
-/* Stop B's execution with OUTCOME: the sandbox is killed (the next run
- * starts a fresh one, as it always did). */
+/* Every process under PID (its descendants), as pid/command pairs read
+ * from /proc, into OUT; their number. */
+static int descendants(pid_t root, pid_t *out, int max)
+{
+    apr_pool_t *p;
+    apr_dir_t *dir;
+    apr_finfo_t fi;
+    apr_hash_t *parent;
+    int n = 0, grew = 1;
+    apr_pool_create(&p, sup.p);
+    parent = apr_hash_make(p);
+    if (apr_dir_open(&dir, "/proc", p) == APR_SUCCESS) {
+        while (apr_dir_read(&fi, APR_FINFO_NAME, dir) == APR_SUCCESS) {
+            pid_t pid = (pid_t)atol(fi.name);
+            pid_t *pp;
+            if (pid <= 0)
+                continue;
+            pp = apr_palloc(p, 2 * sizeof(pid_t));
+            pp[0] = pid;
+            pp[1] = parent_of(pid);
+            apr_hash_set(parent, pp, sizeof(pid_t), pp);
+        }
+        apr_dir_close(dir);
+    }
+    out[n++] = root;
+    while (grew && n < max) {
+        apr_hash_index_t *hi;
+        grew = 0;
+        for (hi = apr_hash_first(p, parent); hi && n < max; hi = apr_hash_next(hi)) {
+            pid_t *pp = apr_hash_this_val(hi);
+            int i, known = 0, under = 0;
+            for (i = 0; i < n; i++) {
+                known |= out[i] == pp[0];
+                under |= out[i] == pp[1];
+            }
+            if (under && !known) {
+                out[n++] = pp[0];
+                grew = 1;
+            }
+        }
+    }
+    apr_pool_destroy(p);
+    return n;
+}
+
+/* Ctrl-C for B's code: SIGINT to the processes of the sandbox that are not
+ * bubblewrap's (its monitor and the namespace's init stay untouched). */
+static void interrupt_kernel(box *b, ci_exec_outcome why)
+{
+    pid_t pids[256];
+    int i, n = b->pid > 0 ? descendants(b->pid, pids, 256) : 0;
+    for (i = 1; i < n; i++)
+        if (!is_bwrap(pids[i]))
+            kill(pids[i], SIGINT);
+    b->interrupted = why;
+    b->deadline = apr_time_now() + INTERRUPT_GRACE;
+    ci_log(CI_LOG_INFO, "CI0619: sandbox %u of container %s interrupted (%s)", b->id,
+           b->container, ci_exec_outcome_name(why));
+}
+
+static void touch_container(box *b)
+{
+    if (b->container)
+        ci_directory_touch_id(sup.dir, b->container, apr_time_now());
+}
+
+/* A container's sandbox is free: the next queued run starts, on a fresh
+ * sandbox when the last one was lost. */
+static void next_run(box *b)
+{
+    queued *q = b->runq;
+    if (!q || b->runner || b->state == BOX_STARTING || b->state == BOX_RUNNING)
+        return;
+    if (b->state == BOX_DEAD) {
+        if (box_spawn(b) < 0)
+            release_waiting(b, "the local sandbox could not be forked");
+        return;
+    }
+    b->runq = q->next;
+    begin_run(b, q->from, q->code, q->len);
+    free(q->code);
+    free(q);
+}
+
+static int enqueue(box *b, conn *c, const char *code, apr_size_t len)
+{
+    queued *q = calloc(1, sizeof(*q)), **at;
+    if (!q || !(q->code = malloc(len ? len : 1))) {
+        free(q);
+        return -1;
+    }
+    memcpy(q->code, code, len);
+    q->len = len;
+    q->from = c;
+    for (at = &b->runq; *at; at = &(*at)->next)
+        ;
+    *at = q;
+    return 0;
+}
+
+/* C's run waiting in B's queue, removed: 1, or 0 when it had none. */
+static int dequeue(box *b, conn *c)
+{
+    queued **qp;
+    for (qp = &b->runq; *qp; qp = &(*qp)->next)
+        if ((*qp)->from == c) {
+            queued *q = *qp;
+            *qp = q->next;
+            free(q->code);
+            free(q);
+            return 1;
+        }
+    return 0;
+}
+
+static void handle_run(conn *c, const ci_sup_frame *f)
+{
+    box *b = owned(c, f->id);
+    if (b && b->container && f->len <= INT_MAX) {
+        touch_container(b);
+        if (enqueue(b, c, f->data, f->len) < 0)
+            send_end(c, f->id, CI_EXEC_LOST);
+        next_run(b);
+        return;
+    }
+    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
+        send_end(c, f->id, CI_EXEC_LOST);
+        return;
+    }
+    begin_run(b, c, f->data, f->len);
+}
+
+/* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
+ * run starts a fresh one, as it always did; a container's sandbox is
+ * started again for the next run in its queue (the interpreter's state is
+ * gone, and the run's failure text says so). */
 static void stop_run(box *b, ci_exec_outcome outcome)
 {
     int was_running = b->state == BOX_RUNNING;
+    conn *to = client_of(b);
+    b->interrupted = CI_EXEC_COMPLETED;
     box_kill(b);
-    if (was_running && b->owner)
-        send_end(b->owner, b->id, outcome);
+    if (was_running && to)
+        send_end(to, b->id, outcome);
+    if (b->container) {
+        b->runner = NULL;
+        next_run(b);
+    }
 }
 
-static void handle_status(conn *c)
+/* ---- containers ------------------------------------------------------------ */
+
+static box *container_box(const char *id)
 {
     box *b;
+    for (b = sup.boxes; b; b = b->next)
+        if (b->container && !strcmp(b->container, id))
+            return b;
+    return NULL;
+}
+
+/* A sandbox for container ID: a warm one, or a new one (with a slot). */
+static box *container_start(const ci_sandbox_def *def, const char *deftext,
+                            const char *id, const char **err)
+{
+    box *b = warm_ready(deftext);
+    int slot;
+    if (b) {
+        b->warm = NULL;               /* it keeps its slot, now as live */
+        if (b->counted_warm)
+            sup.cfg->hooks->set_warm(b->slot, 0);
+        b->counted_warm = 0;
+        sup.refill_due = 1;
+        ci_log(CI_LOG_DEBUG, "CI0620: warm sandbox %u became container %s's", b->id,
+               id);
+    }
+    else {
+        if ((slot = sup.cfg->hooks->claim(def->name)) < 0) {
+            *err = "this server is running as many code sandboxes as it allows";
+            return NULL;
+        }
+        if (!(b = box_start(def, deftext, id, err))) {
+            sup.cfg->hooks->release(slot);
+            return NULL;
+        }
+        b->slot = slot;
+    }
+    b->container = b->tag = apr_pstrdup(b->pool, id);
+    return b;
+}
+
+static void handle_attach(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    ci_sandbox_def *def;
+    const char *id, *deftext, *err = NULL;
+    ci_container *rec;
+    box *b;
+    waiter *w;
+    apr_pool_create(&p, sup.p);
+    detach(c);
+    if ((err = ci_sup_create_decode(p, f, &def, &id, &deftext)))
+        ;
+    else if (!(rec = ci_directory_find(sup.dir, id)) || rec->status != CI_CNTR_RUNNING)
+        err = "the container is not running";
+    else if (!(b = container_box(id)))
+        b = container_start(def, deftext, id, &err);
+    if (err) {
+        send_text(c, CI_SUP_ERROR, 0, err);
+        apr_pool_destroy(p);
+        return;
+    }
+    apr_pool_destroy(p);
+    c->attached = b;
+    if (b->state == BOX_IDLE || b->state == BOX_RUNNING) {
+        send_frame(c, CI_SUP_OK, b->id, NULL, 0);
+        return;
+    }
+    if (b->state == BOX_DEAD && box_spawn(b) < 0) {
+        c->attached = NULL;
+        send_text(c, CI_SUP_ERROR, 0, "the local sandbox could not be forked");
+        return;
+    }
+    if (!(w = calloc(1, sizeof(*w)))) {
+        c->closing = 1;
+        return;
+    }
+    w->c = c;
+    w->next = b->waiters;
+    b->waiters = w;
+}
+
+static void kill_container(const char *id, const char *why)
+{
+    box *b = container_box(id);
+    if (!b)
+        return;
+    ci_log(CI_LOG_INFO, "CI0618: sandbox %u of container %s destroyed (%s)", b->id, id,
+           why);
+    box_free(b);
+}
+
+/* Containers whose sandbox runs or awaits code are busy: neither expired
+ * nor evicted while they are. */
+static void mark_busy(void)
+{
+    box *b;
+    for (b = sup.boxes; b; b = b->next) {
+        ci_container *rec = b->container ? ci_directory_find(sup.dir, b->container)
+                                         : NULL;
+        if (rec)
+            rec->busy = b->runner || b->runq || b->waiters || b->state == BOX_STARTING;
+    }
+}
+
+static void handle_dir(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    apr_array_header_t *gone;
+    const char *answer;
+    int i;
+    mark_busy();
+    apr_pool_create(&p, sup.p);
+    gone = apr_array_make(p, 2, sizeof(const char *));
+    answer = ci_supdir_apply(sup.dir, p, f->data, f->len, apr_time_now(), gone);
+    send_text(c, CI_SUP_DIR_ANSWER, 0, answer);
+    for (i = 0; i < gone->nelts; i++)
+        kill_container(APR_ARRAY_IDX(gone, i, const char *), "deleted or evicted");
+    apr_pool_destroy(p);
+}
+
+/* Once a second: containers in use are alive; the idle past their expiry
+ * lose their sandboxes. */
+static void expire_containers(void)
+{
+    apr_time_t now = apr_time_now();
+    apr_array_header_t *expired;
+    apr_pool_t *p;
+    box *b;
+    int i;
+    if (now < sup.next_expiry_check)
+        return;
+    sup.next_expiry_check = now + apr_time_from_msec(TICK_MS);
+    for (b = sup.boxes; b; b = b->next)
+        if (b->container && (b->runner || b->runq || b->state == BOX_STARTING))
+            touch_container(b);
+    mark_busy();
+    apr_pool_create(&p, sup.p);
+    expired = ci_directory_expire(sup.dir, now, p);
+    for (i = 0; i < expired->nelts; i++)
+        kill_container(APR_ARRAY_IDX(expired, i, ci_container *)->id, "expired");
+    apr_pool_destroy(p);
+}
+
+/* What the supervisor holds, as JSON: sandboxes, and containers (running
+ * per tool, executing, idle, expired records kept). */
+static void handle_status(conn *c)
+{
+    apr_pool_t *p;
+    json_object *o, *cs, *tools;
+    apr_hash_t *by_tool;
+    apr_hash_index_t *hi;
+    box *b;
     conn *k;
-    int n = 0, warm = 0, conns = 0;
+    int n = 0, warm = 0, conns = 0, boxes = 0, executing = 0, retained = 0;
+    apr_pool_create(&p, sup.p);
     for (b = sup.boxes; b; b = b->next) {
         n++;
-        warm += b->warm && !b->owner && b->state == BOX_IDLE;
+        warm += b->warm && !b->owner && !b->container && b->state == BOX_IDLE;
+        boxes += b->container != NULL;
+        executing += b->container && (b->runner || b->runq);
     }
     for (k = sup.conns; k; k = k->next)
         conns++;
-    send_text(c, CI_SUP_STATUS, 0,
-              apr_psprintf(c->pool, "{\"version\":%d,\"pid\":%ld,\"sandboxes\":%d,"
-                           "\"warm\":%d,\"connections\":%d}", CI_SUP_VERSION,
-                           (long)getpid(), n, warm, conns));
+    by_tool = ci_directory_tally(sup.dir, p, &retained);
+    o = ci_json_own(p, json_object_new_object());
+    json_object_object_add(o, "version", json_object_new_int(CI_SUP_VERSION));
+    json_object_object_add(o, "pid", json_object_new_int64(getpid()));
+    json_object_object_add(o, "sandboxes", json_object_new_int(n));
+    json_object_object_add(o, "warm", json_object_new_int(warm));
+    json_object_object_add(o, "connections", json_object_new_int(conns));
+    cs = json_object_new_object();
+    json_object_object_add(cs, "running", json_object_new_int(ci_directory_live(sup.dir)));
+    json_object_object_add(cs, "executing", json_object_new_int(executing));
+    json_object_object_add(cs, "local_sandboxes", json_object_new_int(boxes));
+    json_object_object_add(cs, "expired", json_object_new_int(retained));
+    tools = json_object_new_object();
+    for (hi = apr_hash_first(p, by_tool); hi; hi = apr_hash_next(hi))
+        json_object_object_add(tools, apr_hash_this_key(hi),
+                               json_object_new_int(*(int *)apr_hash_this_val(hi)));
+    json_object_object_add(cs, "by_tool", tools);
+    json_object_object_add(o, "containers", cs);
+    send_text(c, CI_SUP_STATUS, 0, ci_json_text(o, NULL));
+    apr_pool_destroy(p);
 }
 
 static void handle_frame(conn *c, const ci_sup_frame *f)
@@ -612,12 +1075,23 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     case CI_SUP_WARM_SET:  handle_warm_set(c, f); break;
     case CI_SUP_RUN:       handle_run(c, f); break;
     case CI_SUP_STATUS:    handle_status(c); break;
+    case CI_SUP_ATTACH:    handle_attach(c, f); break;
+    case CI_SUP_DIR:       handle_dir(c, f); break;
     case CI_SUP_INTERRUPT:
-        if ((b = owned(c, f->id)))
+        if ((b = owned(c, f->id)) && b->container) {
+            if (b->runner == c && b->state == BOX_RUNNING &&
+                b->interrupted == CI_EXEC_COMPLETED)
+                interrupt_kernel(b, CI_EXEC_INTERRUPTED);
+            else if (b->runner != c && dequeue(b, c))
+                send_end(c, b->id, CI_EXEC_INTERRUPTED);   /* it never ran */
+        }
+        else if (b)
             stop_run(b, CI_EXEC_INTERRUPTED);
         break;
     case CI_SUP_DESTROY:
-        if ((b = owned(c, f->id)))
+        if ((b = owned(c, f->id)) && b->container)
+            detach(c);                /* a container's stays */
+        else if (b)
             box_free(b);
         send_frame(c, CI_SUP_OK, f->id, NULL, 0);
         break;
@@ -658,13 +1132,24 @@ static void start_failed(box *b, const char *why)
     ci_log(CI_LOG_WARNING, "CI0615: sandbox %u of tool %s: %s", b->id, b->def->name, msg);
     if (b->owner)
         send_text(b->owner, CI_SUP_ERROR, 0, msg);
+    if (b->container)
+        release_waiting(b, msg);
     box_free(b);
 }
 
 static void became_ready(box *b)
 {
     b->state = BOX_IDLE;
-    if (b->owner)
+    if (b->container) {
+        while (b->waiters) {
+            waiter *w = b->waiters;
+            b->waiters = w->next;
+            send_frame(w->c, CI_SUP_OK, b->id, NULL, 0);
+            free(w);
+        }
+        next_run(b);
+    }
+    else if (b->owner)
         send_frame(b->owner, CI_SUP_OK, b->id, NULL, 0);
     else if (b->slot >= 0) {
         sup.cfg->hooks->set_warm(b->slot, 1);
@@ -681,7 +1166,7 @@ static void box_readable(box *b)
     if (n <= 0) {                       /* the kernel is gone */
         if (b->state == BOX_STARTING)
             start_failed(b, "eof");
-        else if (!b->owner) {
+        else if (!b->owner && !b->container) {
             box_free(b);                /* a warm one: the pool makes another */
             sup.refill_due = 1;
         }
@@ -689,8 +1174,8 @@ static void box_readable(box *b)
             stop_run(b, CI_EXEC_LOST);
         return;
     }
-    if (b->state == BOX_RUNNING && b->owner)
-        send_frame(b->owner, CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
+    if (b->state == BOX_RUNNING && client_of(b))
+        send_frame(client_of(b), CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
     if (ci_ndjson_feed(b->nd, buf, (apr_size_t)n) < 0) {
         stop_run(b, CI_EXEC_LOST);      /* past the hard cap */
         return;
@@ -698,9 +1183,19 @@ static void box_readable(box *b)
     if (b->state == BOX_STARTING && ci_ndjson_ready(b->nd))
         became_ready(b);
     else if (b->state == BOX_RUNNING && ci_ndjson_ended(b->nd)) {
+        conn *to = client_of(b);
+        ci_exec_outcome why = b->interrupted;
         b->state = BOX_IDLE;
-        if (b->owner)
-            send_end(b->owner, b->id, CI_EXEC_COMPLETED);
+        b->interrupted = CI_EXEC_COMPLETED;
+        if (to && why != CI_EXEC_COMPLETED)
+            send_end_kept(to, b->id, why);
+        else if (to)
+            send_end(to, b->id, CI_EXEC_COMPLETED);
+        if (b->container) {
+            b->runner = NULL;
+            touch_container(b);
+            next_run(b);
+        }
     }
 }
 
@@ -712,8 +1207,12 @@ static void check_deadlines(void)
         next = b->next;
         if (b->state == BOX_STARTING && now >= b->deadline)
             start_failed(b, "timeout");
+        else if (b->state == BOX_RUNNING && now >= b->deadline && b->container &&
+                 b->interrupted == CI_EXEC_COMPLETED)
+            interrupt_kernel(b, CI_EXEC_TIMED_OUT);
         else if (b->state == BOX_RUNNING && now >= b->deadline)
-            stop_run(b, CI_EXEC_TIMED_OUT);
+            stop_run(b, b->interrupted != CI_EXEC_COMPLETED ? b->interrupted
+                                                             : CI_EXEC_TIMED_OUT);
     }
 }
 
@@ -762,7 +1261,7 @@ static int build_pollset(apr_array_header_t *pfds, apr_array_header_t *refs)
         ADD(c->fd, POLLIN | (outq_len(&c->out) ? POLLOUT : 0), REF_CONN, c);
     for (b = sup.boxes; b; b = b->next) {
         /* Back-pressure: a slow reader stops the sandbox's output. */
-        if (b->out_fd >= 0 && (!b->owner || outq_len(&b->owner->out) < BACKLOG_MAX))
+        if (b->out_fd >= 0 && (!client_of(b) || outq_len(&client_of(b)->out) < BACKLOG_MAX))
             ADD(b->out_fd, POLLIN, REF_OUT, b);
         if (b->in_fd >= 0 && outq_len(&b->input))
             ADD(b->in_fd, POLLOUT, REF_IN, b);
@@ -846,9 +1345,11 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
 {
     apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
     apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20 };
     memset(&sup, 0, sizeof(sup));
     sup.p = p;
     sup.cfg = cfg;
+    sup.dir = ci_directory_create(p, &lim);
     start_wants(p);
     ci_log(CI_LOG_NOTICE, "CI0617: sandbox supervisor %ld serving (protocol %d)",
            (long)getpid(), CI_SUP_VERSION);
@@ -862,6 +1363,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
                      &APR_ARRAY_IDX(refs, i, slot_ref));
         sweep_conns();
         check_deadlines();
+        expire_containers();
         reap_strays();
         if (sup.refill_due)
             refill();

@@ -42,6 +42,14 @@ const char *ci_supervisor_path(void);
  * socket, or -1 with *ERR. */
 int ci_supervisor_connect(apr_pool_t *p, const char **err);
 
+/* One directory operation REQ (JSON, ci_supdir.h): 0 with *ANSWER (JSON
+ * text from P), or -1 with *ERR. */
+int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
+                      const char **answer, const char **err);
+
+/* What the supervisor holds (STATUS, JSON): 0 with *ANSWER, or -1. */
+int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err);
+
 /* Send one frame on FD (blocking). 0 or -1. */
 int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t len);
 

@@ -16,10 +16,21 @@
  *   WARM_TAKE (json {tag, def})     OK (id) | NONE
  *   WARM_SET (json [{def, count}])  OK       (the parent only)
  *   RUN (id, payload: code)         OUTPUT (id, NDJSON bytes)* then END (id,
- *                                   payload: 1 byte, a ci_exec_outcome)
+ *                                   payload: 1 byte, a ci_exec_outcome; a
+ *                                   second, CI_SUP_END_KEPT, when the run
+ *                                   was interrupted and the interpreter
+ *                                   lives on)
  *   INTERRUPT (id)                  (the running execution ends with END)
  *   DESTROY (id)                    OK (id)
  *   STATUS                          STATUS (json)
+ *   ATTACH (json {tag: CONTAINER_ID, OK (id) once ready | ERROR (message)
+ *           def})
+ *   DIR (json, ci_supdir.h)         DIR_ANSWER (json)
+ *
+ * A container's sandbox (ATTACH) is not the connection's: it stays when the
+ * connection closes, any connection may attach to it, and their RUNs take
+ * turns in arrival order. It goes when its container expires or is deleted
+ * (DIR), or when the supervisor does.
  */
 #ifndef CI_SUPPROTO_H
 #define CI_SUPPROTO_H
@@ -29,8 +40,9 @@
 
 struct ci_sandbox_def;
 
-#define CI_SUP_VERSION 1
-#define CI_SUP_HEADER 9                     /* length + type + id */
+#define CI_SUP_VERSION 2
+#define CI_SUP_HEADER 9
+#define CI_SUP_END_KEPT 1                   /* END's second byte */                     /* length + type + id */
 #define CI_SUP_MAX_FRAME ((apr_size_t)64 * 1024 * 1024)
 
 typedef enum {
@@ -42,11 +54,14 @@ typedef enum {
     CI_SUP_INTERRUPT = 6,
     CI_SUP_DESTROY = 7,
     CI_SUP_STATUS = 8,
+    CI_SUP_ATTACH = 9,
+    CI_SUP_DIR = 10,
     CI_SUP_OK = 16,
     CI_SUP_ERROR = 17,
     CI_SUP_NONE = 18,
     CI_SUP_OUTPUT = 19,
-    CI_SUP_END = 20
+    CI_SUP_END = 20,
+    CI_SUP_DIR_ANSWER = 21
 } ci_sup_type;
 
 typedef struct ci_sup_frame {

@@ -9,7 +9,17 @@
  * sandbox's own access tokens): POST /execute, whose NDJSON answer is read
  * while it streams in. The API key never goes to the data plane, the sandbox
  * tokens never to the control plane, and the provider's sandbox id and
- * tokens never leave this file except in those calls.
+ * tokens never leave this file except in those calls and in a container's
+ * handle (secret; the caller keeps it).
+ *
+ * Containers (attach/handle/keep_alive/release): the sandbox outlives the
+ * process. Its E2B timeout is the container's idle expiry, set again on each
+ * use (POST /sandboxes/{id}/timeout, counted from the call). It runs its code
+ * in an execution context of its own (POST /contexts at creation, its id in
+ * every /execute), because the server has no interrupt: after a run that
+ * failed (timed out, interrupted, cut...) the kernel may still be busy with
+ * it, so that context is restarted (POST /contexts/{id}/restart) and the
+ * next run finds an empty interpreter instead of waiting behind the old one.
  *
  * No httpd headers: APR, json-c and libcurl only.
  */
@@ -39,10 +49,18 @@
 /* A sandbox must outlive the longest execution by this much. */
 #define LIFETIME_MARGIN_S 30
 #define MAX_TOKEN_LEN 4096
+/* Context calls (create, restart: a kernel restart takes a few seconds). */
+#define CONTEXT_TOTAL_MS 30000L
+#define CONTEXT_CWD "/home/user"
+#define MAX_HANDLE_LEN 16384
+#define HANDLE_VERSION 1
 
 #define MSG_STOPPED "The execution was stopped because the request ended."
 #define MSG_EXPIRED "The sandbox expired (its lifetime ran out) and was " \
                     "discarded."
+#define MSG_RESTARTED " The container's interpreter was restarted: its " \
+                      "variables and imports are gone (its files are kept)."
+#define MSG_HANDLE "the container's E2B handle is not usable"
 
 struct ci_sandbox {
     apr_pool_t *p;
@@ -55,6 +73,10 @@ struct ci_sandbox {
     char *envd_token;         /* X-Access-Token */
     char *traffic_token;      /* E2B-Traffic-Access-Token, or NULL */
     volatile apr_uint32_t interrupted;
+    /* a container's (attach) */
+    int container;
+    int idle;                 /* seconds it lives unused */
+    char *context_id;         /* the execution context its code runs in */
 };
 
 /* ---- secrets ------------------------------------------------------------ */
@@ -168,6 +190,7 @@ typedef struct answer {
     char *buf;            /* NULL: the body is read and dropped */
     apr_size_t len, cap;
     int over;
+    int drop_rest;        /* past CAP: keep reading, drop the rest (OVER set) */
 } answer;
 
 static size_t on_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
@@ -178,7 +201,7 @@ static size_t on_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
         return n;
     if (a->len + n > a->cap) {
         a->over = 1;
-        return 0;
+        return a->drop_rest ? n : 0;
     }
     memcpy(a->buf + a->len, ptr, n);
     a->len += n;
@@ -217,6 +240,19 @@ static void set_body(CURL *h, const char *body, apr_size_t len)
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 }
 
+/* The headers of every data-plane call: the sandbox's tokens, never the
+ * key. */
+static int data_headers(ci_sandbox *sb, struct curl_slist **hdrs)
+{
+    return add_header(hdrs, "Content-Type", "application/json") ||
+           add_header(hdrs, "Expect", "") ||
+           add_header(hdrs, "X-Access-Token", sb->envd_token) ||
+           (sb->traffic_token &&
+            add_header(hdrs, "E2B-Traffic-Access-Token", sb->traffic_token)) ||
+           add_header(hdrs, "E2b-Sandbox-Id", sb->id) ||
+           add_header(hdrs, "E2b-Sandbox-Port", E2B_PORT);
+}
+
 /* One control-plane call (METHOD is POST with BODY, or DELETE). *STATUS is
  * the HTTP status, 0 when none arrived. SB: abort when it is interrupted. */
 static CURLcode control_call(CURL *h, const char *method, const char *url,
@@ -224,7 +260,7 @@ static CURLcode control_call(CURL *h, const char *method, const char *url,
                              ci_sandbox *sb, long *status)
 {
     struct curl_slist *hdrs = NULL;
-    answer drop = { NULL, 0, 0, 0 };
+    answer drop = { NULL, 0, 0, 0, 0 };
     ci_curl_transport t;
     CURLcode rc = CURLE_OUT_OF_MEMORY;
 
@@ -351,8 +387,11 @@ static apr_status_t sandbox_cleanup(void *data)
     return APR_SUCCESS;
 }
 
+/* The create call's body: TIMEOUT seconds of life; CONTAINER: TAG is a
+ * container's id (it says so in the metadata, so that a sweep for leftovers
+ * can tell a container's sandbox from a request's). */
 static const char *create_body(apr_pool_t *p, const ci_sandbox_def *def,
-                               const char *tag)
+                               const char *tag, int container, int timeout)
 {
     json_object *body = ci_json_own(p, json_object_new_object());
     json_object *meta = json_object_new_object();
@@ -363,9 +402,11 @@ static const char *create_body(apr_pool_t *p, const ci_sandbox_def *def,
     json_object_object_add(meta, "mod_code_interpreter", json_object_new_string("1"));
     json_object_object_add(meta, "server", json_object_new_string(host));
     json_object_object_add(meta, "request", json_object_new_string(tag ? tag : ""));
+    if (container)
+        json_object_object_add(meta, "container", json_object_new_string(tag ? tag : ""));
     json_object_object_add(body, "templateID",
                            json_object_new_string(def->template_id));
-    json_object_object_add(body, "timeout", json_object_new_int(lifetime_of(def)));
+    json_object_object_add(body, "timeout", json_object_new_int(timeout));
     json_object_object_add(body, "secure", json_object_new_boolean(1));
     json_object_object_add(body, "allow_internet_access",
                            json_object_new_boolean(def->internet ? 1 : 0));
@@ -449,16 +490,11 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
     return why;
 }
 
-static apr_status_t e2b_start(apr_pool_t *p, const ci_sandbox_def *def,
-                              const char *tag, ci_sandbox **out, const char **err)
+/* SB's local state for DEF: its cleanup, its HTTP handle, the key and the
+ * control plane it is reached with. */
+static apr_status_t sandbox_init(ci_sandbox *sb, apr_pool_t *p, const ci_sandbox_def *def,
+                                 const char **err)
 {
-    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
-    answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0 };
-    apr_status_t rv = APR_EGENERAL;
-    apr_pool_t *tmp;
-    CURLcode rc;
-    long status;
-
     if (!def->api_key || !*def->api_key) {
         *err = "no E2B API key is configured";
         return APR_EINIT;
@@ -472,11 +508,30 @@ static apr_status_t e2b_start(apr_pool_t *p, const ci_sandbox_def *def,
     }
     sb->api_key = apr_pstrdup(p, def->api_key);
     sb->api_base = trim_slash(p, def->api_base);
+    return APR_SUCCESS;
+}
+
+/* Create a sandbox living TIMEOUT seconds (see create_body). */
+static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
+                                const char *tag, int container, int timeout,
+                                ci_sandbox **out, const char **err)
+{
+    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
+    answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    apr_status_t rv;
+    apr_pool_t *tmp;
+    CURLcode rc;
+    long status;
+
+    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
+        return rv;
+    rv = APR_EGENERAL;
     /* The request and the answer (tokens in it) live only until here. */
     apr_pool_create(&tmp, p);
     ans.buf = apr_palloc(tmp, ans.cap);
     rc = control_call(sb->curl, "POST", apr_pstrcat(tmp, sb->api_base, "/sandboxes", NULL),
-                      sb->api_key, create_body(tmp, def, tag), &ans, NULL, &status);
+                      sb->api_key, create_body(tmp, def, tag, container, timeout),
+                      &ans, NULL, &status);
     if (rc != CURLE_OK) {
         *err = unreachable(p, rc, &ans);
         rv = rc == CURLE_OPERATION_TIMEDOUT ? APR_TIMEUP : APR_ECONNREFUSED;
@@ -496,28 +551,180 @@ static apr_status_t e2b_start(apr_pool_t *p, const ci_sandbox_def *def,
     return rv;
 }
 
-/* ---- running ------------------------------------------------------------ */
-
-/* Extend the lifetime before an execution. Only "the sandbox is gone" (404)
- * and an interrupt matter; any other failure is ignored. CI_EXEC_COMPLETED
- * when the execution may go ahead, else why not (*MSG for the model). */
-static ci_exec_outcome extend_lifetime(ci_sandbox *sb, apr_pool_t *p, const char **msg)
+static apr_status_t e2b_start(apr_pool_t *p, const ci_sandbox_def *def,
+                              const char *tag, ci_sandbox **out, const char **err)
 {
+    return new_sandbox(p, def, tag, 0, lifetime_of(def), out, err);
+}
+
+/* ---- the sandbox's lifetime ---------------------------------------------- */
+
+/* Whether S holds WORDS (lower case), whatever the case in S. */
+static int contains_nocase(apr_pool_t *p, const char *s, const char *words)
+{
+    char *low = apr_pstrdup(p, s), *c;
+    for (c = low; *c; c++)
+        *c = (char)apr_tolower(*c);
+    return strstr(low, words) != NULL;
+}
+
+typedef enum {
+    TIMEOUT_SET,        /* it lives SECONDS from now */
+    TIMEOUT_GONE,       /* it is gone, or past the plan's longest life */
+    TIMEOUT_FAILED,     /* the service could not be asked, or refused */
+    TIMEOUT_STOPPED     /* interrupted */
+} timeout_result;
+
+/* POST /sandboxes/{id}/timeout {"timeout": SECONDS}: the sandbox then ends
+ * SECONDS after this call (shorter or longer than before), never past the
+ * plan's longest life counted from its start (the service shortens it
+ * silently). 204; 404 when it is gone; 400 "Max instance length exceeded"
+ * once it has lived that long (it ends any moment). ABORTABLE: stop when SB
+ * is interrupted. *WHY (memory from P, no secret) unless TIMEOUT_SET. */
+static timeout_result set_timeout(ci_sandbox *sb, apr_pool_t *p, int seconds,
+                                  int abortable, const char **why)
+{
+    char buf[4096];
+    answer ans = { buf, 0, sizeof(buf), 0, 1 };
     const char *url = apr_pstrcat(p, sb->api_base, "/sandboxes/", sb->id,
                                   "/timeout", NULL);
-    const char *body = apr_psprintf(p, "{\"timeout\":%d}", lifetime_of(sb->def));
+    const char *body = apr_psprintf(p, "{\"timeout\":%d}", seconds);
+    const char *msg;
     long status;
-    CURLcode rc = control_call(sb->curl, "POST", url, sb->api_key, body, NULL,
-                               sb, &status);
-    if (rc == CURLE_ABORTED_BY_CALLBACK || is_interrupted(sb)) {
-        *msg = MSG_STOPPED;
-        return CI_EXEC_INTERRUPTED;
+    CURLcode rc = control_call(sb->curl, "POST", url, sb->api_key, body, &ans,
+                               abortable ? sb : NULL, &status);
+
+    if (abortable && (rc == CURLE_ABORTED_BY_CALLBACK || is_interrupted(sb))) {
+        *why = MSG_STOPPED;
+        return TIMEOUT_STOPPED;
     }
     if (rc == CURLE_OK && status == 404) {
+        *why = "the E2B sandbox no longer exists (HTTP 404)";
+        return TIMEOUT_GONE;
+    }
+    if (rc != CURLE_OK) {
+        *why = apr_psprintf(p, "the E2B sandbox service could not be reached (%s)",
+                            curl_easy_strerror(rc));
+        return TIMEOUT_FAILED;
+    }
+    if (status == 204 || status == 200)
+        return TIMEOUT_SET;
+    msg = service_message(p, &ans, sb->api_key);
+    if (status == 400 && msg && contains_nocase(p, msg, "max instance length")) {
+        *why = apr_psprintf(p, "the E2B sandbox has lived as long as the E2B plan "
+                               "allows (HTTP 400: %s)", msg);
+        return TIMEOUT_GONE;
+    }
+    *why = apr_psprintf(p, "the E2B sandbox service refused to extend the sandbox's "
+                           "life (HTTP %ld%s%s)", status, msg ? ": " : "",
+                        msg ? msg : "");
+    return TIMEOUT_FAILED;
+}
+
+/* ---- execution contexts (containers) ------------------------------------- */
+
+/* POST PATH with BODY (JSON, "" for none) on the sandbox's code-interpreter
+ * server, with the data plane's headers. Not stopped by an interrupt: a
+ * container recovers through it after one. *STATUS as control_call's. */
+static CURLcode data_call(ci_sandbox *sb, apr_pool_t *p, const char *path,
+                          const char *body, answer *ans, long *status)
+{
+    struct curl_slist *hdrs = NULL;
+    answer drop = { NULL, 0, 0, 0, 0 };
+    ci_curl_transport t;
+    CURLcode rc = CURLE_OUT_OF_MEMORY;
+
+    *status = 0;
+    curl_easy_reset(sb->curl);
+    if (data_headers(sb, &hdrs) || add_header(&hdrs, "Accept", "application/json"))
+        goto leave;
+    set_transport(sb->curl, &t, DATA_CONNECT_MS, CONTEXT_TOTAL_MS, NULL);
+    curl_easy_setopt(sb->curl, CURLOPT_URL, apr_pstrcat(p, sb->data_base, path, NULL));
+    curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, hdrs);
+    set_body(sb->curl, body, strlen(body));
+    curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, on_answer);
+    curl_easy_setopt(sb->curl, CURLOPT_WRITEDATA, ans ? ans : &drop);
+    rc = curl_easy_perform(sb->curl);
+    curl_easy_getinfo(sb->curl, CURLINFO_RESPONSE_CODE, status);
+leave:
+    curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, NULL);
+    free_headers(hdrs);
+    return rc;
+}
+
+static const char *data_failure(apr_pool_t *p, CURLcode rc, long status)
+{
+    if (rc != CURLE_OK)
+        return apr_psprintf(p, "its code interpreter could not be reached (%s)",
+                            curl_easy_strerror(rc));
+    return apr_psprintf(p, "its code interpreter answered HTTP %ld", status);
+}
+
+/* A Python context of its own for a container: POST /contexts
+ * {"language": "python", "cwd": "/home/user"} -> 200 {id, language, cwd}.
+ * Why not the default context every sandbox has: the server never tells a
+ * client that context's id (GET /contexts lists it among the others), and
+ * restarting it by id leaves the server's "default" alias on the closed
+ * connection to the old kernel. An explicit context is named in every
+ * /execute (context_id) and restarted by its id. NULL, or why not. */
+static const char *create_context(ci_sandbox *sb, apr_pool_t *tmp)
+{
+    char *buf = apr_palloc(tmp, CONTROL_MAX_ANSWER);
+    answer ans = { buf, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    json_object *root;
+    const char *id, *err;
+    long status;
+    CURLcode rc = data_call(sb, tmp, "/contexts",
+                            "{\"language\":\"python\",\"cwd\":\"" CONTEXT_CWD "\"}",
+                            &ans, &status);
+
+    if (rc != CURLE_OK || status != 200)
+        return apr_pstrcat(tmp, "the E2B sandbox could not get an execution context (",
+                           data_failure(tmp, rc, status), ")", NULL);
+    if (!(root = ci_json_parse(tmp, ans.buf, ans.len, &err)) ||
+        !(id = ci_json_str(root, "id")) || !valid_id(id))
+        return "the E2B sandbox answered the creation of an execution context "
+               "without a usable id";
+    sb->context_id = apr_pstrdup(sb->p, id);
+    return NULL;
+}
+
+/* POST /contexts/{id}/restart (no body) -> 200: the context's kernel is
+ * restarted, empty; an execution still streaming from it ends with an
+ * UnexpectedEndOfExecution error. NULL, or why not. */
+static const char *restart_context(ci_sandbox *sb, apr_pool_t *p)
+{
+    long status;
+    CURLcode rc = data_call(sb, p, apr_pstrcat(p, "/contexts/", sb->context_id,
+                                               "/restart", NULL), "", NULL, &status);
+    if (rc == CURLE_OK && status >= 200 && status < 300)
+        return NULL;
+    return data_failure(p, rc, status);
+}
+
+/* ---- running ------------------------------------------------------------ */
+
+/* Extend the lifetime before an execution: the tool's lifetime, or a
+ * container's idle expiry, never less than the execution needs. Only "the
+ * sandbox is gone" (404, or past the plan's longest life) and an interrupt
+ * matter; any other failure is ignored. CI_EXEC_COMPLETED when the
+ * execution may go ahead, else why not (*MSG for the model). */
+static ci_exec_outcome extend_lifetime(ci_sandbox *sb, apr_pool_t *p, const char **msg)
+{
+    int need = (int)apr_time_sec(sb->def->timeout) + LIFETIME_MARGIN_S;
+    int seconds = !sb->container ? lifetime_of(sb->def)
+                                 : sb->idle > need ? sb->idle : need;
+    const char *why;
+    switch (set_timeout(sb, p, seconds, 1, &why)) {
+    case TIMEOUT_STOPPED:
+        *msg = MSG_STOPPED;
+        return CI_EXEC_INTERRUPTED;
+    case TIMEOUT_GONE:
         *msg = MSG_EXPIRED;
         return CI_EXEC_LOST;
+    default:
+        return CI_EXEC_COMPLETED;
     }
-    return CI_EXEC_COMPLETED;
 }
 
 typedef struct stream {
@@ -538,17 +745,6 @@ static size_t on_stream(char *ptr, size_t size, size_t nmemb, void *userdata)
         return st->other > CONTROL_MAX_ANSWER ? 0 : n;
     }
     return ci_ndjson_feed(st->nd, ptr, n) < 0 ? 0 : n;
-}
-
-static int data_headers(ci_sandbox *sb, struct curl_slist **hdrs)
-{
-    return add_header(hdrs, "Content-Type", "application/json") ||
-           add_header(hdrs, "Expect", "") ||
-           add_header(hdrs, "X-Access-Token", sb->envd_token) ||
-           (sb->traffic_token &&
-            add_header(hdrs, "E2B-Traffic-Access-Token", sb->traffic_token)) ||
-           add_header(hdrs, "E2b-Sandbox-Id", sb->id) ||
-           add_header(hdrs, "E2b-Sandbox-Port", E2B_PORT);
 }
 
 static const char *status_failure(apr_pool_t *p, long status)
@@ -606,6 +802,8 @@ static ci_exec_outcome execute(ci_sandbox *sb, apr_pool_t *p, const char *code,
     CURLcode rc;
 
     json_object_object_add(req, "code", json_object_new_string(code));
+    if (sb->context_id)
+        json_object_object_add(req, "context_id", json_object_new_string(sb->context_id));
     body = ci_json_pstr(p, req, &len);
     curl_easy_reset(sb->curl);
     if (data_headers(sb, &hdrs)) {
@@ -628,6 +826,24 @@ static ci_exec_outcome execute(ci_sandbox *sb, apr_pool_t *p, const char *code,
     return stream_failure(sb, p, &st, rc, apr_time_now() - began, msg);
 }
 
+/* A container's run failed after its code was sent: the kernel may still
+ * be busy with it (the server has no interrupt, and a client that went away
+ * does not reliably stop it), so its context is restarted and the model is
+ * told that the state is gone. FAILURE + what was done, from P. */
+static const char *recover(ci_sandbox *sb, apr_pool_t *p, apr_pool_t *tmp,
+                           const char *failure)
+{
+    const char *why = restart_context(sb, tmp);
+    if (!failure)
+        failure = "The execution failed.";
+    if (!why)
+        return apr_pstrcat(p, failure, MSG_RESTARTED, NULL);
+    ci_log(CI_LOG_WARNING, "CI0314: the execution context of an E2B container's "
+           "sandbox could not be restarted (%s)", why);
+    return apr_psprintf(p, "%s The container's interpreter could not be restarted "
+                           "(%s): its variables may be gone.", failure, why);
+}
+
 static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
                             ci_exec_result *res)
 {
@@ -635,17 +851,28 @@ static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     ci_exec_result got;
     ci_exec_outcome why = CI_EXEC_INTERRUPTED;
     const char *msg = MSG_STOPPED;
+    int sent = 0;
     apr_pool_t *tmp;
     ci_ndjson *nd;
 
     /* The reader and its line buffer live only as long as this execution. */
     apr_pool_create(&tmp, p);
     nd = ci_ndjson_create(tmp, sb->def->max_output, CI_HARD_OUTPUT_CAP);
-    if (!is_interrupted(sb) &&
-        (why = extend_lifetime(sb, tmp, &msg)) == CI_EXEC_COMPLETED)
+    if (!sb->id) {
+        why = CI_EXEC_LOST;
+        msg = "The sandbox was let go before the execution.";
+    }
+    else if (!is_interrupted(sb) &&
+             (why = extend_lifetime(sb, tmp, &msg)) == CI_EXEC_COMPLETED) {
+        sent = 1;
         why = execute(sb, tmp, code, nd, &msg);
+    }
     ci_ndjson_result(nd, why, why == CI_EXEC_COMPLETED ? NULL : msg, &got);
     *res = *ci_exec_result_copy(p, &got);
+    if (sb->container && sent && ci_exec_failed(res)) {
+        res->failure = recover(sb, p, tmp, res->failure);
+        res->failure_says_all = 1;     /* it says what became of the state */
+    }
     res->duration = apr_time_now() - began;
     apr_pool_destroy(tmp);
     return APR_SUCCESS;
@@ -666,6 +893,208 @@ static void e2b_destroy(ci_sandbox *sb)
 static const char *e2b_remote_id(ci_sandbox *sb)
 {
     return sb->id;
+}
+
+/* ---- containers ---------------------------------------------------------- */
+
+/* Wipe the text of KEY's string member of ROOT before json-c frees it. */
+static void wipe_member(json_object *root, const char *key)
+{
+    json_object *v = ci_json_get(root, key, json_type_string);
+    if (v)
+        explicit_bzero((char *)json_object_get_string(v),
+                       (size_t)json_object_get_string_len(v));
+}
+
+static void wipe_handle_json(json_object *root)
+{
+    wipe_member(root, "access_token");
+    wipe_member(root, "traffic_token");
+}
+
+/* An http(s) base URL with a host and nothing that could redirect the
+ * tokens elsewhere (user info, query, fragment). */
+static int valid_base_url(apr_pool_t *p, const char *url)
+{
+    apr_uri_t uri;
+    return strlen(url) <= 2048 && apr_uri_parse(p, url, &uri) == APR_SUCCESS &&
+           uri.scheme && (!strcasecmp(uri.scheme, "https") ||
+                          !strcasecmp(uri.scheme, "http")) &&
+           uri.hostname && *uri.hostname && !uri.user && !uri.password &&
+           !uri.query && !uri.fragment;
+}
+
+/* {"version":1, "sandbox_id", "data_url", "access_token",
+ *  "traffic_token"?, "context_id"}: everything another process needs to
+ * reach the same sandbox and its context; the API key is not in it (the
+ * tool's definition has it). Secret (tokens). NULL once SB is released. */
+static const char *e2b_handle(ci_sandbox *sb, apr_pool_t *p)
+{
+    json_object *h;
+    const char *text;
+    apr_size_t len;
+    char *out;
+
+    if (!sb->id || !sb->envd_token)
+        return NULL;
+    h = json_object_new_object();
+    json_object_object_add(h, "version", json_object_new_int(HANDLE_VERSION));
+    json_object_object_add(h, "sandbox_id", json_object_new_string(sb->id));
+    json_object_object_add(h, "data_url", json_object_new_string(sb->data_base));
+    json_object_object_add(h, "access_token", json_object_new_string(sb->envd_token));
+    if (sb->traffic_token)
+        json_object_object_add(h, "traffic_token",
+                               json_object_new_string(sb->traffic_token));
+    if (sb->context_id)
+        json_object_object_add(h, "context_id", json_object_new_string(sb->context_id));
+    text = ci_json_text(h, &len);
+    out = apr_pstrmemdup(p, text, len);
+    /* json-c's copies of the tokens: wiped before they are freed */
+    explicit_bzero((char *)text, len);
+    wipe_handle_json(h);
+    json_object_put(h);
+    return out;
+}
+
+/* Fill SB from HANDLE (what e2b_handle made). NULL, or why not (never any
+ * part of the handle). */
+static const char *take_handle(ci_sandbox *sb, apr_pool_t *tmp, const char *handle)
+{
+    apr_size_t n = strlen(handle);
+    json_object *root, *version;
+    const char *err, *id, *url, *envd, *traffic, *context, *why = NULL;
+
+    if (n > MAX_HANDLE_LEN || !(root = ci_json_parse(tmp, handle, n, &err)))
+        return MSG_HANDLE;
+    version = ci_json_get(root, "version", json_type_int);
+    id = ci_json_str(root, "sandbox_id");
+    url = ci_json_str(root, "data_url");
+    envd = ci_json_str(root, "access_token");
+    traffic = ci_json_str(root, "traffic_token");
+    context = ci_json_str(root, "context_id");
+    if (!version || json_object_get_int(version) != HANDLE_VERSION ||
+        !id || !valid_id(id) || !url || !valid_base_url(tmp, url) ||
+        !envd || !valid_token(envd) || (traffic && !valid_token(traffic)) ||
+        !context || !valid_id(context))
+        why = MSG_HANDLE;
+    else {
+        sb->id = apr_pstrdup(sb->p, id);
+        sb->data_base = trim_slash(sb->p, url);
+        sb->envd_token = apr_pstrdup(sb->p, envd);
+        sb->traffic_token = traffic ? apr_pstrdup(sb->p, traffic) : NULL;
+        sb->context_id = apr_pstrdup(sb->p, context);
+    }
+    wipe_handle_json(root);
+    return why;
+}
+
+/* A container's sandbox. Without HANDLE: a new sandbox living IDLE_SECONDS
+ * unused, with an execution context of its own. With HANDLE: the sandbox it
+ * names, whose life is set to IDLE_SECONDS from now (the one call made;
+ * APR_NOTFOUND when the service says it is gone). */
+static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
+                               const char *container_id, const char *handle,
+                               int idle_seconds, ci_sandbox **out, const char **err)
+{
+    ci_sandbox *sb;
+    apr_status_t rv;
+    apr_pool_t *tmp;
+    const char *why;
+
+    if (idle_seconds <= 0) {
+        *err = "a container's idle expiry must be at least one second";
+        return APR_EINVAL;
+    }
+    if (!handle) {
+        if ((rv = new_sandbox(p, def, container_id, 1, idle_seconds, &sb, err)) !=
+            APR_SUCCESS)
+            return rv;
+        sb->container = 1;
+        sb->idle = idle_seconds;
+        apr_pool_create(&tmp, p);
+        why = create_context(sb, tmp);
+        if (why) {
+            *err = apr_pstrdup(p, why);
+            delete_sandbox(sb);
+            sandbox_cleanup(sb);
+            sb->id = NULL;
+            rv = APR_EGENERAL;
+        }
+        else
+            *out = sb;
+        apr_pool_destroy(tmp);
+        return rv;
+    }
+
+    sb = apr_pcalloc(p, sizeof(*sb));
+    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
+        return rv;
+    sb->container = 1;
+    sb->idle = idle_seconds;
+    apr_pool_create(&tmp, p);
+    if ((why = take_handle(sb, tmp, handle)) != NULL)
+        rv = APR_EINVAL;
+    else
+        switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
+        case TIMEOUT_SET:
+            *out = sb;
+            break;
+        case TIMEOUT_GONE:
+            rv = APR_NOTFOUND;
+            break;
+        default:
+            rv = APR_EGENERAL;
+        }
+    if (rv != APR_SUCCESS) {
+        *err = apr_pstrdup(p, why);
+        sandbox_cleanup(sb);
+        sb->id = NULL;
+    }
+    apr_pool_destroy(tmp);
+    return rv;
+}
+
+/* It was used: it lives IDLE_SECONDS from now. Not stopped by an
+ * interrupt (it follows the run an interrupt ended). */
+static apr_status_t e2b_keep_alive(ci_sandbox *sb, int idle_seconds, const char **err)
+{
+    apr_status_t rv = APR_EGENERAL;
+    apr_pool_t *tmp;
+    const char *why;
+
+    if (!sb->id) {
+        *err = "the sandbox was let go";
+        return APR_EINVAL;
+    }
+    if (idle_seconds <= 0) {
+        *err = "a container's idle expiry must be at least one second";
+        return APR_EINVAL;
+    }
+    apr_pool_create(&tmp, sb->p);
+    switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
+    case TIMEOUT_SET:
+        sb->idle = idle_seconds;
+        rv = APR_SUCCESS;
+        break;
+    case TIMEOUT_GONE:
+        rv = APR_NOTFOUND;
+        break;
+    default:
+        break;
+    }
+    if (rv != APR_SUCCESS)
+        *err = apr_pstrdup(sb->p, why);
+    apr_pool_destroy(tmp);
+    return rv;
+}
+
+/* Let SB go: its connections closed, its secrets wiped; the sandbox itself
+ * keeps running at E2B for the next attach (destroy after this does not
+ * delete it). */
+static void e2b_release(ci_sandbox *sb)
+{
+    sandbox_cleanup(sb);
+    sb->id = NULL;
 }
 
 /* ---- what a dead process left ------------------------------------------ */
@@ -774,4 +1203,8 @@ const ci_provider ci_provider_e2b = {
     .remote_id = e2b_remote_id,
     .reap_cred = e2b_reap_cred,
     .reap = e2b_reap,
+    .attach = e2b_attach,
+    .handle = e2b_handle,
+    .keep_alive = e2b_keep_alive,
+    .release = e2b_release,
 };

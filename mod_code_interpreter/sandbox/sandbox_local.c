@@ -51,6 +51,7 @@ struct ci_sandbox {
     ci_ndjson *nd;
     pthread_mutex_t lock;       /* one writer at a time: run or interrupt */
     volatile int killed;
+    int container;              /* a container's (ATTACH): it outlives us */
 };
 
 static void push(apr_array_header_t *a, const char *s)
@@ -356,6 +357,42 @@ int ci_supervisor_connect(apr_pool_t *p, const char **err)
     return fd;
 }
 
+/* One question TYPE (payload REQ) and its answer ANSWER_TYPE, on a
+ * connection of its own. */
+static int ask(apr_pool_t *p, int type, const char *req, apr_size_t len,
+               int answer_type, const char **answer, const char **err)
+{
+    ci_sup_reader *r = ci_sup_reader_create(p);
+    ci_sup_frame f;
+    int fd = dial(p, err), rc = -1;
+    if (fd < 0)
+        return -1;
+    if (send_hello(fd, p) < 0 || ci_sup_send(fd, type, 0, req, len) < 0)
+        *err = "the sandbox supervisor went away";
+    else if (check_hello(fd, r, p, err) == 0) {
+        if (read_frame(fd, r, apr_time_now() + HELLO_TIMEOUT, &f) != 1 ||
+            f.type != answer_type)
+            *err = "the sandbox supervisor did not answer";
+        else {
+            *answer = apr_pstrmemdup(p, f.data, f.len);
+            rc = 0;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
+                      const char **answer, const char **err)
+{
+    return ask(p, CI_SUP_DIR, req, len, CI_SUP_DIR_ANSWER, answer, err);
+}
+
+int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)
+{
+    return ask(p, CI_SUP_STATUS, NULL, 0, CI_SUP_STATUS, answer, err);
+}
+
 static apr_status_t sandbox_cleanup(void *data)
 {
     ci_sandbox *sb = data;
@@ -424,6 +461,25 @@ static apr_status_t local_start(apr_pool_t *p, const ci_sandbox_def *def,
         ? APR_SUCCESS : APR_EGENERAL;
 }
 
+/* A container's sandbox lives in the supervisor, found by the container's
+ * id: no handle, nothing to keep alive (the directory's expiry there). */
+static apr_status_t local_attach(apr_pool_t *p, const ci_sandbox_def *def,
+                                 const char *container_id, const char *handle,
+                                 int idle_seconds, ci_sandbox **out, const char **err)
+{
+    if (ask_for_sandbox(p, def, container_id, CI_SUP_ATTACH, out, err) != 1)
+        return APR_EGENERAL;
+    (*out)->container = 1;
+    return APR_SUCCESS;
+}
+
+static void local_release(ci_sandbox *sb)
+{
+    if (sb->fd >= 0)
+        close(sb->fd);
+    sb->fd = -1;
+}
+
 int ci_sandbox_take_warm(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
                          ci_sandbox **out)
 {
@@ -456,13 +512,21 @@ static void local_interrupt(ci_sandbox *sb)
     pthread_mutex_unlock(&sb->lock);
 }
 
-static const char *failure_text(apr_pool_t *p, const ci_sandbox_def *def,
-                                ci_exec_outcome why)
+static const char *failure_text(apr_pool_t *p, const ci_sandbox *sb,
+                                ci_exec_outcome why, int kept)
 {
+    int secs = (int)apr_time_sec(sb->def->timeout);
+    if (kept)
+        return why == CI_EXEC_TIMED_OUT
+            ? apr_psprintf(p, "The execution timed out after %d s and was interrupted "
+                              "(KeyboardInterrupt); the container's variables and files "
+                              "are kept.", secs)
+            : "The execution was interrupted (KeyboardInterrupt) because the request "
+              "ended; the container's variables and files are kept.";
     switch (why) {
     case CI_EXEC_TIMED_OUT:
-        return apr_psprintf(p, "The execution timed out after %d s and was "
-                               "stopped.", (int)apr_time_sec(def->timeout));
+        return apr_psprintf(p, "The execution timed out after %d s and was stopped.",
+                            secs);
     case CI_EXEC_INTERRUPTED:
         return "The execution was stopped because the request ended.";
     default:
@@ -474,9 +538,12 @@ static const char *failure_text(apr_pool_t *p, const ci_sandbox_def *def,
 /* Relay the execution's frames into the reader until END. The supervisor
  * enforces the timeout; the extra margin here only guards against a
  * supervisor that stopped answering. */
-static ci_exec_outcome read_execution(ci_sandbox *sb)
+static ci_exec_outcome read_execution(ci_sandbox *sb, int *kept)
 {
-    apr_time_t deadline = apr_time_now() + sb->def->timeout + apr_time_from_sec(30);
+    /* A container's run may wait its turn behind others' first: the
+     * request's own deadline interrupts it (and the supervisor answers). */
+    apr_time_t deadline = apr_time_now() + sb->def->timeout + apr_time_from_sec(30) +
+                          (sb->container ? apr_time_from_sec(24 * 3600) : 0);
     ci_sup_frame f;
     for (;;) {
         int rc = read_frame(sb->fd, sb->reader, deadline, &f);
@@ -486,9 +553,11 @@ static ci_exec_outcome read_execution(ci_sandbox *sb)
             continue;
         if (f.type == CI_SUP_OUTPUT)
             ci_ndjson_feed(sb->nd, f.data, f.len);
-        else if (f.type == CI_SUP_END && f.len == 1 &&
-                 (unsigned char)f.data[0] <= CI_EXEC_NOT_RUN)
+        else if (f.type == CI_SUP_END && (f.len == 1 || f.len == 2) &&
+                 (unsigned char)f.data[0] <= CI_EXEC_NOT_RUN) {
+            *kept = f.len == 2 && f.data[1] == CI_SUP_END_KEPT;
             return (ci_exec_outcome)(unsigned char)f.data[0];
+        }
         else if (f.type == CI_SUP_END)
             return CI_EXEC_LOST;
     }
@@ -499,7 +568,7 @@ static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
 {
     apr_time_t began = apr_time_now();
     ci_exec_outcome why;
-    int sent;
+    int sent, kept = 0;
 
     ci_ndjson_reset(sb->nd);
     pthread_mutex_lock(&sb->lock);
@@ -509,11 +578,14 @@ static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     if (!sent)
         why = sb->killed ? CI_EXEC_INTERRUPTED : CI_EXEC_LOST;
     else
-        why = read_execution(sb);
+        why = read_execution(sb, &kept);
     /* Past the hard cap, the reader's own message says what happened. */
     ci_ndjson_result(sb->nd, why,
-                     why == CI_EXEC_COMPLETED ? NULL : failure_text(p, sb->def, why),
+                     why == CI_EXEC_COMPLETED ? NULL : failure_text(p, sb, why, kept),
                      res);
+    /* A kept interpreter is said so; a lost one the model is told about as
+     * for any failed execution (ci_exec_model_text). */
+    res->failure_says_all = kept;
     res->duration = apr_time_now() - began;
     return APR_SUCCESS;
 }
@@ -624,4 +696,6 @@ const ci_provider ci_provider_local = {
     .interrupt = local_interrupt,
     .destroy = local_destroy,
     .warmable = 1,
+    .attach = local_attach,
+    .release = local_release,
 };

@@ -752,11 +752,13 @@ static void test_rewrite_stream(void **state)
 
 /* What the directory would answer: ci_known stands for a call and its
  * output; nothing else was returned to this caller. */
-static const char *recall_known(void *baton, const char *item_id)
+static const char *recall_known(void *baton, const char *item_id,
+                                const char **container)
 {
     *(int *)baton += 1;
     if (strcmp(item_id, "ci_known"))
         return NULL;
+    *container = "cntr_known";
     return "[{\"type\":\"function_call\",\"id\":\"fc_1\",\"call_id\":\"call_1\","
            "\"name\":\"python\",\"arguments\":\"{\\\"code\\\":\\\"x = 1\\\"}\"},"
            "{\"type\":\"function_call_output\",\"call_id\":\"call_1\","
@@ -788,6 +790,8 @@ static void test_rewrite_item_references(void **state)
                         "function_call_output");
     assert_string_equal(ci_json_str(json_object_array_get_idx(in, 3), "role"), "user");
     assert_int_equal(asked, 1);
+    /* the reference names the context's container */
+    assert_string_equal(req->context_container, "cntr_known");
 
     /* an id of ours this caller never got: OpenAI's answer */
     b = J(p, "{'tools':[" CI_TOOL "],'input':[{'type':'item_reference','id':'ci_other'}]}");
@@ -801,6 +805,48 @@ static void test_rewrite_item_references(void **state)
     /* without a directory, references pass through untouched */
     req = INTERCEPT(p, "{'tools':[" CI_TOOL "],'input':[{'type':'item_reference','id':'ci_x'}]}");
     assert_string_equal(ci_json_str(json_object_array_get_idx(req->input, 0), "id"), "ci_x");
+}
+
+static void test_rewrite_container_context(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_request *req;
+    const char *b;
+    ci_error err;
+
+    /* an explicit id; auto with a tier; neither */
+    req = INTERCEPT(p, "{'tools':[{'type':'code_interpreter','container':'cntr_1'}],"
+                       "'input':'hi'}");
+    assert_string_equal(req->container_id, "cntr_1");
+    assert_null(req->memory_limit);
+    req = INTERCEPT(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
+                       "'memory_limit':'4g'}}],'input':'hi'}");
+    assert_null(req->container_id);
+    assert_string_equal(req->memory_limit, "4g");
+    b = J(p, "{'tools':[{'type':'code_interpreter','container':''}],'input':'hi'}");
+    assert_int_equal(rewrite_raw(p, b, strlen(b), NULL, &req, &err), CI_REQ_ERROR);
+    assert_string_equal(err.param, "tools[0].container");
+
+    /* the latest replayed call names the context's container; the chain */
+    req = INTERCEPT(p, "{'tools':[" CI_TOOL "],'previous_response_id':'resp_9','input':["
+                       "{'type':'code_interpreter_call','id':'ci_a','code':'1',"
+                       "'container_id':'cntr_old','outputs':null},"
+                       "{'type':'code_interpreter_call','id':'ci_b','code':'2',"
+                       "'container_id':'cntr_new','outputs':null}]}");
+    assert_string_equal(req->context_container, "cntr_new");
+    assert_string_equal(req->previous_response_id, "resp_9");
+
+    /* outputs owed to a chained response go first, in the body too */
+    req = INTERCEPT(p, "{'tools':[" CI_TOOL "],'input':[{'role':'user','content':'go'}]}");
+    assert_int_equal(ci_request_prepend_input(p, req, "[{\"type\":\"function_call_output\","
+                                              "\"call_id\":\"c1\",\"output\":\"42\"}]"),
+                     0);
+    assert_int_equal(json_object_array_length(req->input), 2);
+    assert_string_equal(ci_json_str(json_object_array_get_idx(req->input, 0), "call_id"),
+                        "c1");
+    assert_non_null(strstr(req->body, "\"call_id\":\"c1\""));
+    assert_true(strstr(req->body, "c1") < strstr(req->body, "\"go\""));
+    assert_int_equal(ci_request_prepend_input(p, req, "{}"), -1);
 }
 
 static void test_rewrite_include(void **state)
@@ -1148,9 +1194,6 @@ static void test_reject_tools(void **state)
 static void test_reject_container(void **state)
 {
     apr_pool_t *p = *state;
-    assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':'cntr_abc'}]}",
-                    "tools[0].container", "unsupported_parameter",
-                    CONTAINER_ERR("Explicit container ids", "tools[0].container"));
     assert_rejected(p, "{'tools':[" F_TOOL ",{'type':'code_interpreter','container':7}]}",
                     "tools[1].container", "invalid_type",
                     TYPE_ERR("tools[1].container", "an object"));
@@ -1158,10 +1201,11 @@ static void test_reject_container(void **state)
                        "'file_ids':['file_1']}}]}",
                     "tools[0].container.file_ids", "unsupported_parameter",
                     CONTAINER_ERR("Container files", "tools[0].container.file_ids"));
+    /* a tier is the glue's to judge against the tool; its type is ours */
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
-                       "'memory_limit':'4g'}}]}",
-                    "tools[0].container.memory_limit", "unsupported_parameter",
-                    CONTAINER_ERR("Memory limits", "tools[0].container.memory_limit"));
+                       "'memory_limit':4}}]}",
+                    "tools[0].container.memory_limit", "invalid_type",
+                    TYPE_ERR("tools[0].container.memory_limit", "a string"));
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
                        "'network_policy':{'type':'allowlist','allowed_domains':['x.org']}}}]}",
                     "tools[0].container.network_policy", "unsupported_parameter",
@@ -2710,8 +2754,8 @@ static void test_sandbox_local_keys(void **state)
     DEF_BAD(p, "py", "preload: 'os;rm' is not a valid module list: expected "
                      "comma-separated Python module names", "preload=os;rm");
     DEF_BAD(p, "py", "unknown key 'foo' for provider local"
-                     ": expected one of provider, timeout, max_output, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
-    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, python, memory, processes, disk, warm, preload", "api_key=sk-x");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
+    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, python, memory, processes, disk, warm, preload", "api_key=sk-x");
     DEF_BAD(p, "py", "unknown provider 'docker': expected local or e2b", "provider=docker");
     DEF_BAD(p, "py", "'timeout' is not valid: expected key=value", "timeout");
     DEF_BAD(p, "py", "'=5' is not valid: expected key=value", "=5");
@@ -2755,7 +2799,7 @@ static void test_sandbox_e2b_keys(void **state)
     DEF_BAD(p, "cloud", "lifetime: '0' is not a valid duration: expected whole seconds "
                         "from 1 to 86400", "provider=e2b", "lifetime=0");
     DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b"
-                     ": expected one of provider, timeout, max_output, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
             "memory=1G");
 }
 
@@ -2771,7 +2815,7 @@ static void test_sandbox_errors_hide_key(void **state)
     e = ci_sandbox_def_parse(p, "cloud", 3, (const char *const[]){
         "provider=e2b", "api_key=sk-SECRET-0001", "bogus=1"}, &d);
     assert_str(e, "unknown key 'bogus' for provider e2b"
-                     ": expected one of provider, timeout, max_output, api_key, api_base, template, lifetime, internet, sandbox_url");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, api_key, api_base, template, lifetime, internet, sandbox_url");
     assert_null(strstr(e, "SECRET"));
 }
 
@@ -2865,6 +2909,7 @@ int main(void)
         TEST(test_rewrite_stream),
         TEST(test_rewrite_include),
         TEST(test_rewrite_item_references),
+        TEST(test_rewrite_container_context),
         TEST(test_rewrite_flags),
         TEST(test_rewrite_client_tools),
         TEST(test_rewrite_tool_choice),

@@ -30,7 +30,7 @@ static ci_container *make(ci_directory *d, const char *owner, const char *name,
                           apr_time_t now)
 {
     ci_container *c, *evicted;
-    assert_int_equal(ci_directory_create_container(d, owner, name, "local", NULL, 20,
+    assert_int_equal(ci_directory_create_container(d, owner, NULL, name, "local", NULL, 20 * 60,
                                                    now, &c, &evicted), CI_DIR_OK);
     assert_null(evicted);
     return c;
@@ -51,7 +51,7 @@ static void test_owners_apart(void **state)
     assert_null(got);
     assert_int_equal(ci_directory_get(d, "cntr_nope", "own_a", &got), CI_DIR_NOT_FOUND);
     assert_int_equal(ci_directory_get(d, a->id, NULL, &got), CI_DIR_NOT_FOUND);
-    assert_int_not_equal(ci_directory_create_container(d, "", NULL, "local", NULL, 20, T0,
+    assert_int_not_equal(ci_directory_create_container(d, "", NULL, NULL, "local", NULL, 20 * 60, T0,
                                                        &got, &got), CI_DIR_OK);
 }
 
@@ -93,23 +93,23 @@ static void test_caps_evict_only_the_requesters_own(void **state)
     ci_container *b1 = make(d, "own_b", NULL, T0 + 2), *c, *evicted;
     ci_directory_touch(d, a1, T0 + 5);                 /* a2 is a's LRU */
     /* a at its own cap: its LRU goes */
-    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, "local", NULL, 20,
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL, 20 * 60,
                                                    T0 + 6, &c, &evicted), CI_DIR_OK);
     assert_ptr_equal(evicted, a2);
     assert_int_equal(a2->status, CI_CNTR_EXPIRED);
     assert_int_equal(ci_directory_live_of(d, "own_a"), 2);
     /* the node is full (3): b may only evict its own; with b1 busy, refused */
     b1->busy = 1;
-    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, "local", NULL, 20,
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 20 * 60,
                                                    T0 + 7, &c, &evicted), CI_DIR_NODE_FULL);
     assert_null(evicted);
     assert_int_equal(a1->status, CI_CNTR_RUNNING);
     /* a new owner with nothing to give: refused, and nothing of others touched */
-    assert_int_equal(ci_directory_create_container(d, "own_c", NULL, "local", NULL, 20,
+    assert_int_equal(ci_directory_create_container(d, "own_c", NULL, NULL, "local", NULL, 20 * 60,
                                                    T0 + 8, &c, &evicted), CI_DIR_NODE_FULL);
     assert_int_equal(ci_directory_live(d), 3);
     b1->busy = 0;
-    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, "local", NULL, 20,
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 20 * 60,
                                                    T0 + 9, &c, &evicted), CI_DIR_OK);
     assert_ptr_equal(evicted, b1);
 }

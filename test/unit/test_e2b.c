@@ -46,6 +46,13 @@
                  "and was stopped."
 #define STOPPED "The execution was stopped because the request ended."
 #define NOT_REACHED "The sandbox could not be reached (Couldn't connect to server)."
+#define RESTARTED " The container's interpreter was restarted: its variables and " \
+                  "imports are gone (its files are kept)."
+#define GONE_404 "the E2B sandbox no longer exists (HTTP 404)"
+#define GONE_CAP "the E2B sandbox has lived as long as the E2B plan allows (HTTP 400: " \
+                 "Max instance length exceeded)"
+#define BAD_HANDLE "the container's E2B handle is not usable"
+#define IDLE 600
 #define REFUSED "the E2B sandbox service refused to create a sandbox "
 #define NO_TOKEN "the E2B sandbox service created a sandbox without an access " \
                  "token (the data plane cannot be secured)"
@@ -208,10 +215,11 @@ static int peer_in(json_object *peers, const char *peer)
 }
 
 /* How many of the connections that carried the provider's calls (creates,
- * lifetime extensions, executions, deletes) are still open. */
+ * lifetime extensions, executions, context calls, deletes) are still open. */
 static int connections_open(void)
 {
-    static const char *const lists[] = { "creates", "timeouts", "executes", "deletes" };
+    static const char *const lists[] = { "creates", "timeouts", "executes", "contexts",
+                                         "restarts", "deletes" };
     json_object *st = fake_state(), *closed = member(st, "closed");
     int open = 0;
     size_t l, i;
@@ -344,6 +352,104 @@ static const char *start_fails(apr_pool_t *p, const ci_sandbox_def *def)
     assert_null(strstr(copy, def->api_key));
     assert_null(strstr(copy, "e2b_"));
     return copy;
+}
+
+/* Attach container TAG's sandbox (HANDLE: NULL for a new one) in its own
+ * pool. */
+static ci_sandbox *attach_ok(apr_pool_t *p, const ci_sandbox_def *def, const char *handle,
+                             int idle, apr_pool_t **sbpool)
+{
+    ci_sandbox *sb = NULL;
+    const char *err = NULL;
+    apr_pool_create(sbpool, p);
+    if (E2B->attach(*sbpool, def, TAG, handle, idle, &sb, &err) != APR_SUCCESS)
+        fail_msg("attach failed: %s", err ? err : "(no message)");
+    assert_non_null(sb);
+    return sb;
+}
+
+/* Attach must fail with RV; returns *err (checked to be free of secrets:
+ * the key and every token of the fake's sandboxes). */
+static const char *attach_fails(apr_pool_t *p, const ci_sandbox_def *def, const char *handle,
+                                apr_status_t rv)
+{
+    apr_pool_t *sbpool;
+    ci_sandbox *sb = NULL;
+    const char *err = NULL, *copy;
+    json_object *st = fake_state();
+
+    apr_pool_create(&sbpool, p);
+    assert_int_equal(E2B->attach(sbpool, def, TAG, handle, IDLE, &sb, &err), rv);
+    assert_null(sb);
+    assert_non_null(err);
+    copy = apr_pstrdup(p, err);
+    apr_pool_destroy(sbpool);
+    assert_null(strstr(copy, def->api_key));
+    assert_null(strstr(copy, "e2b_"));
+    json_object_object_foreach(member(st, "sandboxes"), sid, sbx) {
+        (void)sid;
+        assert_null(strstr(copy, str_member(sbx, "envdAccessToken")));
+        assert_null(strstr(copy, str_member(sbx, "trafficAccessToken")));
+    }
+    json_object_put(st);
+    return copy;
+}
+
+/* Let the container's sandbox go (it keeps running at the fake). */
+static void let_go(ci_sandbox *sb, apr_pool_t *sbpool)
+{
+    E2B->release(sb);
+    apr_pool_destroy(sbpool);
+}
+
+/* The id of the only execution context the provider created (in sandbox
+ * ID). */
+static const char *context_of(apr_pool_t *p, const char *id)
+{
+    json_object *st = fake_state();
+    json_object *ctxs = member(st, "contexts"), *c;
+    const char *cid;
+    assert_int_equal(json_object_array_length(ctxs), 1);
+    c = json_object_array_get_idx(ctxs, 0);
+    assert_string_equal(str_member(c, "sandbox_id"), id);
+    assert_int_equal(json_object_get_int(member(c, "status")), 200);
+    cid = apr_pstrdup(p, str_member(c, "id"));
+    json_object_put(st);
+    return cid;
+}
+
+/* How many restarts of context CID the fake answered with STATUS. */
+static int restarts_of(const char *cid, int status)
+{
+    json_object *st = fake_state(), *rs = member(st, "restarts");
+    int n = 0;
+    size_t i;
+    for (i = 0; i < json_object_array_length(rs); i++) {
+        json_object *r = json_object_array_get_idx(rs, i);
+        if (!strcmp(str_member(r, "context_id"), cid) &&
+            json_object_get_int(member(r, "status")) == status)
+            n++;
+    }
+    json_object_put(st);
+    return n;
+}
+
+/* Wait until the fake holds N executions at a gate. */
+static void wait_held(size_t n)
+{
+    int i;
+    for (i = 0; i < 200 && state_len("held") < n; i++)
+        apr_sleep(apr_time_from_msec(50));
+    if (state_len("held") != n)
+        fail_msg("waited 10 s for %d held execution(s); the fake holds %d", (int)n,
+                 (int)state_len("held"));
+}
+
+static void fake_release(const char *gate)
+{
+    char body[128];
+    snprintf(body, sizeof(body), "{\"gate\": \"%s\"}", gate);
+    json_object_put(fake_call("POST", "/_release", body));
 }
 
 /* ======================================================================== */
@@ -544,6 +650,9 @@ static void test_data_plane_headers(void **state)
     assert_null(member(hdrs, "x-api-key"));
     assert_null(member(hdrs, "expect"));
     assert_string_equal(str_member(member(ex, "body"), "code"), "print(1)");
+    /* a request's sandbox runs in the default context */
+    assert_null(member(member(ex, "body"), "context_id"));
+    assert_int_equal(json_object_array_length(member(st, "contexts")), 0);
     json_object_put(st);
     stop(sb, sbpool);
     wait_deletes(1);
@@ -938,6 +1047,439 @@ static void test_data_host_of_the_answer(void **state)
     run_unreachable(p, def_without_sandbox_url(p), "sandboxes.localhost");
 }
 
+
+/* ---- containers ----------------------------------------------------------- */
+
+/* attach without a handle: a sandbox living IDLE seconds unused, its
+ * metadata naming the container, a Python context of its own that every
+ * execution names. */
+static void test_attach_creates_with_idle_timeout(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    const char *id = created_id(p), *cid = context_of(p, id);
+    json_object *st, *body, *meta, *c, *hdrs, *sbx, *ex, *tm;
+    ci_exec_result r;
+
+    st = fake_state();
+    body = member(json_object_array_get_idx(member(st, "creates"), 0), "body");
+    meta = member(body, "metadata");
+    assert_int_equal(json_object_get_int(member(body, "timeout")), IDLE);
+    assert_string_equal(str_member(body, "templateID"), "code-interpreter-v1");
+    assert_string_equal(str_member(meta, "container"), TAG);
+    assert_string_equal(str_member(meta, "request"), TAG);
+    assert_string_equal(str_member(meta, "mod_code_interpreter"), "1");
+    c = json_object_array_get_idx(member(st, "contexts"), 0);
+    assert_string_equal(str_member(c, "path"), "/contexts");
+    assert_string_equal(json_object_to_json_string_ext(member(c, "body"),
+                                                       JSON_C_TO_STRING_PLAIN),
+                        "{\"language\":\"python\",\"cwd\":\"\\/home\\/user\"}");
+    hdrs = member(c, "headers");
+    sbx = member(member(st, "sandboxes"), id);
+    assert_string_equal(str_member(hdrs, "e2b-traffic-access-token"),
+                        str_member(sbx, "trafficAccessToken"));
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-id"), id);
+    assert_null(member(hdrs, "x-api-key"));
+    /* the default context and the container's */
+    assert_int_equal(json_object_object_length(member(sbx, "contexts")), 2);
+    assert_non_null(member(member(sbx, "contexts"), cid));
+    assert_string_not_equal(str_member(sbx, "default_context_id"), cid);
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 0);
+    json_object_put(st);
+
+    r = run(sb, p, "x = 1\nprint(x)");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_string_equal(r.text, "1\n");
+    st = fake_state();
+    ex = json_object_array_get_idx(member(st, "executes"), 0);
+    assert_string_equal(str_member(member(ex, "body"), "context_id"), cid);
+    /* before the execution: the idle expiry (it exceeds what one needs) */
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 1);
+    tm = json_object_array_get_idx(member(st, "timeouts"), 0);
+    assert_int_equal(json_object_get_int(member(tm, "timeout")), IDLE);
+    assert_int_equal(json_object_get_int(member(tm, "status")), 204);
+    sbx = member(member(st, "sandboxes"), id);
+    assert_int_equal(json_object_get_int(member(member(member(sbx, "contexts"), cid),
+                                                "execution_count")), 1);
+    assert_int_equal(json_object_get_int(member(member(member(sbx, "contexts"),
+                                                       str_member(sbx, "default_context_id")),
+                                                "execution_count")), 0);
+    json_object_put(st);
+    stop(sb, sbpool);   /* destroy deletes a container's sandbox */
+    wait_deletes(1);
+    assert_int_equal(state_len("live"), 0);
+    assert_no_leaks();
+}
+
+/* A container whose idle expiry is shorter than an execution may take: each
+ * execution is covered (timeout + 30 s), the create asks for the expiry. */
+static void test_attach_short_idle(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    json_object *st;
+
+    def->timeout = apr_time_from_sec(60);
+    sb = attach_ok(p, def, NULL, 20, &sbpool);
+    run(sb, p, "pass");
+    st = fake_state();
+    assert_int_equal(json_object_get_int(member(member(json_object_array_get_idx(
+                         member(st, "creates"), 0), "body"), "timeout")), 20);
+    assert_int_equal(json_object_get_int(member(json_object_array_get_idx(
+                         member(st, "timeouts"), 0), "timeout")), 90);
+    json_object_put(st);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* handle -> attach in a fresh ci_sandbox (another process would do the
+ * same): the same sandbox and context, state kept, nothing created, its
+ * life set to the idle expiry. */
+static void test_handle_reattaches_same_sandbox(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    const char *id = created_id(p), *cid = context_of(p, id), *handle;
+    json_object *st, *h, *sbx, *tm;
+    ci_exec_result r;
+
+    r = run(sb, p, "x = 41");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    handle = E2B->handle(sb, p);
+    assert_non_null(handle);
+    assert_null(strstr(handle, KEY));
+    st = fake_state();
+    sbx = member(member(st, "sandboxes"), id);
+    h = json_tokener_parse(handle);
+    assert_non_null(h);
+    assert_int_equal(json_object_object_length(h), 6);
+    assert_int_equal(json_object_get_int(member(h, "version")), 1);
+    assert_string_equal(str_member(h, "sandbox_id"), id);
+    assert_string_equal(str_member(h, "data_url"), fake_base);
+    assert_string_equal(str_member(h, "access_token"), str_member(sbx, "envdAccessToken"));
+    assert_string_equal(str_member(h, "traffic_token"), str_member(sbx, "trafficAccessToken"));
+    assert_string_equal(str_member(h, "context_id"), cid);
+    json_object_put(h);
+    json_object_put(st);
+    let_go(sb, sbpool);
+
+    def->api_key = apr_pstrdup(p, KEY);   /* the def's own copy, not the handle's */
+    sb = attach_ok(p, def, handle, 300, &sbpool);
+    st = fake_state();
+    assert_int_equal(json_object_array_length(member(st, "creates")), 1);
+    assert_int_equal(json_object_array_length(member(st, "contexts")), 1);
+    assert_int_equal(json_object_array_length(member(st, "deletes")), 0);
+    /* the one call attach made: the life from now on */
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 2);
+    tm = json_object_array_get_idx(member(st, "timeouts"), 1);
+    assert_string_equal(str_member(tm, "id"), id);
+    assert_int_equal(json_object_get_int(member(tm, "timeout")), 300);
+    assert_int_equal(json_object_get_int(member(tm, "status")), 204);
+    assert_int_equal(json_object_array_length(member(st, "executes")), 1);
+    json_object_put(st);
+
+    r = run(sb, p, "x + 1");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_string_equal(r.text, "42\n");
+    st = fake_state();
+    assert_string_equal(str_member(member(json_object_array_get_idx(member(st, "executes"), 1),
+                                          "body"), "context_id"), cid);
+    json_object_put(st);
+    assert_string_equal(E2B->remote_id(sb), id);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* keep_alive: POST /sandboxes/{id}/timeout with the seconds asked; a
+ * sandbox that is gone is APR_NOTFOUND. */
+static void test_keep_alive_sends_timeout(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    const char *id = created_id(p), *err = NULL;
+    json_object *st, *tm;
+
+    assert_int_equal(E2B->keep_alive(sb, 120, &err), APR_SUCCESS);
+    st = fake_state();
+    assert_int_equal(json_object_array_length(member(st, "timeouts")), 1);
+    tm = json_object_array_get_idx(member(st, "timeouts"), 0);
+    assert_string_equal(str_member(tm, "id"), id);
+    assert_int_equal(json_object_get_int(member(tm, "timeout")), 120);
+    assert_int_equal(json_object_get_int(member(tm, "status")), 204);
+    json_object_put(st);
+
+    json_object_put(fake_call("POST", "/_expire", "{}"));
+    assert_int_equal(E2B->keep_alive(sb, 120, &err), APR_NOTFOUND);
+    assert_string_equal(err, GONE_404);
+    assert_int_equal(state_len("timeouts"), 2);
+    let_go(sb, sbpool);
+    wait_done();
+    assert_int_equal(state_len("deletes"), 0);
+    assert_no_leaks();
+}
+
+/* release leaves the sandbox running (and destroy after it deletes
+ * nothing); its connections are closed. */
+static void test_release_does_not_delete(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    const char *id = created_id(p);
+    json_object *st;
+
+    run(sb, p, "y = 1");
+    E2B->release(sb);
+    assert_null(E2B->remote_id(sb));
+    assert_null(E2B->handle(sb, p));
+    E2B->destroy(sb);
+    apr_pool_destroy(sbpool);
+    wait_done();
+    st = fake_state();
+    assert_int_equal(json_object_array_length(member(st, "deletes")), 0);
+    assert_int_equal(json_object_array_length(member(st, "live")), 1);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(member(st, "live"),
+                                                                          0)), id);
+    json_object_put(st);
+    assert_string_equal(log_text(p), "");
+}
+
+/* attach from the handle of a sandbox that is gone (deleted, expired) or
+ * past the plan's longest life: APR_NOTFOUND, and nothing deleted or
+ * created. */
+static void test_attach_gone_is_notfound(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    const char *handle = E2B->handle(sb, p);
+
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_string_equal(attach_fails(p, def, handle, APR_NOTFOUND), GONE_404);
+
+    fake_reset();
+    sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    handle = E2B->handle(sb, p);
+    let_go(sb, sbpool);
+    fake_switch("{\"max_instance_length\": 0}");
+    assert_string_equal(attach_fails(p, def, handle, APR_NOTFOUND), GONE_CAP);
+    wait_done();
+    {
+        json_object *st = fake_state();
+        json_object *tm = json_object_array_get_idx(member(st, "timeouts"), 0);
+        assert_int_equal(json_object_array_length(member(st, "timeouts")), 1);
+        assert_int_equal(json_object_get_int(member(tm, "timeout")), IDLE);
+        assert_int_equal(json_object_get_int(member(tm, "status")), 400);
+        assert_int_equal(json_object_array_length(member(st, "creates")), 1);
+        assert_int_equal(json_object_array_length(member(st, "deletes")), 0);
+        json_object_put(st);
+    }
+    assert_no_leaks();
+}
+
+/* A handle that is not one handle() made is refused without a call. */
+static void test_attach_bad_handle(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    const char *id = created_id(p), *cid = context_of(p, id);
+    const char *good = "{\"version\":1,\"sandbox_id\":\"%s\",\"data_url\":\"%s\","
+                       "\"access_token\":\"tok\",\"context_id\":\"%s\"}";
+    const char *bad[] = {
+        "", "not json", "[]", "{}",
+        apr_psprintf(p, "{\"version\":2,\"sandbox_id\":\"%s\",\"data_url\":\"%s\","
+                     "\"access_token\":\"tok\",\"context_id\":\"%s\"}", id, fake_base, cid),
+        apr_psprintf(p, good, "../x", fake_base, cid),
+        apr_psprintf(p, good, id, "ftp://127.0.0.1/", cid),
+        apr_psprintf(p, good, id, "http://user@127.0.0.1/", cid),
+        apr_psprintf(p, good, id, fake_base, "a/b"),
+        apr_psprintf(p, "{\"version\":1,\"sandbox_id\":\"%s\",\"data_url\":\"%s\","
+                     "\"access_token\":\"t k\",\"context_id\":\"%s\"}", id, fake_base, cid),
+        apr_psprintf(p, "{\"version\":1,\"sandbox_id\":\"%s\",\"data_url\":\"%s\","
+                     "\"context_id\":\"%s\"}", id, fake_base, cid),
+    };
+    size_t i;
+
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_string_equal(attach_fails(p, def, bad[i], APR_EINVAL), BAD_HANDLE);
+    assert_int_equal(state_len("timeouts"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* The sandbox was made but it has no context: the sandbox is deleted and
+ * attach fails. */
+static void test_attach_context_refused(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = NULL;
+    const char *err = NULL;
+    json_object *st;
+
+    fake_switch("{\"context_status\": 500}");
+    apr_pool_create(&sbpool, p);
+    assert_int_equal(E2B->attach(sbpool, def, TAG, NULL, IDLE, &sb, &err), APR_EGENERAL);
+    assert_null(sb);
+    assert_string_equal(err, "the E2B sandbox could not get an execution context (its "
+                        "code interpreter answered HTTP 500)");
+    apr_pool_destroy(sbpool);
+    wait_deletes(1);
+    st = fake_state();
+    assert_int_equal(json_object_get_int(member(st, "created")), 1);
+    assert_int_equal(json_object_get_int(member(st, "deleted")), 1);
+    assert_int_equal(json_object_array_length(member(st, "contexts")), 1);
+    json_object_put(st);
+    assert_no_leaks();
+}
+
+/* A container's execution that times out: its context is restarted, the
+ * model is told its variables are gone, and the next execution runs in the
+ * empty interpreter at once (not behind the one still running there). */
+static void test_container_timeout_restarts_context(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    const char *id, *cid;
+    ci_exec_result r;
+
+    def->timeout = apr_time_from_sec(1);
+    sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    id = created_id(p);
+    cid = context_of(p, id);
+    r = run(sb, p, "x = 1");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_int_equal(restarts_of(cid, 200), 0);
+
+    fake_switch("{\"hold_execute\": \"stuck\"}");
+    r = run(sb, p, "y = 2");
+    assert_int_equal(ci_exec_failed(&r), 1);
+    assert_int_equal(r.outcome, CI_EXEC_TIMED_OUT);
+    assert_string_equal(r.failure, "The execution timed out after 1 s and was stopped."
+                        RESTARTED);
+    assert_int_equal(restarts_of(cid, 200), 1);
+    assert_int_equal(state_len("restarts"), 1);
+    assert_int_equal(state_len("held"), 1);   /* the old execution still runs */
+
+    fake_switch("{\"hold_execute\": null}");
+    r = run(sb, p, "print(globals().get('x'), globals().get('y'))");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_string_equal(r.text, "None None\n");
+    assert_int_equal(state_len("restarts"), 1);
+    /* the same sandbox, nothing created or deleted */
+    assert_int_equal(state_len("creates"), 1);
+    assert_int_equal(state_len("deletes"), 0);
+    fake_release("stuck");
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+static void *APR_THREAD_FUNC run_held_thread(apr_thread_t *t, void *data)
+{
+    runner *r = data;
+    r->rv = E2B->run(r->sb, r->p, "z = 3", &r->res);
+    return NULL;
+}
+
+/* interrupt() while a container's execution runs: it returns interrupted,
+ * the context is restarted, and the next attach finds it empty. */
+static void test_container_interrupt_restarts_context(void **state)
+{
+    apr_pool_t *p = *state, *sbpool, *rp;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    const char *cid = context_of(p, created_id(p)), *handle;
+    apr_thread_t *t;
+    apr_status_t ignored;
+    runner r;
+    ci_exec_result again;
+
+    run(sb, p, "x = 1");
+    handle = E2B->handle(sb, p);
+    fake_switch("{\"hold_execute\": \"held\"}");
+    apr_pool_create(&rp, p);
+    memset(&r, 0, sizeof(r));
+    r.sb = sb;
+    r.p = rp;
+    assert_int_equal(apr_thread_create(&t, NULL, run_held_thread, &r, p), APR_SUCCESS);
+    wait_held(1);
+    E2B->interrupt(sb);
+    apr_thread_join(&ignored, t);
+    assert_int_equal(r.rv, APR_SUCCESS);
+    assert_int_equal(r.res.outcome, CI_EXEC_INTERRUPTED);
+    assert_string_equal(r.res.failure, STOPPED RESTARTED);
+    assert_int_equal(restarts_of(cid, 200), 1);
+    let_go(sb, sbpool);
+
+    fake_switch("{\"hold_execute\": null}");
+    sb = attach_ok(p, def, handle, IDLE, &sbpool);
+    again = run(sb, p, "print(globals().get('x'), globals().get('z'))");
+    assert_int_equal(ci_exec_failed(&again), 0);
+    assert_string_equal(again.text, "None None\n");
+    fake_release("held");
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* Any failed outcome of a container's run restarts its context (here the
+ * kernel died); a sandbox found gone before the execution does not. */
+static void test_container_lost_run_restarts(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    const char *cid = context_of(p, created_id(p));
+    ci_exec_result r;
+
+    fake_switch("{\"kernel_dies\": true}");
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
+    assert_string_equal(r.failure, DIED RESTARTED);
+    assert_int_equal(restarts_of(cid, 200), 1);
+    fake_switch("{\"kernel_dies\": null}");
+    r = run(sb, p, "print(2)");
+    assert_int_equal(ci_exec_failed(&r), 0);
+    assert_string_equal(r.text, "2\n");
+
+    json_object_put(fake_call("POST", "/_expire", "{}"));
+    r = run(sb, p, "print(3)");
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
+    assert_string_equal(r.failure, EXPIRED);
+    assert_int_equal(state_len("restarts"), 1);
+    assert_int_equal(state_len("executes"), 2);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* The restart itself fails: the model is told, the operator too. */
+static void test_container_restart_refused(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    const char *cid = context_of(p, created_id(p));
+    ci_exec_result r;
+
+    fake_switch("{\"kernel_dies\": true, \"context_status\": 500}");
+    r = run(sb, p, "print(1)");
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
+    assert_string_equal(r.failure, DIED " The container's interpreter could not be "
+                        "restarted (its code interpreter answered HTTP 500): its variables "
+                        "may be gone.");
+    assert_int_equal(restarts_of(cid, 500), 1);
+    assert_string_equal(log_text(p), "CI0314: the execution context of an E2B container's "
+                        "sandbox could not be restarted (its code interpreter answered "
+                        "HTTP 500)\n");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
 static const struct CMUnitTest tests[] = {
     TEST(test_round_trip),
     TEST(test_create_body),
@@ -965,6 +1507,18 @@ static const struct CMUnitTest tests[] = {
     TEST(test_delete_after_key_rotation),
     TEST(test_default_data_host),
     TEST(test_data_host_of_the_answer),
+    TEST(test_attach_creates_with_idle_timeout),
+    TEST(test_attach_short_idle),
+    TEST(test_handle_reattaches_same_sandbox),
+    TEST(test_keep_alive_sends_timeout),
+    TEST(test_release_does_not_delete),
+    TEST(test_attach_gone_is_notfound),
+    TEST(test_attach_bad_handle),
+    TEST(test_attach_context_refused),
+    TEST(test_container_timeout_restarts_context),
+    TEST(test_container_interrupt_restarts_context),
+    TEST(test_container_lost_run_restarts),
+    TEST(test_container_restart_refused),
 };
 
 int main(int argc, char **argv)

@@ -1,0 +1,338 @@
+/*
+ * ci_containers.c - a request's container (ci_containers.h).
+ */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_containers.h"
+#include <http_log.h>
+#include "ci_dirconf.h"
+#include "ci_crypto.h"
+#include "ci_json.h"
+#include "ci_owner.h"
+#include "ci_state.h"
+#include "ci_supdir.h"
+#include "ci_supervisor.h"
+#include "mod_code_interpreter.h"
+
+/* The memory tiers a tool offers. */
+#define DEFAULT_TIER "1g"
+
+/* ---- the directory ---------------------------------------------------------- */
+
+json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner)
+{
+    json_object *o = ci_json_own(p, json_object_new_object());
+    json_object_object_add(o, "op", json_object_new_string(op));
+    json_object_object_add(o, "owner", json_object_new_string(owner));
+    return o;
+}
+
+static void put_str(json_object *o, const char *key, const char *v)
+{
+    if (v)
+        json_object_object_add(o, key, json_object_new_string(v));
+}
+
+json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req)
+{
+    apr_size_t len;
+    const char *text = ci_json_text(req, &len), *answer = NULL, *err = NULL, *perr;
+    json_object *ans;
+    if (ci_supervisor_dir(p, text, len, &answer, &err) != 0 ||
+        !(ans = ci_json_parse(p, answer, strlen(answer), &perr))) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0801: the container directory "
+                      "could not be asked: %s", err ? err : "a malformed answer");
+        return NULL;
+    }
+    return ans;
+}
+
+static json_object *dir_ask(request_rec *r, json_object *req)
+{
+    return ci_containers_ask(r, r->pool, req);
+}
+
+static json_object *dir_request(apr_pool_t *p, const char *op, const char *owner)
+{
+    return ci_containers_request(p, op, owner);
+}
+
+static ci_dir_status status_of(json_object *ans)
+{
+    return ci_supdir_status_of(ci_json_str(ans, "status"));
+}
+
+static int unavailable(request_rec *r, ci_error *err)
+{
+    ci_error_set(err, 503, CI_SERVER, NULL, "containers_unavailable", r->pool,
+                 "The container directory of this server is unavailable; retry "
+                 "shortly.");
+    return 503;
+}
+
+/* ---- item references ----------------------------------------------------- */
+
+const char *ci_containers_recall(void *baton, const char *item_id,
+                                 const char **container)
+{
+    ci_recall_baton *b = baton;
+    json_object *req, *ans;
+    *container = NULL;
+    if (!b->owner)
+        return NULL;
+    req = dir_request(b->r->pool, "recall", b->owner);
+    put_str(req, "item_id", item_id);
+    if (!(ans = dir_ask(b->r, req))) {
+        b->failed = 1;
+        return NULL;
+    }
+    *container = ci_json_str(ans, "container_id");
+    return ci_json_str(ans, "text");
+}
+
+/* ---- which container ------------------------------------------------------ */
+
+static int not_found(request_rec *r, const char *id, int index, ci_error *err)
+{
+    ci_error_set(err, 404, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+                 "container_not_found", r->pool,
+                 "Container with id '%s' not found.", id);
+    return 404;
+}
+
+static int expired(request_rec *r, const char *id, int index, ci_error *err)
+{
+    ci_error_set(err, 400, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+                 "container_expired", r->pool,
+                 "Container with id '%s' has expired and can no longer be used; "
+                 "use a new container.", id);
+    return 400;
+}
+
+/* The container ID of the owner: its status, NULL answer when unreachable. */
+static json_object *lookup(request_rec *r, const char *owner, const char *id, int touch)
+{
+    json_object *req = dir_request(r->pool, "get", owner);
+    put_str(req, "id", id);
+    json_object_object_add(req, "touch", json_object_new_boolean(touch));
+    return dir_ask(r, req);
+}
+
+static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
+{
+    const char *id = st->req->container_id;
+    json_object *ans;
+    if (!st->owner)
+        return not_found(r, id, st->req->tool_index, err);
+    if (!(ans = lookup(r, st->owner, id, 1)))
+        return unavailable(r, err);
+    switch (status_of(ans)) {
+    case CI_DIR_OK:
+        break;
+    case CI_DIR_EXPIRED:
+        return expired(r, id, st->req->tool_index, err);
+    default:
+        return not_found(r, id, st->req->tool_index, err);
+    }
+    st->container_id = id;
+    st->container_exists = 1;
+    return OK;
+}
+
+/* The container the previous response led to, and the outputs it is owed. */
+static int follow_chain(request_rec *r, ci_req_state *st, const char **container,
+                        ci_error *err)
+{
+    json_object *req, *ans;
+    const char *pending;
+    *container = NULL;
+    if (!st->req->previous_response_id || !st->owner)
+        return OK;
+    req = dir_request(r->pool, "response", st->owner);
+    put_str(req, "response_id", st->req->previous_response_id);
+    if (!(ans = dir_ask(r, req)))
+        return unavailable(r, err);
+    *container = ci_json_str(ans, "container_id");
+    if ((pending = ci_json_str(ans, "pending")) &&
+        ci_request_prepend_input(r->pool, st->req, pending) != 0)
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "CI0802: the outputs owed to "
+                      "response %s were not understood", st->req->previous_response_id);
+    return OK;
+}
+
+/* "auto": the context's latest container when it still runs; a new one
+ * otherwise (made at the first call), the model told when the context's
+ * has expired. */
+static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
+                        ci_error *err)
+{
+    const char *named = st->req->context_container ? st->req->context_container
+                                                   : chained;
+    json_object *ans;
+    st->container_id = ci_mint_id(r->pool, "cntr_", 24);
+    if (!named || !st->owner)
+        return OK;
+    if (!(ans = lookup(r, st->owner, named, 1)))
+        return unavailable(r, err);
+    switch (status_of(ans)) {
+    case CI_DIR_OK:
+        st->container_id = apr_pstrdup(r->pool, named);
+        st->container_exists = 1;
+        break;
+    case CI_DIR_EXPIRED:
+        st->container_lost = apr_pstrdup(r->pool, named);
+        break;
+    default:                      /* unknown or another's: a new one */
+        break;
+    }
+    return OK;
+}
+
+static int check_tier(request_rec *r, ci_req_state *st, ci_error *err)
+{
+    const char *tier = st->req->memory_limit;
+    if (!tier || !strcmp(tier, DEFAULT_TIER))
+        return OK;
+    ci_error_set(err, 400, CI_INVALID,
+                 apr_psprintf(r->pool, "tools[%d].container.memory_limit",
+                              st->req->tool_index),
+                 "invalid_value", r->pool,
+                 "Invalid 'memory_limit': '%s'. This server's sandbox tool %s offers: "
+                 "%s.", tier, st->sandbox->name, DEFAULT_TIER);
+    return 400;
+}
+
+int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
+{
+    const char *chained = NULL;
+    int rc;
+    if ((rc = check_tier(r, st, err)) != OK)
+        return rc;
+    if ((rc = follow_chain(r, st, &chained, err)) != OK)
+        return rc;
+    if (st->req->container_id)
+        return resolve_explicit(r, st, err);
+    return resolve_auto(r, st, chained, err);
+}
+
+const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id)
+{
+    return apr_psprintf(p, "Note: container %s of the earlier turns has expired. This "
+                           "code runs in a new container: variables, imports and files "
+                           "from before are gone and must be recreated.", old_id);
+}
+
+/* ---- the first execution ---------------------------------------------------- */
+
+static void put_limits(request_rec *r, ci_req_state *st, json_object *req)
+{
+    ci_server_conf *sc = ci_server_config(r->server);
+    json_object *l = json_object_new_object();
+    json_object_object_add(l, "node", json_object_new_int(ci_server_max_sandboxes(sc)));
+    json_object_object_add(l, "owner", json_object_new_int(ci_server_max_per_owner(sc)));
+    json_object_object_add(l, "retention", json_object_new_int(st->sandbox->retention));
+    json_object_object_add(req, "limits", l);
+}
+
+static apr_status_t refused(request_rec *r, ci_dir_status why, ci_error *err)
+{
+    if (why == CI_DIR_OWNER_FULL) {
+        ci_error_set(err, 503, CI_SERVER, NULL, "container_limit", r->pool,
+                     "You hold as many containers as this server allows per caller, "
+                     "all of them busy; retry when one is done.");
+        return APR_EAGAIN;
+    }
+    ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", r->pool,
+                 "This server is running as many code sandboxes as it allows; retry "
+                 "shortly.");
+    return APR_EAGAIN;
+}
+
+apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
+                                  ci_container *out, ci_error *err)
+{
+    json_object *req, *ans;
+    ci_dir_status why;
+    if (st->container_exists) {
+        if (!(ans = lookup(r, st->owner, st->container_id, 1)))
+            return unavailable(r, err), APR_EGENERAL;
+        if ((why = status_of(ans)) != CI_DIR_OK) {
+            ci_error_set(err, 400, CI_INVALID, NULL, "container_expired", r->pool,
+                         "Container with id '%s' has expired and can no longer be "
+                         "used; use a new container.", st->container_id);
+            return APR_EGENERAL;
+        }
+    }
+    else {
+        req = dir_request(r->pool, "create", st->owner);
+        put_str(req, "id", st->container_id);
+        put_str(req, "tool", st->sandbox->name);
+        put_str(req, "memory_limit", st->req->memory_limit);
+        json_object_object_add(req, "idle", json_object_new_int(st->sandbox->idle));
+        put_limits(r, st, req);
+        if (!(ans = dir_ask(r, req)))
+            return unavailable(r, err), APR_EGENERAL;
+        if ((why = status_of(ans)) != CI_DIR_OK)
+            return refused(r, why, err);
+        st->container_exists = 1;
+        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
+                      "(tool %s)%s%s", st->container_id, st->sandbox->name,
+                      ci_json_get(ans, "evicted", json_type_object)
+                          ? "; evicted the caller's least recently used " : "",
+                      ci_json_get(ans, "evicted", json_type_object)
+                          ? ci_json_str(ci_json_get(ans, "evicted", json_type_object), "id")
+                          : "");
+    }
+    if (ci_supdir_container_from(r->pool, ci_json_get(ans, "container", json_type_object),
+                                 out) != 0)
+        return unavailable(r, err), APR_EGENERAL;
+    return APR_SUCCESS;
+}
+
+/* Handles hold a provider's access tokens: the directory keeps them sealed
+ * with the server secret (AES-256-GCM), opened only in httpd's children. */
+void ci_containers_set_handle(request_rec *r, apr_pool_t *p, ci_req_state *st,
+                              const char *handle)
+{
+    json_object *req = dir_request(p, "set_handle", st->owner);
+    put_str(req, "id", st->container_id);
+    put_str(req, "handle", ci_seal(p, ci_owner_secret(), handle));
+    ci_containers_ask(r, p, req);
+}
+
+const char *ci_containers_unseal(request_rec *r, const char *sealed)
+{
+    const char *plain = sealed ? ci_unseal(r->pool, ci_owner_secret(), sealed) : NULL;
+    if (sealed && !plain)
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0804: a container's handle "
+                      "could not be opened with this server's secret");
+    return plain;
+}
+
+/* ---- what the response leaves ------------------------------------------------ */
+
+void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
+                          const char *response_id)
+{
+    const char *pending = NULL;
+    apr_array_header_t *mem;
+    json_object *req, *items;
+    int i;
+    if (!st->owner || !st->container_exists)
+        return;
+    mem = ci_loop_memory(loop, r->pool, &pending);
+    req = dir_request(r->pool, "finish", st->owner);
+    put_str(req, "container_id", st->container_id);
+    put_str(req, "response_id", response_id);
+    put_str(req, "pending", pending);
+    items = json_object_new_array();
+    for (i = 0; i < mem->nelts; i++) {
+        ci_memory *m = &APR_ARRAY_IDX(mem, i, ci_memory);
+        json_object *it = json_object_new_object();
+        put_str(it, "id", m->item_id);
+        put_str(it, "text", m->text);
+        json_object_array_add(items, it);
+    }
+    json_object_object_add(req, "items", items);
+    dir_ask(r, req);
+}

@@ -1,0 +1,68 @@
+/*
+ * ci_containers.h - a request's container: which one it uses (an explicit
+ * id, or for "auto" the one its context names), made lazily when the model
+ * first calls the tool, and what the response leaves behind for the next
+ * turn (its id leads to the container; our items are remembered). The
+ * directory lives in the sandbox supervisor (ci_supdir.h).
+ *
+ * A request without an owner (ci_owner.h) has a container nobody can
+ * reuse: nothing is recorded and its sandbox ends with the request.
+ */
+#ifndef CI_CONTAINERS_H
+#define CI_CONTAINERS_H
+
+#include <httpd.h>
+#include <json-c/json.h>
+#include "ci_directory.h"
+#include "ci_error.h"
+#include "ci_loop.h"
+#include "ci_request.h"
+#include "ci_sandbox.h"
+
+struct ci_req_state;
+
+/* The recall entry of ci_rewrite_opts, with a ci_recall_baton: what our
+ * item stands for, when it was returned to OWNER. */
+typedef struct ci_recall_baton {
+    request_rec *r;
+    const char *owner;
+    int failed;                 /* the directory could not be asked */
+} ci_recall_baton;
+const char *ci_containers_recall(void *baton, const char *item_id,
+                                 const char **container);
+
+/* A directory request OP of OWNER (JSON, ci_supdir.h; owned by P). */
+json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner);
+/* Ask the directory REQ (memory from P): the answer, or NULL (logged) when
+ * the supervisor cannot be asked. */
+json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req);
+
+/* Fixups, after the rewrite: the container of the request (ST->container_id
+ * and the rest), outputs owed to a chained response put before the input.
+ * OK, or an answer status with ERR filled (404 unknown or foreign, 400
+ * expired or a tier not offered, 503 no directory). */
+int ci_containers_resolve(request_rec *r, struct ci_req_state *st, ci_error *err);
+
+/* The first execution: the container's record, made now if the request's
+ * container is a new one. *OUT is a copy (its handle too). APR_SUCCESS, or
+ * APR_EAGAIN / APR_EGENERAL with ERR (503). */
+apr_status_t ci_containers_ensure(request_rec *r, struct ci_req_state *st,
+                                  ci_container *out, ci_error *err);
+
+/* The container's sandbox can now be reached with HANDLE: recorded.
+ * Memory from P (a worker thread calls it, not the request's). */
+void ci_containers_set_handle(request_rec *r, apr_pool_t *p, struct ci_req_state *st,
+                              const char *handle);
+
+/* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
+const char *ci_containers_unseal(request_rec *r, const char *sealed);
+
+/* The response RESPONSE_ID is final: it leads to the container, and our
+ * items in LOOP are remembered for item_references and chains. */
+void ci_containers_finish(request_rec *r, struct ci_req_state *st, ci_loop *loop,
+                          const char *response_id);
+
+/* What a notice to the model says when the context's container expired. */
+const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id);
+
+#endif

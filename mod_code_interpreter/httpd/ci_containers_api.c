@@ -1,0 +1,388 @@
+/*
+ * ci_containers_api.c - the Containers API (ci_containers_api.h): a thin
+ * handler over the directory's operations (ci_supdir.h); every lookup is
+ * the caller's own, so another caller's container reads as unknown (404).
+ */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_containers_api.h"
+#include <http_config.h>
+#include <http_log.h>
+#include <http_protocol.h>
+#include <http_request.h>
+#include <util_script.h>
+#include "ci_containers.h"
+#include "ci_dirconf.h"
+#include "ci_json.h"
+#include "ci_owner.h"
+#include "ci_state.h"
+#include "ci_supdir.h"
+#include "ci_supervisor.h"
+#include "mod_code_interpreter.h"
+
+#define OWNER_KEY "ci-api-owner"
+#define MAX_CREATE_BODY (64 * 1024)
+#define DEFAULT_TIER "1g"
+
+typedef struct api_req {
+    request_rec *r;
+    ci_dir_conf *d;
+    const char *owner;
+    const char *id;              /* the {id} segment, or NULL: the collection */
+    ci_error err;
+} api_req;
+
+void ci_containers_api_fixups(request_rec *r)
+{
+    const char *owner = ci_owner_of(r);
+    apr_pool_userdata_setn(owner ? owner : "", OWNER_KEY, NULL, r->pool);
+}
+
+/* ---- answers ----------------------------------------------------------------- */
+
+static int send_json(request_rec *r, int status, json_object *o)
+{
+    apr_size_t len;
+    const char *body = ci_json_text(o, &len);
+    r->status = status;
+    ap_set_content_type(r, "application/json");
+    ap_set_content_length(r, (apr_off_t)len);
+    ap_rwrite(body, (int)len, r);
+    return OK;
+}
+
+static int fail(api_req *a)
+{
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, a->r, "CI0811: containers API answers "
+                  "%d: %s", a->err.status, a->err.message);
+    if (a->err.status == 503)
+        apr_table_setn(a->r->err_headers_out, "Retry-After", "5");
+    ci_send_error(a->r, &a->err);
+    return OK;
+}
+
+static int not_found(api_req *a)
+{
+    ci_error_set(&a->err, 404, CI_INVALID, NULL, "container_not_found", a->r->pool,
+                 "Container with id '%s' not found.", a->id);
+    return fail(a);
+}
+
+static int bad(api_req *a, const char *param, const char *code, const char *msg)
+{
+    ci_error_set(&a->err, 400, CI_INVALID, param, code, a->r->pool, "%s", msg);
+    return fail(a);
+}
+
+static int unavailable(api_req *a)
+{
+    ci_error_set(&a->err, 503, CI_SERVER, NULL, "containers_unavailable", a->r->pool,
+                 "The container directory of this server is unavailable; retry "
+                 "shortly.");
+    return fail(a);
+}
+
+/* The container object as OpenAI shows it. */
+static json_object *resource(apr_pool_t *p, const ci_container *c)
+{
+    json_object *o = ci_json_own(p, json_object_new_object());
+    json_object *exp = json_object_new_object();
+    static const char *const states[] = { "running", "expired", "deleted" };
+    json_object_object_add(o, "id", json_object_new_string(c->id));
+    json_object_object_add(o, "object", json_object_new_string("container"));
+    json_object_object_add(o, "name", json_object_new_string(c->name ? c->name : ""));
+    json_object_object_add(o, "created_at",
+                           json_object_new_int64(apr_time_sec(c->created_at)));
+    json_object_object_add(o, "status", json_object_new_string(states[c->status]));
+    json_object_object_add(o, "last_active_at",
+                           json_object_new_int64(apr_time_sec(c->last_active_at)));
+    json_object_object_add(exp, "anchor", json_object_new_string("last_active_at"));
+    json_object_object_add(exp, "minutes",
+                           json_object_new_int((c->idle_seconds + 59) / 60));
+    json_object_object_add(o, "expires_after", exp);
+    json_object_object_add(o, "memory_limit",
+                           json_object_new_string(c->memory_limit ? c->memory_limit
+                                                                  : DEFAULT_TIER));
+    return o;
+}
+
+/* ---- the directory ----------------------------------------------------------- */
+
+static json_object *dir_request(api_req *a, const char *op)
+{
+    json_object *o = ci_containers_request(a->r->pool, op, a->owner);
+    if (a->id)
+        json_object_object_add(o, "id", json_object_new_string(a->id));
+    return o;
+}
+
+static json_object *dir_ask(api_req *a, json_object *req)
+{
+    return ci_containers_ask(a->r, a->r->pool, req);
+}
+
+static ci_dir_status status_of(json_object *ans)
+{
+    return ci_supdir_status_of(ci_json_str(ans, "status"));
+}
+
+static int container_of(api_req *a, json_object *ans, const char *key, ci_container *c)
+{
+    return ci_supdir_container_from(a->r->pool, ci_json_get(ans, key, json_type_object),
+                                    c);
+}
+
+/* ---- the operations ------------------------------------------------------------ */
+
+static int get_one(api_req *a)
+{
+    json_object *req = dir_request(a, "get"), *ans;
+    ci_container c;
+    json_object_object_add(req, "touch", json_object_new_boolean(1));
+    if (!(ans = dir_ask(a, req)))
+        return unavailable(a);
+    if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
+        return not_found(a);
+    return send_json(a->r, 200, resource(a->r->pool, &c));
+}
+
+/* A remote container's sandbox is deleted at its provider (a local one is
+ * gone with the directory's record: the supervisor holds it). */
+static void destroy_remote(api_req *a, const ci_container *c)
+{
+    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(a->r->server, c->tool) : NULL;
+    ci_sandbox *sb = NULL;
+    const char *err = NULL;
+    apr_pool_t *p;
+    if (!def || !c->handle || !def->provider->attach)
+        return;
+    apr_pool_create(&p, a->r->pool);
+    if (def->provider->attach(p, def, c->id, ci_containers_unseal(a->r, c->handle), 60,
+                              &sb, &err) == APR_SUCCESS)
+        def->provider->destroy(sb);
+    else
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0813: the sandbox of "
+                      "container %s could not be reached to delete it: %s", c->id,
+                      err ? err : "unknown reason");
+    apr_pool_destroy(p);
+}
+
+static int delete_one(api_req *a)
+{
+    json_object *ans = dir_ask(a, dir_request(a, "delete")), *o;
+    ci_container c;
+    if (!ans)
+        return unavailable(a);
+    if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c))
+        return not_found(a);
+    destroy_remote(a, &c);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0814: container %s deleted",
+                  a->id);
+    o = ci_json_own(a->r->pool, json_object_new_object());
+    json_object_object_add(o, "id", json_object_new_string(a->id));
+    json_object_object_add(o, "object", json_object_new_string("container.deleted"));
+    json_object_object_add(o, "deleted", json_object_new_boolean(1));
+    return send_json(a->r, 200, o);
+}
+
+static int list(api_req *a)
+{
+    apr_table_t *q = NULL;
+    const char *limit_s, *order, *after, *name;
+    json_object *req, *ans, *data, *out;
+    int limit = 20, i, n;
+    char *end;
+    ap_args_to_table(a->r, &q);
+    if ((limit_s = apr_table_get(q, "limit"))) {
+        limit = (int)strtol(limit_s, &end, 10);
+        if (*end || limit < 1 || limit > 100)
+            return bad(a, "limit", "integer_out_of_range",
+                       "Invalid 'limit': expected an integer from 1 to 100.");
+    }
+    order = apr_table_get(q, "order");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return bad(a, "order", "invalid_value",
+                   "Invalid 'order': expected 'asc' or 'desc'.");
+    req = dir_request(a, "list");
+    json_object_object_add(req, "limit", json_object_new_int(limit));
+    if (order)
+        json_object_object_add(req, "order", json_object_new_string(order));
+    if ((after = apr_table_get(q, "after")))
+        json_object_object_add(req, "after", json_object_new_string(after));
+    if ((name = apr_table_get(q, "name")))
+        json_object_object_add(req, "name", json_object_new_string(name));
+    if (!(ans = dir_ask(a, req)))
+        return unavailable(a);
+    out = ci_json_own(a->r->pool, json_object_new_object());
+    data = json_object_new_array();
+    n = (int)json_object_array_length(ci_json_get(ans, "data", json_type_array));
+    for (i = 0; i < n; i++) {
+        ci_container c;
+        if (!ci_supdir_container_from(a->r->pool, json_object_array_get_idx(
+                                          ci_json_get(ans, "data", json_type_array), i),
+                                      &c))
+            json_object_array_add(data, json_object_get(resource(a->r->pool, &c)));
+    }
+    n = (int)json_object_array_length(data);
+    json_object_object_add(out, "object", json_object_new_string("list"));
+    json_object_object_add(out, "data", data);
+    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, 0), "id")) : NULL);
+    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
+    json_object_object_add(out, "has_more", json_object_new_boolean(
+                               json_object_get_boolean(ci_json_get(ans, "has_more",
+                                                                   json_type_boolean))));
+    return send_json(a->r, 200, out);
+}
+
+/* The request body, parsed (at most MAX_CREATE_BODY bytes). */
+static json_object *read_json(api_req *a)
+{
+    char *buf = apr_palloc(a->r->pool, MAX_CREATE_BODY + 1);
+    apr_size_t len = 0;
+    long n;
+    const char *perr = NULL;
+    if (ap_setup_client_block(a->r, REQUEST_CHUNKED_DECHUNK) != OK ||
+        !ap_should_client_block(a->r))
+        return NULL;
+    while (len < MAX_CREATE_BODY &&
+           (n = ap_get_client_block(a->r, buf + len, MAX_CREATE_BODY - len)) > 0)
+        len += (apr_size_t)n;
+    buf[len] = '\0';
+    return ci_json_parse(a->r->pool, buf, len, &perr);
+}
+
+static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def,
+                        int *idle)
+{
+    json_object *v, *exp;
+    const char *tier;
+    if (!json_object_is_type(body, json_type_object))
+        return bad(a, NULL, "invalid_json", "The request body must be a JSON object."),
+               -1;
+    if (!ci_json_get(body, "name", json_type_string))
+        return bad(a, "name", "missing_required_parameter",
+                   "Missing required parameter: 'name'."), -1;
+    if ((v = ci_json_get(body, "file_ids", json_type_array)) &&
+        json_object_array_length(v) > 0)
+        return bad(a, "file_ids", "unsupported_parameter",
+                   "Container files are not supported by this server yet."), -1;
+    if ((tier = ci_json_str(body, "memory_limit")) && strcmp(tier, DEFAULT_TIER))
+        return bad(a, "memory_limit", "invalid_value",
+                   apr_psprintf(a->r->pool, "Invalid 'memory_limit': '%s'. This "
+                                "server's sandbox tool %s offers: %s.", tier, def->name,
+                                DEFAULT_TIER)), -1;
+    *idle = def->idle;
+    if ((exp = ci_json_get(body, "expires_after", json_type_object))) {
+        v = ci_json_get(exp, "minutes", json_type_int);
+        if (!v || json_object_get_int64(v) < 1 ||
+            json_object_get_int64(v) > def->max_idle / 60)
+            return bad(a, "expires_after.minutes", "invalid_value",
+                       apr_psprintf(a->r->pool, "Invalid 'expires_after.minutes': "
+                                    "expected an integer from 1 to %d.",
+                                    def->max_idle / 60)), -1;
+        *idle = (int)json_object_get_int64(v) * 60;
+    }
+    return 0;
+}
+
+static int create(api_req *a)
+{
+    const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
+                                                  a->d->sandbox ? a->d->sandbox : "local");
+    ci_server_conf *sc = ci_server_config(a->r->server);
+    json_object *body = read_json(a), *req, *ans, *lim;
+    ci_container c;
+    int idle;
+    if (!def) {
+        ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
+                     "The code interpreter is misconfigured on this server.");
+        return fail(a);
+    }
+    if (check_create(a, body, def, &idle))
+        return OK;
+    req = dir_request(a, "create");
+    json_object_object_add(req, "name", json_object_new_string(ci_json_str(body, "name")));
+    json_object_object_add(req, "tool", json_object_new_string(def->name));
+    json_object_object_add(req, "idle", json_object_new_int(idle));
+    lim = json_object_new_object();
+    json_object_object_add(lim, "node", json_object_new_int(ci_server_max_sandboxes(sc)));
+    json_object_object_add(lim, "owner", json_object_new_int(ci_server_max_per_owner(sc)));
+    json_object_object_add(lim, "retention", json_object_new_int(def->retention));
+    json_object_object_add(req, "limits", lim);
+    if (!(ans = dir_ask(a, req)))
+        return unavailable(a);
+    if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c)) {
+        ci_error_set(&a->err, 429, CI_INVALID, NULL, "container_limit", a->r->pool,
+                     "You hold as many containers as this server allows, all of them "
+                     "busy; delete one or retry later.");
+        return fail(a);
+    }
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0815: container %s created "
+                  "(tool %s)", c.id, def->name);
+    return send_json(a->r, 200, resource(a->r->pool, &c));
+}
+
+/* ---- routing -------------------------------------------------------------------- */
+
+/* What follows the last "/containers" segment of the path, or NULL. */
+static const char *route_of(const char *uri)
+{
+    const char *at = NULL, *p = uri;
+    while ((p = strstr(p, "/containers"))) {
+        if (p[11] == '\0' || p[11] == '/')
+            at = p + 11;
+        p += 11;
+    }
+    return at;
+}
+
+static int method_not_allowed(api_req *a, const char *allow)
+{
+    apr_table_setn(a->r->headers_out, "Allow", allow);
+    ci_error_set(&a->err, 405, CI_INVALID, NULL, "method_not_allowed", a->r->pool,
+                 "Method %s is not allowed here (allowed: %s).", a->r->method, allow);
+    return fail(a);
+}
+
+static int api_handler(request_rec *r)
+{
+    ci_dir_conf *d = ci_dir_config(r);
+    const char *route, *owner = NULL;
+    api_req a;
+    if (!d || d->containers != 1 || r->main || !(route = route_of(r->uri)))
+        return DECLINED;
+    memset(&a, 0, sizeof(a));
+    a.r = r;
+    a.d = d;
+    apr_pool_userdata_get((void **)&owner, OWNER_KEY, r->pool);
+    a.owner = owner;
+    if (!a.owner || !*a.owner) {
+        ci_error_set(&a.err, 401, CI_INVALID, NULL, "missing_credentials", r->pool,
+                     "The Containers API needs a caller: this request carries no "
+                     "credentials.");
+        return fail(&a);
+    }
+    if (*route == '/')
+        route++;
+    if (!*route)
+        return r->method_number == M_GET ? list(&a)
+             : r->method_number == M_POST ? create(&a)
+             : method_not_allowed(&a, "GET, POST");
+    if (strchr(route, '/')) {
+        ci_error_set(&a.err, 404, CI_INVALID, NULL, "not_found", r->pool,
+                     "No such Containers API path: %s", r->uri);
+        return fail(&a);
+    }
+    a.id = route;
+    return r->method_number == M_GET ? get_one(&a)
+         : r->method_number == M_DELETE ? delete_one(&a)
+         : method_not_allowed(&a, "GET, DELETE");
+}
+
+void ci_containers_api_register_hooks(apr_pool_t *p)
+{
+    /* First: a ProxyPass covering the location would otherwise take it. */
+    ap_hook_handler(api_handler, NULL, NULL, APR_HOOK_FIRST);
+}

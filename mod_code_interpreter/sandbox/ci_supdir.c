@@ -1,0 +1,293 @@
+/*
+ * ci_supdir.c - the directory's operations, JSON in and out (ci_supdir.h).
+ */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_json.h"
+#include "ci_supdir.h"
+
+#define PENDING_PREFIX "pending:"
+#define MAX_LIST 100
+
+static const char *const status_names[] = {
+    "ok", "not_found", "expired", "owner_full", "node_full", "no_owner"
+};
+
+const char *ci_supdir_status_name(ci_dir_status st)
+{
+    return (unsigned)st < sizeof(status_names) / sizeof(*status_names)
+        ? status_names[st] : "bad_request";
+}
+
+ci_dir_status ci_supdir_status_of(const char *name)
+{
+    unsigned i;
+    for (i = 0; name && i < sizeof(status_names) / sizeof(*status_names); i++)
+        if (!strcmp(name, status_names[i]))
+            return (ci_dir_status)i;
+    return CI_DIR_NOT_FOUND;
+}
+
+static const char *const cntr_status_names[] = { "running", "expired", "deleted" };
+
+static void add_str(json_object *o, const char *key, const char *v)
+{
+    json_object_object_add(o, key, v ? json_object_new_string(v) : NULL);
+}
+
+json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c)
+{
+    json_object *o = ci_json_own(p, json_object_new_object());
+    add_str(o, "id", c->id);
+    add_str(o, "name", c->name);
+    add_str(o, "tool", c->tool);
+    add_str(o, "memory_limit", c->memory_limit);
+    add_str(o, "handle", c->handle);
+    json_object_object_add(o, "created_at", json_object_new_int64(c->created_at));
+    json_object_object_add(o, "last_active_at", json_object_new_int64(c->last_active_at));
+    json_object_object_add(o, "idle_seconds", json_object_new_int(c->idle_seconds));
+    add_str(o, "status", cntr_status_names[c->status]);
+    return o;
+}
+
+static const char *dup_str(apr_pool_t *p, json_object *j, const char *key)
+{
+    const char *s = ci_json_str(j, key);
+    return s ? apr_pstrdup(p, s) : NULL;
+}
+
+static apr_int64_t int_of(json_object *j, const char *key, apr_int64_t dflt)
+{
+    json_object *v = ci_json_get(j, key, json_type_int);
+    return v ? json_object_get_int64(v) : dflt;
+}
+
+int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out)
+{
+    const char *st = ci_json_str(j, "status");
+    unsigned i;
+    memset(out, 0, sizeof(*out));
+    if (!json_object_is_type(j, json_type_object) || !(out->id = dup_str(p, j, "id")) ||
+        !st)
+        return -1;
+    out->name = dup_str(p, j, "name");
+    out->tool = dup_str(p, j, "tool");
+    out->memory_limit = dup_str(p, j, "memory_limit");
+    out->handle = dup_str(p, j, "handle");
+    out->created_at = int_of(j, "created_at", 0);
+    out->last_active_at = int_of(j, "last_active_at", 0);
+    out->idle_seconds = (int)int_of(j, "idle_seconds", 0);
+    for (i = 0; i < 3 && strcmp(st, cntr_status_names[i]); i++)
+        ;
+    if (i == 3)
+        return -1;
+    out->status = (ci_cntr_status)i;
+    return 0;
+}
+
+/* ---- the operations ------------------------------------------------------ */
+
+typedef struct op {
+    ci_directory *d;
+    apr_pool_t *p;
+    json_object *req, *ans;
+    const char *owner;
+    apr_time_t now;
+    apr_array_header_t *gone;
+} op;
+
+static void answer_status(op *o, ci_dir_status st)
+{
+    add_str(o->ans, "status", ci_supdir_status_name(st));
+}
+
+static void answer_container(op *o, const char *key, const ci_container *c)
+{
+    json_object_object_add(o->ans, key,
+                           json_object_get(ci_supdir_container_json(o->p, c)));
+}
+
+static void take_limits(op *o)
+{
+    json_object *l = ci_json_get(o->req, "limits", json_type_object);
+    ci_directory_limits lim;
+    if (!l)
+        return;
+    lim.max_containers = (int)int_of(l, "node", 0);
+    lim.max_per_owner = (int)int_of(l, "owner", 0);
+    lim.retention = apr_time_from_sec(int_of(l, "retention", 3600));
+    lim.max_items_bytes = (apr_size_t)int_of(l, "items", 64 << 20);
+    ci_directory_set_limits(o->d, &lim);
+}
+
+static void op_create(op *o)
+{
+    ci_container *c = NULL, *evicted = NULL;
+    const char *tool = ci_json_str(o->req, "tool");
+    int idle = (int)int_of(o->req, "idle", 20 * 60);
+    ci_dir_status st;
+    if (!tool || idle < 1) {
+        add_str(o->ans, "status", "bad_request");
+        return;
+    }
+    take_limits(o);
+    st = ci_directory_create_container(o->d, o->owner, ci_json_str(o->req, "id"),
+                                       ci_json_str(o->req, "name"), tool,
+                                       ci_json_str(o->req, "memory_limit"), idle,
+                                       o->now, &c, &evicted);
+    answer_status(o, st);
+    if (c)
+        answer_container(o, "container", c);
+    if (evicted) {
+        answer_container(o, "evicted", evicted);
+        *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, evicted->id);
+    }
+}
+
+static ci_dir_status get_named(op *o, ci_container **c)
+{
+    return ci_directory_get(o->d, ci_json_str(o->req, "id"), o->owner, c);
+}
+
+static void op_get(op *o)
+{
+    ci_container *c;
+    json_object *touch = ci_json_get(o->req, "touch", json_type_boolean);
+    ci_dir_status st = get_named(o, &c);
+    if (st == CI_DIR_OK && touch && json_object_get_boolean(touch))
+        ci_directory_touch(o->d, c, o->now);
+    answer_status(o, st);
+    if (c)
+        answer_container(o, "container", c);
+}
+
+static void op_set_handle(op *o)
+{
+    ci_container *c;
+    ci_dir_status st = get_named(o, &c);
+    if (st == CI_DIR_OK)
+        ci_directory_set_handle(o->d, c, ci_json_str(o->req, "handle"));
+    answer_status(o, st);
+}
+
+static void op_delete(op *o)
+{
+    ci_container *c;
+    ci_dir_status st = get_named(o, &c);
+    if (c && c->status != CI_CNTR_DELETED) {
+        answer_container(o, "container", c);   /* as it was: its handle */
+        ci_directory_delete(o->d, c, o->now);
+        *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, c->id);
+        st = CI_DIR_OK;
+    }
+    answer_status(o, st);
+}
+
+static void op_list(op *o)
+{
+    int limit = (int)int_of(o->req, "limit", 20), has_more = 0, i;
+    const char *order = ci_json_str(o->req, "order");
+    apr_array_header_t *page;
+    json_object *data = json_object_new_array();
+    if (limit < 1 || limit > MAX_LIST)
+        limit = 20;
+    page = ci_directory_list(o->d, o->owner, ci_json_str(o->req, "after"), limit,
+                             order && !strcmp(order, "asc"),
+                             ci_json_str(o->req, "name"), &has_more, o->p);
+    for (i = 0; i < page->nelts; i++)
+        json_object_array_add(data, json_object_get(ci_supdir_container_json(
+                                  o->p, APR_ARRAY_IDX(page, i, ci_container *))));
+    answer_status(o, CI_DIR_OK);
+    json_object_object_add(o->ans, "data", data);
+    json_object_object_add(o->ans, "has_more", json_object_new_boolean(has_more));
+}
+
+static const char *pending_key(op *o, const char *response_id)
+{
+    return apr_pstrcat(o->p, PENDING_PREFIX, response_id, NULL);
+}
+
+static void op_response(op *o)
+{
+    const char *rid = ci_json_str(o->req, "response_id");
+    const char *cid = rid ? ci_directory_response_container(o->d, rid, o->owner) : NULL;
+    answer_status(o, cid ? CI_DIR_OK : CI_DIR_NOT_FOUND);
+    if (!cid)
+        return;
+    add_str(o->ans, "container_id", cid);
+    add_str(o->ans, "pending",
+            ci_directory_recall(o->d, pending_key(o, rid), o->owner));
+}
+
+static void op_finish(op *o)
+{
+    const char *cid = ci_json_str(o->req, "container_id");
+    const char *rid = ci_json_str(o->req, "response_id");
+    const char *pending = ci_json_str(o->req, "pending");
+    json_object *items = ci_json_get(o->req, "items", json_type_array);
+    ci_container *c;
+    int i, n = items ? (int)json_object_array_length(items) : 0;
+    ci_dir_status st = ci_directory_get(o->d, cid, o->owner, &c);
+    answer_status(o, st);
+    if (st != CI_DIR_OK)
+        return;
+    ci_directory_touch(o->d, c, o->now);
+    for (i = 0; i < n; i++) {
+        json_object *it = json_object_array_get_idx(items, i);
+        const char *id = ci_json_str(it, "id"), *text = ci_json_str(it, "text");
+        if (id && text && !strncmp(id, "ci_", 3))
+            ci_directory_remember(o->d, id, o->owner, cid, text, o->now);
+    }
+    if (!rid)
+        return;
+    ci_directory_map_response(o->d, rid, o->owner, cid);
+    if (pending)
+        ci_directory_remember(o->d, pending_key(o, rid), o->owner, cid, pending, o->now);
+}
+
+static void op_recall(op *o)
+{
+    const char *id = ci_json_str(o->req, "item_id");
+    const char *text = id && !strncmp(id, "ci_", 3)
+                           ? ci_directory_recall(o->d, id, o->owner) : NULL;
+    answer_status(o, text ? CI_DIR_OK : CI_DIR_NOT_FOUND);
+    add_str(o->ans, "text", text);
+    if (text)
+        add_str(o->ans, "container_id", ci_directory_item_container(o->d, id, o->owner));
+}
+
+static const struct {
+    const char *name;
+    void (*fn)(op *o);
+} ops[] = {
+    { "create", op_create }, { "get", op_get }, { "set_handle", op_set_handle },
+    { "delete", op_delete }, { "list", op_list }, { "response", op_response },
+    { "finish", op_finish }, { "recall", op_recall },
+};
+
+const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
+                            apr_size_t len, apr_time_t now, apr_array_header_t *gone)
+{
+    const char *perr = NULL, *name;
+    op o;
+    unsigned i;
+    memset(&o, 0, sizeof(o));
+    o.d = d;
+    o.p = p;
+    o.now = now;
+    o.gone = gone;
+    o.ans = ci_json_own(p, json_object_new_object());
+    o.req = ci_json_parse(p, req, len, &perr);
+    name = ci_json_str(o.req, "op");
+    o.owner = ci_json_str(o.req, "owner");
+    for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)
+        if (!strcmp(name, ops[i].name)) {
+            if (!o.owner || !*o.owner)
+                answer_status(&o, CI_DIR_NO_OWNER);
+            else
+                ops[i].fn(&o);
+            return ci_json_text(o.ans, NULL);
+        }
+    add_str(o.ans, "status", "bad_request");
+    return ci_json_text(o.ans, NULL);
+}

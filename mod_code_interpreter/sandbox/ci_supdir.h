@@ -1,0 +1,48 @@
+/*
+ * ci_supdir.h - the container directory's operations as the supervisor
+ * serves them: one JSON request in, one JSON answer out, applied to a
+ * ci_directory. httpd-free and I/O-free, so that every operation is tested
+ * without a supervisor.
+ *
+ * Requests are {"op": NAME, "owner": KEYED_HASH, ...}:
+ *   create      id?, name?, tool, memory_limit?, idle (seconds), limits
+ *               {node, owner, retention (s), items (bytes)}
+ *               -> {status, container, evicted?}
+ *   get         id, touch? -> {status, container?}
+ *   set_handle  id, handle -> {status}
+ *   delete      id -> {status, container?}
+ *   list        after?, limit, order ("asc"|"desc"), name?
+ *               -> {status, data: [container], has_more}
+ *   response    response_id -> {status, container_id?, pending?}
+ *   finish      container_id, response_id?, items [{id, text}], pending?
+ *               -> {status}
+ *   recall      item_id -> {status, text?, container_id?}
+ * status is "ok", "not_found", "expired", "owner_full", "node_full",
+ * "no_owner" or "bad_request". A container is {id, name, tool,
+ * memory_limit, handle, created_at, last_active_at (microseconds),
+ * idle_seconds, status}: the handle is secret and never leaves httpd.
+ */
+#ifndef CI_SUPDIR_H
+#define CI_SUPDIR_H
+
+#include <apr_pools.h>
+#include <apr_tables.h>
+#include <json-c/json.h>
+#include "ci_directory.h"
+
+/* Apply request REQ at NOW. The answer's text is from P. The ids of
+ * containers whose sandboxes must go now (deleted, evicted) are pushed to
+ * GONE (const char *, from P). */
+const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
+                            apr_size_t len, apr_time_t now, apr_array_header_t *gone);
+
+/* A container as JSON (owned by P). */
+json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c);
+/* ... and back, into *OUT (memory from P). 0, or -1 when it is not one. */
+int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out);
+
+/* The status names, both ways. */
+const char *ci_supdir_status_name(ci_dir_status st);
+ci_dir_status ci_supdir_status_of(const char *name);
+
+#endif

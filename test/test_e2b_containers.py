@@ -1,0 +1,158 @@
+"""Containers on E2B, against the fake E2B service: a container is one E2B
+sandbox, made at the conversation's first call with E2B's timeout set to the
+container's idle expiry and extended at each use, reached again from any
+child through the handle the directory keeps, its execution context
+restarted after a failed run, and deleted at E2B when the container is."""
+import json
+import secrets
+
+import pytest
+
+from conftest import FakeE2B, Httpd, base_conf, script_input, start_helper
+from test_loop import calls_of
+
+OUTPUTS = "code_interpreter_call.outputs"
+KEY = "e2b_" + secrets.token_hex(20)
+TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
+ME = {"Authorization": "Bearer sk-e2b-containers"}
+
+
+@pytest.fixture(scope="module")
+def env(model):
+    proc, port = start_helper("fake_e2b.py", "--api-key", KEY)
+    fake = FakeE2B(proc, port)
+    extra = """
+CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \
+    sandbox_url={url} timeout=3 idle=10m
+<Location /e2b/v1/responses>
+  ProxyPass http://127.0.0.1:{port}/v1/responses
+  CodeInterpreter cloud
+</Location>
+<Location /e2b/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter cloud
+</Location>
+""".format(url=fake.url, port=model.port)
+    server = Httpd("e2b-containers", base_conf(model.port, extra),
+                   env={"E2B_TEST_KEY": KEY}, fakes=[fake])
+    try:
+        server.start()
+        server.fake = fake
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def server(env, model):
+    env.fake.reset()
+    model.reset()
+    yield env
+    # the test's containers are deleted (at E2B too) by the suite's checks
+
+
+def turn(server, rounds, **extra):
+    body = {"model": "m", "tools": [TOOL], "include": [OUTPUTS],
+            "input": script_input(rounds)}
+    body.update(extra)
+    status, _, out = server.post("/e2b/v1/responses", body, headers=ME)
+    assert status == 200, out
+    return out
+
+
+def test_two_turns_share_one_e2b_sandbox(server, model):
+    first = turn(server, [[{"call": "x = 41"}], [{"text": "set"}]])
+    second = turn(server, [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]],
+                  previous_response_id=first["id"])
+    assert calls_of(second)[0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    cid = calls_of(first)[0]["container_id"]
+    assert calls_of(second)[0]["container_id"] == cid
+    st = server.fake.state()
+    [create] = st["creates"]
+    assert create["body"]["timeout"] == 600              # idle=10m, not lifetime=
+    assert create["body"]["metadata"]["container"] == cid
+    assert st["deletes"] == []                           # it outlives the requests
+    [ctx] = st["contexts"]
+    assert [e["body"].get("context_id") for e in st["executes"]] == [ctx["id"]] * 2
+    # every use moved E2B's timeout forward by the idle time
+    assert st["timeouts"] and {t["timeout"] for t in st["timeouts"]} == {600}
+    assert {t["id"] for t in st["timeouts"]} == {create["id"]}
+    # deleted through the Containers API: deleted at E2B
+    status, _, gone = server.request("DELETE", "/e2b/v1/containers/" + cid, headers=ME)
+    assert status == 200
+    st = server.fake.until(lambda s: not s["live"], "the sandbox to be deleted")
+    assert [(d["id"], d["status"]) for d in st["deletes"]] == [(create["id"], 204)]
+
+
+def test_a_timeout_restarts_the_context_and_says_so(server, model):
+    first = turn(server, [[{"call": "x = 1"}],
+                          [{"call": "import time\ntime.sleep(30)"}],
+                          [{"text": "{{last_output}}"}]])
+    [setter, sleeper] = calls_of(first)
+    assert sleeper["outputs"] == [{"type": "logs", "logs":
+        "The execution timed out after 3 s and was stopped. The container's interpreter "
+        "was restarted: its variables and imports are gone (its files are kept)."}]
+    seen = model.requests()
+    assert len(seen) == 3, [r["json"]["input"] for r in seen]
+    told = [i["output"] for i in seen[2]["json"]["input"]
+            if i.get("type") == "function_call_output"][-1]
+    assert told == sleeper["outputs"][0]["logs"]         # nothing added to it
+    second = turn(server, [[{"call": "print(x)"}], [{"text": "{{last_output}}"}]],
+                  previous_response_id=first["id"])
+    assert calls_of(second)[0]["outputs"][0]["logs"].endswith(
+        "NameError: name 'x' is not defined\n")
+    assert calls_of(second)[0]["container_id"] == setter["container_id"]
+    st = server.fake.state()
+    assert len(st["creates"]) == 1
+    assert len(st["restarts"]) == 1
+
+
+def test_a_dead_childs_container_is_not_reaped(server, model):
+    """A container's E2B sandbox is not the request's: when the child using
+    it dies, the reaper leaves it (it expires at E2B with its container),
+    and the next turn finds it."""
+    import os
+    import re
+    import signal
+    import threading
+    status, _, c = server.post("/e2b/v1/containers", {"name": "kept"}, headers=ME)
+    assert status == 200, c
+    tool = {"type": "code_interpreter", "container": c["id"]}
+    server.fake.control(hold_execute="held")
+    result = {}
+
+    def run():
+        try:
+            result["r"] = server.post("/e2b/v1/responses", {
+                "model": "m", "tools": [tool],
+                "input": script_input([[{"call": "print(1)"}], [{"text": "x"}]])},
+                headers=ME, timeout=60)
+        except ConnectionError as exc:
+            result["r"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    server.fake.until(lambda s: s["held"], "the execution to start")
+    attached = [l for l in server.log().splitlines()
+                if "CI0305: container %s attached" % c["id"] in l]
+    pid = int(re.search(r"\[pid (\d+):", attached[-1]).group(1))
+    server.killed.add(pid)
+    os.kill(pid, signal.SIGKILL)
+    t.join()
+    assert isinstance(result["r"], ConnectionError), result["r"]
+    server.fake.release("held")
+    # the parent saw the child die (a new one serves); no sandbox was orphaned
+    assert server.status_lines()["CodeInterpreterOrphanedSandboxes"] == "0"
+    status, _, body = server.post("/e2b/v1/responses", {
+        "model": "m", "tools": [tool], "include": [OUTPUTS],
+        "input": script_input([[{"call": "print(6 * 7)"}], [{"text": "x"}]])},
+        headers=ME)
+    assert status == 200, body
+    assert calls_of(body)[0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    st = server.fake.state()
+    assert len(st["creates"]) == 1 and st["deletes"] == []
+    assert len(st["live"]) == 1

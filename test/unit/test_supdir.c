@@ -1,0 +1,224 @@
+/*
+ * test_supdir.c - the directory's operations as the supervisor serves them:
+ * JSON in, JSON out, and which containers' sandboxes must go.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <apr_general.h>
+#include <apr_pools.h>
+#include <apr_strings.h>
+
+#include "ci_json.h"
+#include "ci_supdir.h"
+#include "unit_pool.h"
+
+#define T0 apr_time_from_sec(1700000000)
+#define ID_A "cntr_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+
+static ci_directory *dir(apr_pool_t *p)
+{
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), 1 << 20 };
+    return ci_directory_create(p, &lim);
+}
+
+/* Apply REQ; the answer parsed, the ids gone in *GONE. */
+static json_object *ask(ci_directory *d, apr_pool_t *p, const char *req, apr_time_t now,
+                        apr_array_header_t **gone)
+{
+    const char *err = NULL, *ans;
+    apr_array_header_t *g = apr_array_make(p, 2, sizeof(const char *));
+    json_object *o;
+    ans = ci_supdir_apply(d, p, req, strlen(req), now, g);
+    o = ci_json_parse(p, ans, strlen(ans), &err);
+    assert_non_null(o);
+    if (gone)
+        *gone = g;
+    return o;
+}
+
+static const char *status(json_object *o)
+{
+    return ci_json_str(o, "status");
+}
+
+static void create_a(ci_directory *d, apr_pool_t *p)
+{
+    json_object *o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_a\",\"id\":\"" ID_A
+                         "\",\"name\":\"n\",\"tool\":\"local\",\"idle\":60}", T0, NULL);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(ci_json_get(o, "container", json_type_object), "id"),
+                        ID_A);
+}
+
+static void test_create_get_owners_apart(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    json_object *o;
+    ci_container c;
+    create_a(d, p);
+    o = ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0, NULL);
+    assert_string_equal(status(o), "ok");
+    assert_int_equal(ci_supdir_container_from(p, ci_json_get(o, "container",
+                                                             json_type_object), &c), 0);
+    assert_string_equal(c.name, "n");
+    assert_string_equal(c.tool, "local");
+    assert_string_equal(c.memory_limit, "1g");
+    assert_int_equal(c.idle_seconds, 60);
+    assert_int_equal(c.status, CI_CNTR_RUNNING);
+    assert_true(c.created_at == T0);
+    o = ask(d, p, "{\"op\":\"get\",\"owner\":\"own_b\",\"id\":\"" ID_A "\"}", T0, NULL);
+    assert_string_equal(status(o), "not_found");
+    assert_null(ci_json_get(o, "container", json_type_object));
+    /* the same id twice is refused */
+    o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_b\",\"id\":\"" ID_A
+            "\",\"tool\":\"local\"}", T0, NULL);
+    assert_string_equal(status(o), "not_found");
+    /* no owner, no tool, no such op, no JSON */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"get\",\"id\":\"" ID_A "\"}", T0,
+                                   NULL)), "no_owner");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"create\",\"owner\":\"o\"}", T0,
+                                   NULL)), "bad_request");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"owner\":\"o\"}", T0, NULL)),
+                        "bad_request");
+    assert_string_equal(status(ask(d, p, "nonsense", T0, NULL)), "bad_request");
+}
+
+static void test_touch_and_expiry(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *expired;
+    create_a(d, p);
+    ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\",\"touch\":true}",
+        T0 + apr_time_from_sec(50), NULL);
+    expired = ci_directory_expire(d, T0 + apr_time_from_sec(100), p);
+    assert_int_equal(expired->nelts, 0);
+    expired = ci_directory_expire(d, T0 + apr_time_from_sec(111), p);
+    assert_int_equal(expired->nelts, 1);
+    assert_string_equal(status(ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\""
+                                   ID_A "\"}", T0, NULL)), "expired");
+}
+
+static void test_delete_names_what_goes(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *gone;
+    json_object *o;
+    create_a(d, p);
+    ask(d, p, "{\"op\":\"set_handle\",\"owner\":\"own_a\",\"id\":\"" ID_A
+        "\",\"handle\":\"h1\"}", T0, NULL);
+    o = ask(d, p, "{\"op\":\"delete\",\"owner\":\"own_b\",\"id\":\"" ID_A "\"}", T0, &gone);
+    assert_string_equal(status(o), "not_found");
+    assert_int_equal(gone->nelts, 0);
+    o = ask(d, p, "{\"op\":\"delete\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0, &gone);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(ci_json_get(o, "container", json_type_object),
+                                    "handle"), "h1");
+    assert_int_equal(gone->nelts, 1);
+    assert_string_equal(APR_ARRAY_IDX(gone, 0, const char *), ID_A);
+    /* deleted: not listed, not deleted twice */
+    o = ask(d, p, "{\"op\":\"list\",\"owner\":\"own_a\"}", T0, NULL);
+    assert_int_equal(json_object_array_length(ci_json_get(o, "data", json_type_array)), 0);
+    o = ask(d, p, "{\"op\":\"delete\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0, &gone);
+    assert_string_equal(status(o), "expired");
+    assert_int_equal(gone->nelts, 0);
+}
+
+static void test_eviction_names_the_owners_own(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *gone;
+    json_object *o;
+    create_a(d, p);
+    o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_a\",\"tool\":\"local\","
+            "\"limits\":{\"node\":5,\"owner\":1,\"retention\":60}}", T0 + 1, &gone);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(ci_json_get(o, "evicted", json_type_object), "id"),
+                        ID_A);
+    assert_int_equal(gone->nelts, 1);
+    o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_b\",\"tool\":\"local\","
+            "\"limits\":{\"node\":1,\"owner\":1,\"retention\":60}}", T0 + 2, &gone);
+    assert_string_equal(status(o), "node_full");
+    assert_int_equal(gone->nelts, 0);
+}
+
+static void test_finish_response_recall(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    json_object *o;
+    create_a(d, p);
+    o = ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+            "\",\"response_id\":\"resp_1\",\"pending\":\"[1]\",\"items\":["
+            "{\"id\":\"ci_1\",\"text\":\"[2]\"},{\"id\":\"msg_1\",\"text\":\"[3]\"}]}",
+            T0, NULL);
+    assert_string_equal(status(o), "ok");
+    o = ask(d, p, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\"}",
+            T0, NULL);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    assert_string_equal(ci_json_str(o, "pending"), "[1]");
+    o = ask(d, p, "{\"op\":\"response\",\"owner\":\"own_b\",\"response_id\":\"resp_1\"}",
+            T0, NULL);
+    assert_string_equal(status(o), "not_found");
+    assert_null(ci_json_str(o, "container_id"));
+    o = ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_a\",\"item_id\":\"ci_1\"}", T0, NULL);
+    assert_string_equal(ci_json_str(o, "text"), "[2]");
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    /* only our ids are remembered; another owner recalls nothing */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_a\","
+                                   "\"item_id\":\"msg_1\"}", T0, NULL)), "not_found");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_b\","
+                                   "\"item_id\":\"ci_1\"}", T0, NULL)), "not_found");
+    /* a pending entry is not an item */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_a\","
+                                   "\"item_id\":\"pending:resp_1\"}", T0, NULL)),
+                        "not_found");
+}
+
+static void test_list_pages_and_orders(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    json_object *o, *data;
+    int i;
+    for (i = 0; i < 3; i++)
+        ask(d, p, apr_psprintf(p, "{\"op\":\"create\",\"owner\":\"own_a\",\"name\":"
+                               "\"n%d\",\"tool\":\"local\"}", i), T0 + i, NULL);
+    o = ask(d, p, "{\"op\":\"list\",\"owner\":\"own_a\",\"limit\":2,\"order\":\"asc\"}",
+            T0, NULL);
+    data = ci_json_get(o, "data", json_type_array);
+    assert_int_equal(json_object_array_length(data), 2);
+    assert_string_equal(ci_json_str(json_object_array_get_idx(data, 0), "name"), "n0");
+    assert_true(json_object_get_boolean(ci_json_get(o, "has_more", json_type_boolean)));
+    o = ask(d, p, "{\"op\":\"list\",\"owner\":\"own_a\",\"name\":\"n2\"}", T0, NULL);
+    data = ci_json_get(o, "data", json_type_array);
+    assert_int_equal(json_object_array_length(data), 1);
+    assert_false(json_object_get_boolean(ci_json_get(o, "has_more", json_type_boolean)));
+    o = ask(d, p, "{\"op\":\"list\",\"owner\":\"own_b\"}", T0, NULL);
+    assert_int_equal(json_object_array_length(ci_json_get(o, "data", json_type_array)), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TEST(test_create_get_owners_apart),
+        TEST(test_touch_and_expiry),
+        TEST(test_delete_names_what_goes),
+        TEST(test_eviction_names_the_owners_own),
+        TEST(test_finish_response_recall),
+        TEST(test_list_pages_and_orders),
+    };
+    int rc;
+    apr_initialize();
+    rc = cmocka_run_group_tests_name("ci_supdir", tests, NULL, NULL);
+    apr_terminate();
+    return rc;
+}
