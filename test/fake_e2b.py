@@ -938,6 +938,9 @@ class Handler(BaseHTTPRequestHandler):
             self._not_found(sid)
             return
         if too_old:
+            # past the plan's cap the sandbox has ended: it is gone (expired)
+            # by the time the service says why
+            srv.expire(sid)
             record["status"] = 400
             self._api_error(400, "Max instance length exceeded")
             return

@@ -156,3 +156,28 @@ def test_a_dead_childs_container_is_not_reaped(server, model):
     st = server.fake.state()
     assert len(st["creates"]) == 1 and st["deletes"] == []
     assert len(st["live"]) == 1
+
+
+def test_the_plans_lifetime_cap_reads_as_expired(server, model):
+    first = turn(server, [[{"call": "x = 1"}], [{"text": "set"}]])
+    old = calls_of(first)[0]["container_id"]
+    server.fake.control(max_instance_length=0.0)       # its life has run out
+    second = turn(server, [[{"call": "print(x)"}], [{"text": "{{last_output}}"}]],
+                  previous_response_id=first["id"])
+    gone = ("Not run: this container expired at the sandbox service (its lifetime ran "
+            "out); its variables and files are gone. The next turn of the conversation "
+            "gets a new container.")
+    assert calls_of(second)[0]["outputs"] == [{"type": "logs", "logs": gone}]
+    status, _, c = server.request("GET", "/e2b/v1/containers/" + old, headers=ME)
+    assert json.loads(c)["status"] == "expired"
+    server.fake.control(max_instance_length=None)
+    model.reset()
+    third = turn(server, [[{"call": "print(2)"}], [{"text": "{{last_output}}"}]],
+                 previous_response_id=second["id"])
+    assert calls_of(third)[0]["container_id"] != old
+    assert calls_of(third)[0]["outputs"] == [{"type": "logs", "logs": "2\n"}]
+    told = [i["output"] for i in model.requests()[1]["json"]["input"]
+            if i.get("type") == "function_call_output"][-1]
+    assert told.startswith("Note: container %s of the earlier turns has expired." % old)
+    st = server.fake.until(lambda s: len(s["live"]) == 1, "the old sandbox to end")
+    assert len(st["creates"]) == 2

@@ -625,7 +625,8 @@ def test_max_instance_length_caps_then_refuses_the_timeout(fake, server):
     assert (status, body) == (400, {"code": 400, "message": "Max instance length exceeded"})
     st = fake.state()
     assert [t["status"] for t in st["timeouts"]] == [204, 400]
-    assert st["live"] == [sb["sandboxID"]]   # it ends at its end time, as before
+    # past the cap it has ended, as at the service: gone, counted as expired
+    assert st["live"] == [] and st["expired_ids"] == [sb["sandboxID"]]
 
 
 def context_call(fake, sb, method, path, body=None, headers=None):

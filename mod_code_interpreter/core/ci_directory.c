@@ -328,6 +328,12 @@ void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now)
         ci_directory_touch(d, c, now);
 }
 
+void ci_directory_expire_now(ci_directory *d, ci_container *c, apr_time_t now)
+{
+    if (c->status == CI_CNTR_RUNNING)
+        retire(d, rec_from(c), CI_CNTR_EXPIRED, now);
+}
+
 void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now)
 {
     retire(d, rec_from(c), CI_CNTR_DELETED, now);

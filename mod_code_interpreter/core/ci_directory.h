@@ -95,6 +95,9 @@ void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handl
 /* It was used: last_active_at = NOW, which moves its expiry. */
 void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now);
 
+/* It expired where its sandbox lives (a provider's lifetime cap). */
+void ci_directory_expire_now(ci_directory *d, ci_container *c, apr_time_t now);
+
 /* Delete it (the host destroys the sandbox first). */
 void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
 

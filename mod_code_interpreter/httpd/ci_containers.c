@@ -309,6 +309,15 @@ const char *ci_containers_unseal(request_rec *r, const char *sealed)
     return plain;
 }
 
+void ci_containers_expired(request_rec *r, ci_req_state *st)
+{
+    json_object *req = dir_request(r->pool, "expire", st->owner);
+    put_str(req, "id", st->container_id);
+    dir_ask(r, req);
+    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0805: container %s expired at its "
+                  "sandbox's provider", st->container_id);
+}
+
 /* ---- what the response leaves ------------------------------------------------ */
 
 void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,

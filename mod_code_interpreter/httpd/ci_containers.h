@@ -57,6 +57,10 @@ void ci_containers_set_handle(request_rec *r, apr_pool_t *p, struct ci_req_state
 /* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
 const char *ci_containers_unseal(request_rec *r, const char *sealed);
 
+/* The container's sandbox is gone at its provider (E2B's lifetime cap):
+ * the container is expired. */
+void ci_containers_expired(request_rec *r, struct ci_req_state *st);
+
 /* The response RESPONSE_ID is final: it leads to the container, and our
  * items in LOOP are remembered for item_references and chains. */
 void ci_containers_finish(request_rec *r, struct ci_req_state *st, ci_loop *loop,

@@ -247,6 +247,23 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     return APR_SUCCESS;
 }
 
+/* The container's sandbox is gone at its provider (E2B ends a sandbox at
+ * its plan's lifetime cap whatever its timeout): the container expired.
+ * The call is answered, not the request failed: the model is told, and the
+ * conversation's next turn gets a new container (and is told so too). */
+static apr_status_t container_gone(ci_session *s, ci_exec_result *res)
+{
+    ci_containers_expired(s->r, s->st);
+    memset(res, 0, sizeof(*res));
+    res->outcome = CI_EXEC_NOT_RUN;
+    res->text = "";
+    res->failure = "Not run: this container expired at the sandbox service (its "
+                   "lifetime ran out); its variables and files are gone. The next turn "
+                   "of the conversation gets a new container.";
+    res->failure_says_all = 1;
+    return APR_SUCCESS;
+}
+
 /* The registry slot a request's own sandbox holds (a container's sandbox
  * is counted where it lives). */
 static apr_status_t claim_slot(ci_session *s, ci_error *err)
@@ -290,6 +307,8 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
                      "The execution was interrupted.");
         return APR_ECONNABORTED;
     }
+    if (s->rv == APR_NOTFOUND && s->container)
+        return container_gone(s, res);
     if (s->rv != APR_SUCCESS) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, s->rv, s->r,
                       "CI0303: sandbox of tool %s could not start: %s",

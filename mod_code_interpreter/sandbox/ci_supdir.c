@@ -183,6 +183,17 @@ static void op_delete(op *o)
     answer_status(o, st);
 }
 
+static void op_expire(op *o)
+{
+    ci_container *c;
+    ci_dir_status st = get_named(o, &c);
+    if (st == CI_DIR_OK) {
+        ci_directory_expire_now(o->d, c, o->now);
+        *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, c->id);
+    }
+    answer_status(o, st);
+}
+
 static void op_list(op *o)
 {
     int limit = (int)int_of(o->req, "limit", 20), has_more = 0, i;
@@ -229,9 +240,12 @@ static void op_finish(op *o)
     int i, n = items ? (int)json_object_array_length(items) : 0;
     ci_dir_status st = ci_directory_get(o->d, cid, o->owner, &c);
     answer_status(o, st);
-    if (st != CI_DIR_OK)
+    if (!c)
         return;
-    ci_directory_touch(o->d, c, o->now);
+    /* An expired one is still what the response led to: the next turn is
+     * told its state is gone rather than nothing. */
+    if (st == CI_DIR_OK)
+        ci_directory_touch(o->d, c, o->now);
     for (i = 0; i < n; i++) {
         json_object *it = json_object_array_get_idx(items, i);
         const char *id = ci_json_str(it, "id"), *text = ci_json_str(it, "text");
@@ -261,7 +275,7 @@ static const struct {
     void (*fn)(op *o);
 } ops[] = {
     { "create", op_create }, { "get", op_get }, { "set_handle", op_set_handle },
-    { "delete", op_delete }, { "list", op_list }, { "response", op_response },
+    { "delete", op_delete }, { "expire", op_expire }, { "list", op_list }, { "response", op_response },
     { "finish", op_finish }, { "recall", op_recall },
 };
 

@@ -11,6 +11,7 @@
  *   get         id, touch? -> {status, container?}
  *   set_handle  id, handle -> {status}
  *   delete      id -> {status, container?}
+ *   expire      id -> {status}    (its sandbox is gone at the provider)
  *   list        after?, limit, order ("asc"|"desc"), name?
  *               -> {status, data: [container], has_more}
  *   response    response_id -> {status, container_id?, pending?}

@@ -206,6 +206,32 @@ static void test_list_pages_and_orders(void **state)
     assert_int_equal(json_object_array_length(ci_json_get(o, "data", json_type_array)), 0);
 }
 
+static void test_expire_at_the_provider(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *gone;
+    json_object *o;
+    create_a(d, p);
+    o = ask(d, p, "{\"op\":\"expire\",\"owner\":\"own_b\",\"id\":\"" ID_A "\"}", T0,
+            &gone);
+    assert_string_equal(status(o), "not_found");
+    assert_int_equal(gone->nelts, 0);
+    o = ask(d, p, "{\"op\":\"expire\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0,
+            &gone);
+    assert_string_equal(status(o), "ok");
+    assert_int_equal(gone->nelts, 1);
+    assert_string_equal(status(ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\""
+                                   ID_A "\"}", T0, NULL)), "expired");
+    /* a response that used it still leads to it: the next turn is told */
+    o = ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+            "\",\"response_id\":\"resp_2\",\"items\":[]}", T0, NULL);
+    assert_string_equal(status(o), "expired");
+    o = ask(d, p, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_2\"}",
+            T0, NULL);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +241,7 @@ int main(void)
         TEST(test_eviction_names_the_owners_own),
         TEST(test_finish_response_recall),
         TEST(test_list_pages_and_orders),
+        TEST(test_expire_at_the_provider),
     };
     int rc;
     apr_initialize();
