@@ -547,6 +547,15 @@ def base_conf(model_port, extra=""):
 </Location>
 CodeInterpreterSandbox quick provider=local timeout=3 max_output=2k
 CodeInterpreterSandbox brief provider=local idle=2s retention=1h
+CodeInterpreterSandbox tiered provider=local tiers=4g:96M
+<Location /tiered/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter tiered
+</Location>
+<Location /tiered/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter tiered
+</Location>
 <Location /brief/v1/responses>
   ProxyPass {up}/v1/responses
   CodeInterpreter brief

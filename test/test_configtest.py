@@ -77,9 +77,11 @@ UNKNOWN_KEY_LINES = {
 
 
 KEYS = {
-    "local": "provider, timeout, max_output, idle, max_idle, retention, python, memory, "
+    "local": "provider, timeout, max_output, idle, max_idle, retention, tiers, python, "
+             "memory, "
              "processes, disk, warm, preload",
-    "e2b": "provider, timeout, max_output, idle, max_idle, retention, api_key, api_base, "
+    "e2b": "provider, timeout, max_output, idle, max_idle, retention, tiers, api_key, "
+           "api_base, "
            "template, lifetime, internet, sandbox_url",
 }
 
@@ -355,3 +357,23 @@ def test_bad_containers_switch(request):
     assert_syntax_error(server, r, line.strip(),
                         "CodeInterpreterContainers: 'maybe' is not valid: expected on or "
                         "off")
+
+
+@pytest.mark.parametrize("value,message", [
+    ("2g:1G", "tiers: '2g:1G' is not valid: expected NAME:VALUE with NAME one of 1g, "
+              "4g, 16g, 64g"),
+    ("4g:1G,4g:2G", "tiers: 4g is named twice"),
+    ("4g:lots", "tiers: 4g: 'lots' is not a valid size: expected a positive number of "
+                "bytes, optionally with K, M or G, at most 1099511627776 bytes"),
+])
+def test_bad_tiers(request, value, message):
+    line = "CodeInterpreterSandbox s provider=local tiers=%s" % value
+    server, r = configtest(request, line)
+    assert_syntax_error(server, r, line, "CodeInterpreterSandbox s: " + message)
+
+
+def test_memory_budget_and_tiers_accepted(request):
+    server, r = configtest(request, "\n".join([
+        "CodeInterpreterSandbox s provider=local tiers=1g:768M,4g:3G",
+        "CodeInterpreterMemoryBudget 8G"]))
+    assert_passes(r)

@@ -485,3 +485,91 @@ def proc_names(server):
         frontier = {p for p, (ppid, _, _) in table.items() if ppid in frontier} - found
         found |= frontier
     return {(p, table[p][1]) for p in found if p in table}
+
+
+# ----------------------------------------------------------- memory tiers
+
+def test_memory_tiers_the_tool_offers(httpd, model, me):
+    tiered = {"type": "code_interpreter", "container": {"type": "auto",
+                                                        "memory_limit": "4g"}}
+    first = turn(httpd, [[{"call": "print(1)"}], [{"text": "x"}]],
+                 path="/tiered/v1/responses", tools=[tiered], headers=me)
+    cid = calls_of(first)[0]["container_id"]
+    status, c = api(httpd, "GET", "/tiered/v1/containers/" + cid, headers=me)
+    assert (status, c["memory_limit"]) == (200, "4g")
+    c = make_container(httpd, path="/tiered/v1/containers", memory_limit="4g", headers=me)
+    assert c["memory_limit"] == "4g"
+    for path in ("/tiered/v1/responses", "/tiered/v1/containers"):
+        body = (ci_body([[{"text": "never"}]], tools=[
+            {"type": "code_interpreter", "container": {"type": "auto",
+                                                       "memory_limit": "16g"}}])
+                if path.endswith("responses") else {"name": "n", "memory_limit": "16g"})
+        status, _, answer = httpd.post(path, body, headers=me)
+        assert (status, answer["error"]["message"]) == (
+            400, "Invalid 'memory_limit': '16g'. This server's sandbox tool tiered "
+                 "offers: 1g, 4g.")
+
+
+def test_a_sandbox_over_its_tier_is_killed(httpd, model):
+    """The tier bounds the resident memory of the whole sandbox (measured by
+    the supervisor): RLIMIT_AS, per process, would let it through."""
+    tiered = {"type": "code_interpreter", "container": {"type": "auto",
+                                                        "memory_limit": "4g"}}
+    hog = "x = b'x' * (200 << 20)\nimport time\ntime.sleep(30)"
+    first = turn(httpd, [[{"call": "kept = 1"}], [{"call": hog}],
+                         [{"text": "{{last_output}}"}]],
+                 path="/tiered/v1/responses", tools=[tiered])
+    assert calls_of(first)[1]["outputs"] == [{"type": "logs", "logs":
+        "The interpreter process died during the execution (out of memory, a crash, "
+        "or it exited)."}]
+    second = turn(httpd, [[{"call": "print('kept' in globals())"}],
+                          [{"text": "{{last_output}}"}]],
+                  path="/tiered/v1/responses", tools=[tiered],
+                  previous_response_id=first["id"])
+    assert logs_of(second) == "False\n"
+    assert calls_of(second)[0]["container_id"] == calls_of(first)[0]["container_id"]
+
+
+# ------------------------------------------------------ caps and budget
+
+@pytest.fixture(scope="module")
+def budgeted(model):
+    from conftest import Httpd, base_conf
+    extra = """
+CodeInterpreterMemoryBudget 200M
+CodeInterpreterMaxContainersPerOwner 3
+CodeInterpreterSandbox small provider=local tiers=1g:96M
+<Location /small/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter small
+</Location>
+"""
+    server = Httpd("containers-budget", base_conf(model.port, extra)).start()
+    yield server
+    server.stop()
+
+
+def test_budget_and_caps_evict_only_the_callers_own(budgeted, model):
+    alice = {"Authorization": "Bearer sk-alice"}
+    bob = {"Authorization": "Bearer sk-bob"}
+    path = "/small/v1/containers"
+    a1 = make_container(budgeted, path=path, headers=alice)
+    a2 = make_container(budgeted, path=path, headers=alice)
+    # two 96M containers fill the 200M budget: bob may not evict alice's
+    status, body = api(budgeted, "POST", path, {"name": "b"}, headers=bob)
+    assert (status, body["error"]) == (503, {
+        "message": "The containers of this server hold all the memory it allows; "
+                   "retry shortly.",
+        "type": "server_error", "param": None, "code": "memory_budget"})
+    # alice may: her least recently used idle one goes (a2 was used since)
+    assert api(budgeted, "GET", path + "/" + a1["id"], headers=alice)[0] == 200
+    a3 = make_container(budgeted, path=path, headers=alice)
+    states = {c["id"]: api(budgeted, "GET", path + "/" + c["id"], headers=alice)[1]["status"]
+              for c in (a1, a2, a3)}
+    assert states == {a1["id"]: "running", a2["id"]: "expired", a3["id"]: "running"}
+    # bob's own containers are his to lose
+    api(budgeted, "DELETE", path + "/" + a1["id"], headers=alice)
+    b1 = make_container(budgeted, path=path, headers=bob)
+    assert api(budgeted, "GET", path + "/" + b1["id"], headers=bob)[1]["status"] == "running"
+    assert api(budgeted, "GET", path + "/" + a3["id"], headers=alice)[1]["status"] == \
+        "running"

@@ -436,3 +436,8 @@ def test_descriptor_output_reaches_the_model(httpd, model):
     assert call["status"] == "completed"
     assert "from-shell\n" in told
     assert "raw-stderr\n" in told
+
+
+def test_the_oom_killer_takes_a_sandbox_first(httpd, model):
+    call, told = run_code(httpd, "print(open('/proc/self/oom_score_adj').read().strip())")
+    assert told == "1000\n"

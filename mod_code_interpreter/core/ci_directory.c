@@ -56,6 +56,7 @@ struct ci_directory {
     memo *oldest_item, *newest_item;
     apr_size_t item_bytes;
     int live;
+    apr_uint64_t memory_live;               /* memory_bytes of running ones */
 };
 
 /* The directory's pool goes: free what was malloc'd (the records' pools go
@@ -191,6 +192,7 @@ static void retire(ci_directory *d, rec *r, ci_cntr_status status, apr_time_t no
     if (r->c.status == CI_CNTR_RUNNING) {
         d->live--;
         r->owner->live--;
+        d->memory_live -= r->c.memory_bytes;
     }
     r->c.status = status;
     r->forget_at = now + d->lim.retention;
@@ -207,26 +209,34 @@ static rec *idlest(owner_list *o)
     return best;
 }
 
-/* Make room under the caps, from the owner's own containers only. */
-static ci_dir_status admit(ci_directory *d, owner_list *o, apr_time_t now,
-                           ci_container **evicted)
+/* Make room under the caps and the memory budget for a container of
+ * MEMORY bytes, from the owner's own containers only: one, its least
+ * recently used idle one. */
+static ci_dir_status admit(ci_directory *d, owner_list *o, apr_uint64_t memory,
+                           apr_time_t now, ci_container **evicted)
 {
     int owner_full = d->lim.max_per_owner > 0 && o->live >= d->lim.max_per_owner;
     int node_full = d->lim.max_containers > 0 && d->live >= d->lim.max_containers;
+    int budget_full = d->lim.memory_budget > 0 &&
+                      d->memory_live + memory > d->lim.memory_budget;
     rec *victim;
     *evicted = NULL;
-    if (!owner_full && !node_full)
+    if (!owner_full && !node_full && !budget_full)
         return CI_DIR_OK;
     if (!(victim = idlest(o)))
-        return owner_full ? CI_DIR_OWNER_FULL : CI_DIR_NODE_FULL;
+        return owner_full ? CI_DIR_OWNER_FULL : node_full ? CI_DIR_NODE_FULL
+                                                          : CI_DIR_BUDGET_FULL;
+    if (budget_full &&
+        d->memory_live - victim->c.memory_bytes + memory > d->lim.memory_budget)
+        return CI_DIR_BUDGET_FULL;
     retire(d, victim, CI_CNTR_EXPIRED, now);
     *evicted = &victim->c;
     return CI_DIR_OK;
 }
 
 static rec *new_rec(ci_directory *d, owner_list *o, const char *id,
-                    const char *name, const char *tool,
-                    const char *memory_limit, int idle_seconds, apr_time_t now)
+                    const char *name, const char *tool, const char *memory_limit,
+                    apr_uint64_t memory_bytes, int idle_seconds, apr_time_t now)
 {
     apr_pool_t *rp;
     rec *r;
@@ -241,6 +251,8 @@ static rec *new_rec(ci_directory *d, owner_list *o, const char *id,
     r->c.memory_limit = apr_pstrdup(rp, memory_limit ? memory_limit : "1g");
     r->c.created_at = r->c.last_active_at = now;
     r->c.idle_seconds = idle_seconds;
+    r->c.memory_bytes = memory_bytes;
+    d->memory_live += memory_bytes;
     r->c.status = CI_CNTR_RUNNING;
     r->prev = o->last;
     if (o->last) o->last->next = r; else o->first = r;
@@ -259,7 +271,8 @@ void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits)
 
 ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
                                             const char *id, const char *name, const char *tool,
-                                            const char *memory_limit, int idle_seconds,
+                                            const char *memory_limit,
+                                            apr_uint64_t memory_bytes, int idle_seconds,
                                             apr_time_t now, ci_container **out,
                                             ci_container **evicted)
 {
@@ -272,14 +285,15 @@ ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
         return CI_DIR_NOT_FOUND;
     if (!(o = owner_of(d, owner, 1)))
         return CI_DIR_NODE_FULL;
-    if ((st = admit(d, o, now, evicted)) != CI_DIR_OK) {
+    if ((st = admit(d, o, memory_bytes, now, evicted)) != CI_DIR_OK) {
         if (!o->first) {
             apr_hash_set(d->owners, owner, APR_HASH_KEY_STRING, NULL);
             free(o);
         }
         return st;
     }
-    *out = &new_rec(d, o, id, name, tool, memory_limit, idle_seconds, now)->c;
+    *out = &new_rec(d, o, id, name, tool, memory_limit, memory_bytes, idle_seconds,
+                    now)->c;
     return CI_DIR_OK;
 }
 

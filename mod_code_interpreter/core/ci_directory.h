@@ -39,6 +39,8 @@ typedef struct ci_container {
     apr_time_t created_at;
     apr_time_t last_active_at;
     int idle_seconds;            /* expires_after (minutes on the wire) */
+    apr_uint64_t memory_bytes;   /* what its tier may hold on this node (0:
+                                    nothing here, e.g. a remote sandbox) */
     ci_cntr_status status;
     int busy;                    /* an execution runs in it */
 } ci_container;
@@ -51,6 +53,8 @@ typedef struct ci_directory_limits {
     apr_interval_time_t retention;  /* how long expired/deleted records and
                                        remembered items stay answerable */
     apr_size_t max_items_bytes;  /* remembered items, all owners, in bytes */
+    apr_uint64_t memory_budget;  /* memory_bytes of running containers, all
+                                    owners (0: no budget) */
 } ci_directory_limits;
 
 /* A directory; its memory is its own (created under P, destroyed with it). */
@@ -62,20 +66,25 @@ typedef enum {
     CI_DIR_EXPIRED,              /* the caller's, expired (or deleted) */
     CI_DIR_OWNER_FULL,           /* the owner's cap, and none of its own idle */
     CI_DIR_NODE_FULL,            /* the node's cap, and none of the owner's idle */
-    CI_DIR_NO_OWNER              /* an empty owner keeps nothing */
+    CI_DIR_NO_OWNER,             /* an empty owner keeps nothing */
+    CI_DIR_BUDGET_FULL           /* the memory budget, and evicting the
+                                    owner's own least recently used idle one
+                                    would not make room */
 } ci_dir_status;
 
 /* The limits from now on (the host passes the configuration in force). */
 void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits);
 
 /* A new running container of OWNER, with the id ID (NULL: a fresh one; an
- * id already in the directory is refused as NOT_FOUND). At a cap, the owner's own least
+ * id already in the directory is refused as NOT_FOUND), its tier holding
+ * MEMORY_BYTES here. At a cap or the memory budget, the owner's own least
  * recently used idle container is expired to make room (never another
  * owner's): its record goes to *EVICTED (NULL when none) so that the host
  * destroys its sandbox. The record is the directory's; copy what you keep. */
 ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
                                             const char *id, const char *name, const char *tool,
-                                            const char *memory_limit, int idle_seconds,
+                                            const char *memory_limit,
+                                            apr_uint64_t memory_bytes, int idle_seconds,
                                             apr_time_t now, ci_container **out,
                                             ci_container **evicted);
 

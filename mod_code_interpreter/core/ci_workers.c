@@ -183,6 +183,13 @@ static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
         for (fd = 3; fd < 65536; fd++)
             close(fd);
     }
+    if (req->limits->oom_first) {
+        int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            (void)!write(fd, "1000", 4);
+            close(fd);
+        }
+    }
     limit(RLIMIT_AS, req->limits->address_space);
     limit(RLIMIT_FSIZE, req->limits->file_size);
     limit(RLIMIT_CPU, req->limits->cpu_seconds);

@@ -42,6 +42,8 @@ typedef struct ci_spawn_limits {
     apr_uint64_t file_size;     /* RLIMIT_FSIZE, 0: unchanged */
     apr_uint64_t cpu_seconds;   /* RLIMIT_CPU, 0: unchanged */
     int switch_user;            /* when root: become UID/GID first */
+    int oom_first;              /* oom_score_adj 1000: the kernel's OOM killer
+                                   takes it before anything of the server */
     uid_t uid;
     gid_t gid;
 } ci_spawn_limits;

@@ -14,9 +14,6 @@
 #include "ci_supervisor.h"
 #include "mod_code_interpreter.h"
 
-/* The memory tiers a tool offers. */
-#define DEFAULT_TIER "1g"
-
 /* ---- the directory ---------------------------------------------------------- */
 
 json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner)
@@ -190,15 +187,16 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
 
 static int check_tier(request_rec *r, ci_req_state *st, ci_error *err)
 {
-    const char *tier = st->req->memory_limit;
-    if (!tier || !strcmp(tier, DEFAULT_TIER))
+    const ci_sandbox_def *tiered;
+    const char *why = st->req->memory_limit
+        ? ci_sandbox_def_tier(r->pool, st->sandbox, st->req->memory_limit, &tiered)
+        : NULL;
+    if (!why)
         return OK;
     ci_error_set(err, 400, CI_INVALID,
                  apr_psprintf(r->pool, "tools[%d].container.memory_limit",
                               st->req->tool_index),
-                 "invalid_value", r->pool,
-                 "Invalid 'memory_limit': '%s'. This server's sandbox tool %s offers: "
-                 "%s.", tier, st->sandbox->name, DEFAULT_TIER);
+                 "invalid_value", r->pool, "%s", why);
     return 400;
 }
 
@@ -224,18 +222,39 @@ const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id)
 
 /* ---- the first execution ---------------------------------------------------- */
 
-static void put_limits(request_rec *r, ci_req_state *st, json_object *req)
+json_object *ci_containers_create_request(request_rec *r, const char *owner,
+                                          const ci_sandbox_def *tool, const char *tier,
+                                          const char *id, const char *name, int idle)
 {
     ci_server_conf *sc = ci_server_config(r->server);
+    json_object *req = dir_request(r->pool, "create", owner);
     json_object *l = json_object_new_object();
+    const ci_sandbox_def *tiered = tool;
+    ci_sandbox_def_tier(r->pool, tool, tier ? tier : CI_DEFAULT_TIER, &tiered);
+    put_str(req, "id", id);
+    put_str(req, "name", name);
+    put_str(req, "tool", tool->name);
+    put_str(req, "memory_limit", tier);
+    json_object_object_add(req, "memory_bytes",
+                           json_object_new_int64((apr_int64_t)tiered->rss_bound));
+    json_object_object_add(req, "idle", json_object_new_int(idle));
     json_object_object_add(l, "node", json_object_new_int(ci_server_max_sandboxes(sc)));
     json_object_object_add(l, "owner", json_object_new_int(ci_server_max_per_owner(sc)));
-    json_object_object_add(l, "retention", json_object_new_int(st->sandbox->retention));
+    json_object_object_add(l, "retention", json_object_new_int(tool->retention));
+    json_object_object_add(l, "budget", json_object_new_int64(
+                               (apr_int64_t)sc->memory_budget));
     json_object_object_add(req, "limits", l);
+    return req;
 }
 
 static apr_status_t refused(request_rec *r, ci_dir_status why, ci_error *err)
 {
+    if (why == CI_DIR_BUDGET_FULL) {
+        ci_error_set(err, 503, CI_SERVER, NULL, "memory_budget", r->pool,
+                     "The containers of this server hold all the memory it allows; "
+                     "retry shortly.");
+        return APR_EAGAIN;
+    }
     if (why == CI_DIR_OWNER_FULL) {
         ci_error_set(err, 503, CI_SERVER, NULL, "container_limit", r->pool,
                      "You hold as many containers as this server allows per caller, "
@@ -264,12 +283,9 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
         }
     }
     else {
-        req = dir_request(r->pool, "create", st->owner);
-        put_str(req, "id", st->container_id);
-        put_str(req, "tool", st->sandbox->name);
-        put_str(req, "memory_limit", st->req->memory_limit);
-        json_object_object_add(req, "idle", json_object_new_int(st->sandbox->idle));
-        put_limits(r, st, req);
+        req = ci_containers_create_request(r, st->owner, st->sandbox,
+                                           st->req->memory_limit, st->container_id, NULL,
+                                           st->sandbox->idle);
         if (!(ans = dir_ask(r, req)))
             return unavailable(r, err), APR_EGENERAL;
         if ((why = status_of(ans)) != CI_DIR_OK)

@@ -37,6 +37,13 @@ json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *ow
  * the supervisor cannot be asked. */
 json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req);
 
+/* A create request for OWNER's new container of TOOL in memory tier TIER
+ * (NULL: the default), with ID (NULL: one minted by the directory), NAME,
+ * IDLE seconds, and the server's caps and budget. */
+json_object *ci_containers_create_request(request_rec *r, const char *owner,
+                                          const ci_sandbox_def *tool, const char *tier,
+                                          const char *id, const char *name, int idle);
+
 /* Fixups, after the rewrite: the container of the request (ST->container_id
  * and the rest), outputs owed to a chained response put before the input.
  * OK, or an answer status with ERR filled (404 unknown or foreign, 400

@@ -22,7 +22,6 @@
 
 #define OWNER_KEY "ci-api-owner"
 #define MAX_CREATE_BODY (64 * 1024)
-#define DEFAULT_TIER "1g"
 
 typedef struct api_req {
     request_rec *r;
@@ -102,7 +101,7 @@ static json_object *resource(apr_pool_t *p, const ci_container *c)
     json_object_object_add(o, "expires_after", exp);
     json_object_object_add(o, "memory_limit",
                            json_object_new_string(c->memory_limit ? c->memory_limit
-                                                                  : DEFAULT_TIER));
+                                                                  : CI_DEFAULT_TIER));
     return o;
 }
 
@@ -257,7 +256,8 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
                         int *idle)
 {
     json_object *v, *exp;
-    const char *tier;
+    const char *tier, *why;
+    const ci_sandbox_def *tiered;
     if (!json_object_is_type(body, json_type_object))
         return bad(a, NULL, "invalid_json", "The request body must be a JSON object."),
                -1;
@@ -268,11 +268,9 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
         json_object_array_length(v) > 0)
         return bad(a, "file_ids", "unsupported_parameter",
                    "Container files are not supported by this server yet."), -1;
-    if ((tier = ci_json_str(body, "memory_limit")) && strcmp(tier, DEFAULT_TIER))
-        return bad(a, "memory_limit", "invalid_value",
-                   apr_psprintf(a->r->pool, "Invalid 'memory_limit': '%s'. This "
-                                "server's sandbox tool %s offers: %s.", tier, def->name,
-                                DEFAULT_TIER)), -1;
+    if ((tier = ci_json_str(body, "memory_limit")) &&
+        (why = ci_sandbox_def_tier(a->r->pool, def, tier, &tiered)))
+        return bad(a, "memory_limit", "invalid_value", why), -1;
     *idle = def->idle;
     if ((exp = ci_json_get(body, "expires_after", json_type_object))) {
         v = ci_json_get(exp, "minutes", json_type_int);
@@ -291,8 +289,7 @@ static int create(api_req *a)
 {
     const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
                                                   a->d->sandbox ? a->d->sandbox : "local");
-    ci_server_conf *sc = ci_server_config(a->r->server);
-    json_object *body = read_json(a), *req, *ans, *lim;
+    json_object *body = read_json(a), *req, *ans;
     ci_container c;
     int idle;
     if (!def) {
@@ -302,17 +299,17 @@ static int create(api_req *a)
     }
     if (check_create(a, body, def, &idle))
         return OK;
-    req = dir_request(a, "create");
-    json_object_object_add(req, "name", json_object_new_string(ci_json_str(body, "name")));
-    json_object_object_add(req, "tool", json_object_new_string(def->name));
-    json_object_object_add(req, "idle", json_object_new_int(idle));
-    lim = json_object_new_object();
-    json_object_object_add(lim, "node", json_object_new_int(ci_server_max_sandboxes(sc)));
-    json_object_object_add(lim, "owner", json_object_new_int(ci_server_max_per_owner(sc)));
-    json_object_object_add(lim, "retention", json_object_new_int(def->retention));
-    json_object_object_add(req, "limits", lim);
+    req = ci_containers_create_request(a->r, a->owner, def,
+                                       ci_json_str(body, "memory_limit"), NULL,
+                                       ci_json_str(body, "name"), idle);
     if (!(ans = dir_ask(a, req)))
         return unavailable(a);
+    if (status_of(ans) == CI_DIR_BUDGET_FULL) {
+        ci_error_set(&a->err, 503, CI_SERVER, NULL, "memory_budget", a->r->pool,
+                     "The containers of this server hold all the memory it allows; "
+                     "retry shortly.");
+        return fail(a);
+    }
     if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c)) {
         ci_error_set(&a->err, 429, CI_INVALID, NULL, "container_limit", a->r->pool,
                      "You hold as many containers as this server allows, all of them "

@@ -67,6 +67,7 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
                                                       : base->max_sandboxes;
     c->max_per_owner = add->max_per_owner != CI_UNSET ? add->max_per_owner
                                                       : base->max_per_owner;
+    c->memory_budget = add->memory_budget ? add->memory_budget : base->memory_budget;
     c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
     c->secret = add->secret ? add->secret : base->secret;
     return c;
@@ -263,6 +264,19 @@ static const char *set_per_owner(cmd_parms *cmd, void *dummy, const char *v)
     return NULL;
 }
 
+/* CodeInterpreterMemoryBudget SIZE: what the running containers' tiers may
+ * hold on this server together. */
+static const char *set_memory_budget(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, NOT_IN_DIR_CONTEXT);
+    if (err)
+        return err;
+    if ((err = ci_parse_size(cmd->pool, v, (apr_uint64_t)1 << 50, &c->memory_budget)))
+        return directive_error(cmd, err);
+    return NULL;
+}
+
 static const char *set_containers(cmd_parms *cmd, void *conf, const char *v)
 {
     ci_dir_conf *d = conf;
@@ -396,6 +410,8 @@ const command_rec ci_directives[] = {
     AP_INIT_TAKE1("CodeInterpreterMaxContainersPerOwner", set_per_owner, NULL,
                   RSRC_CONF,
                   "live containers one caller may hold (0: no bound of its own)"),
+    AP_INIT_TAKE1("CodeInterpreterMemoryBudget", set_memory_budget, NULL, RSRC_CONF,
+                  "memory the running containers' tiers may hold together"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
                   "file or |command receiving one JSON line per execution"),
     AP_INIT_TAKE1("CodeInterpreterContainers", set_containers, NULL, DIR_CONF,

@@ -25,6 +25,7 @@ typedef struct ci_server_conf {
     int queue_limit;
     int max_sandboxes;
     int max_per_owner;       /* CodeInterpreterMaxContainersPerOwner */
+    apr_uint64_t memory_budget; /* CodeInterpreterMemoryBudget, 0: none */
     const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
     ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
 } ci_server_conf;

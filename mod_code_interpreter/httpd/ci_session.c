@@ -237,11 +237,17 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
 static apr_status_t attach_container(ci_session *s, ci_error *err)
 {
     ci_container c;
+    const ci_sandbox_def *tiered = s->def;
     apr_status_t rv = ci_containers_ensure(s->r, s->st, &c, err);
     if (rv != APR_SUCCESS)
         return rv;
-    ci_box_set_container(s->box, s->container_id, ci_containers_unseal(s->r, c.handle),
-                         c.idle_seconds > 0 ? c.idle_seconds : s->def->idle);
+    /* the container's tier (checked when it was asked for) */
+    if (c.memory_limit)
+        ci_sandbox_def_tier(s->root, s->def, c.memory_limit, &tiered);
+    s->def = tiered;
+    ci_box_set_container(s->box, tiered, s->container_id,
+                         ci_containers_unseal(s->r, c.handle),
+                         c.idle_seconds > 0 ? c.idle_seconds : tiered->idle);
     s->has_handle = c.handle != NULL;
     s->attached = 1;
     return APR_SUCCESS;

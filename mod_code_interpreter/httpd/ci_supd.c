@@ -135,6 +135,17 @@ static const ci_sup_hooks registry_hooks = {
     hook_claim, ci_registry_set_warm, ci_registry_release
 };
 
+static void oom_first(void)
+{
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (write(fd, "1000", 4) != 4)
+        ci_log(CI_LOG_WARNING, "CI0622: the sandbox supervisor could not raise its "
+               "oom_score_adj");
+    close(fd);
+}
+
 static void supervisor_main(int lfd, pid_t parent, server_rec *s)
 {
     apr_pool_t *p;
@@ -151,6 +162,13 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     apr_pool_create(&p, NULL);
     sup_level = ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX);
     ci_log_set(sup_sink);
+    /* Every sandbox is the OOM killer's first choice (oom_score_adj 1000),
+     * before anything of httpd's: set here, while the process may still
+     * write it (after setuid it is not dumpable, and its /proc files, and
+     * those of its children until they exec, belong to root), and
+     * inherited by every sandbox it forks. Among processes of that score
+     * the kernel takes the largest: a sandbox, not this small process. */
+    oom_first();
     /* As mod_cgid's daemon does: become User/Group (and whatever else the
      * MPM and unixd would do to a child). */
     if (ap_run_drop_privileges(p, s) != 0) {

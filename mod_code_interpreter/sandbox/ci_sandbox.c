@@ -48,7 +48,7 @@ const char *ci_provider_names(apr_pool_t *p)
 
 /* ---- definitions --------------------------------------------------------- */
 
-#define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention"
+#define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention, tiers"
 #define MAX_IDLE (30 * 86400)
 
 ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
@@ -85,6 +85,10 @@ static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
         return ci_parse_duration(p, v, MAX_IDLE, &d->max_idle);
     if (!strcmp(key, "retention"))
         return ci_parse_duration(p, v, MAX_IDLE, &d->retention);
+    if (!strcmp(key, "tiers")) {
+        d->tiers = v;
+        return NULL;              /* checked once the provider's keys are in */
+    }
     if (!strcmp(key, "max_output")) {
         if (!(e = ci_parse_size(p, v, (apr_uint64_t)16 << 20, &n)))
             d->max_output = (apr_size_t)n;
@@ -131,6 +135,88 @@ static const char *parse_word(apr_pool_t *p, ci_sandbox_def *d, const char *word
     return e ? apr_psprintf(p, "%s: %s", key, e) : NULL;
 }
 
+/* ---- memory tiers ----------------------------------------------------------- */
+
+static const char *const tier_names[] = { "1g", "4g", "16g", "64g" };
+
+static int is_tier_name(const char *s, apr_size_t len)
+{
+    unsigned i;
+    for (i = 0; i < sizeof(tier_names) / sizeof(*tier_names); i++)
+        if (strlen(tier_names[i]) == len && !strncmp(s, tier_names[i], len))
+            return 1;
+    return 0;
+}
+
+/* The value tiers= gives tier NAME (from P), or NULL. */
+static const char *tier_value(apr_pool_t *p, const char *tiers, const char *name)
+{
+    char *list = apr_pstrdup(p, tiers), *last, *entry;
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last)) {
+        char *colon = strchr(entry, ':');
+        if (colon && (apr_size_t)(colon - entry) == strlen(name) &&
+            !strncmp(entry, name, strlen(name)))
+            return colon + 1;
+    }
+    return NULL;
+}
+
+/* tiers=NAME:VALUE,...: known names, each once, values the provider takes. */
+static const char *check_tiers(apr_pool_t *p, ci_sandbox_def *d)
+{
+    char *list = apr_pstrdup(p, d->tiers), *last, *entry;
+    const char *seen = ",", *e;
+    if (!d->provider->tier)
+        return apr_psprintf(p, "tiers: provider %s offers only the default tier %s",
+                            d->provider->name, CI_DEFAULT_TIER);
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last)) {
+        char *colon = strchr(entry, ':');
+        ci_sandbox_def scratch = *d;
+        if (!colon || !is_tier_name(entry, (apr_size_t)(colon - entry)) || !colon[1])
+            return apr_psprintf(p, "tiers: '%s' is not valid: expected NAME:VALUE "
+                                   "with NAME one of 1g, 4g, 16g, 64g", entry);
+        *colon = '\0';
+        if (strstr(seen, apr_pstrcat(p, ",", entry, ",", NULL)))
+            return apr_psprintf(p, "tiers: %s is named twice", entry);
+        seen = apr_pstrcat(p, seen, entry, ",", NULL);
+        if ((e = d->provider->tier(p, &scratch, colon + 1)))
+            return apr_psprintf(p, "tiers: %s: %s", entry, e);
+    }
+    return NULL;
+}
+
+const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
+                                const char *name, const ci_sandbox_def **out)
+{
+    const char *value = def->tiers ? tier_value(p, def->tiers, name) : NULL;
+    ci_sandbox_def *d;
+    *out = def;
+    if (!value && !strcmp(name, CI_DEFAULT_TIER) &&
+        (!def->tiers || !strstr(def->tiers, CI_DEFAULT_TIER ":")))
+        return NULL;              /* the tool as declared */
+    if (!value)
+        return apr_psprintf(p, "Invalid 'memory_limit': '%s'. This server's sandbox "
+                               "tool %s offers: %s.", name, def->name,
+                            ci_sandbox_def_tier_names(p, def));
+    d = apr_pmemdup(p, def, sizeof(*d));
+    def->provider->tier(p, d, value);
+    *out = d;
+    return NULL;
+}
+
+const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def)
+{
+    const char *out = NULL;
+    unsigned i;
+    /* the default tier is always offered: the tool as declared, unless
+     * tiers= says what it means */
+    for (i = 0; i < sizeof(tier_names) / sizeof(*tier_names); i++)
+        if (!strcmp(tier_names[i], CI_DEFAULT_TIER) ||
+            (def->tiers && tier_value(p, def->tiers, tier_names[i])))
+            out = out ? apr_pstrcat(p, out, ", ", tier_names[i], NULL) : tier_names[i];
+    return out;
+}
+
 const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
                                  const char *const *argv, ci_sandbox_def **out)
 {
@@ -148,6 +234,8 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     for (i = 0; i < argc; i++)
         if ((e = parse_word(p, d, argv[i])))
             return e;
+    if (d->tiers && (e = check_tiers(p, d)))
+        return e;
     if (d->idle > d->max_idle)
         return apr_psprintf(p, "idle=%d s exceeds max_idle=%d s: the default expiry "
                                "must be one a client could ask for", d->idle, d->max_idle);
@@ -163,13 +251,15 @@ const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def)
 const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
 {
     return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%s|%"
-                        APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s",
+                        APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s|%s|%"
+                        APR_UINT64_T_FMT,
                         d->provider->name, d->timeout, d->max_output,
                         d->python ? d->python : "", d->memory, d->processes, d->disk,
                         d->warm, d->preload ? d->preload : "",
                         d->api_base ? d->api_base : "",
                         d->template_id ? d->template_id : "", d->lifetime,
-                        d->internet, d->sandbox_url ? d->sandbox_url : "");
+                        d->internet, d->sandbox_url ? d->sandbox_url : "",
+                        d->tiers ? d->tiers : "", d->rss_bound);
 }
 
 /* ---- the box ------------------------------------------------------------- */
@@ -193,9 +283,10 @@ struct ci_box {
 
 static void set_sandbox(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
 
-void ci_box_set_container(ci_box *b, const char *container_id, const char *handle,
-                          int idle_seconds)
+void ci_box_set_container(ci_box *b, const ci_sandbox_def *def,
+                          const char *container_id, const char *handle, int idle_seconds)
 {
+    b->def = def;
     b->container = apr_pstrdup(b->p, container_id);
     b->handle = handle ? apr_pstrdup(b->p, handle) : NULL;
     b->idle_seconds = idle_seconds;

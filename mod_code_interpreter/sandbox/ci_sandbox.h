@@ -37,6 +37,13 @@ typedef struct ci_sandbox_def {
     int idle;                      /* seconds unused before one expires */
     int max_idle;                  /* the most a client may ask (expires_after) */
     int retention;                 /* seconds an expired one stays answerable */
+    /* memory tiers (memory_limit): name -> what it means here, as written
+     * in tiers= ("1g:768M,4g:3G"); NULL: the one tier "1g", the tool as
+     * declared. The provider's tier entry applies a value to a def. */
+    const char *tiers;
+    apr_uint64_t rss_bound;        /* local: resident memory of the whole
+                                      sandbox, enforced by the supervisor;
+                                      0: none */
     /* local */
     const char *python;
     apr_uint64_t memory;           /* address space per process */
@@ -123,6 +130,9 @@ struct ci_provider {
     apr_status_t (*keep_alive)(ci_sandbox *sb, int idle_seconds, const char **err);
     /* Let SB go, leaving the sandbox running for the next attach. */
     void (*release)(ci_sandbox *sb);
+    /* Make D the memory tier VALUE (from tiers=): NULL or why not. NULL
+     * entry: the provider offers only the default tier. */
+    const char *(*tier)(apr_pool_t *p, ci_sandbox_def *d, const char *value);
 };
 
 /* The provider named NAME, or NULL. */
@@ -138,6 +148,17 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
  * resolve indirect values (see ci_sandbox_def_resolve). NULL or why not. */
 const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
                                  const char *const *argv, ci_sandbox_def **out);
+
+/* The default memory tier: what a container gets without memory_limit. */
+#define CI_DEFAULT_TIER "1g"
+
+/* DEF as memory tier NAME (*OUT, from P; DEF itself for the default tier
+ * when tiers= does not name it). NULL, or why not: the tier is not one the
+ * tool offers. */
+const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
+                                const char *name, const ci_sandbox_def **out);
+/* The tiers DEF offers, for messages ("1g, 4g"). */
+const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def);
 
 /* The provider's resolve entry. NULL or why not (no secret in it). */
 const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def);
@@ -165,12 +186,13 @@ void ci_box_adopt(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
  * ran; or the start's status with *ERR. */
 apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
                         ci_exec_result *res, const char **err);
-/* Make B container CONTAINER_ID's: its sandbox is reached with the
- * provider's attach (HANDLE: from an earlier handle, or NULL), a failed run
- * leaves its recovery to the provider, each run keeps it alive for
- * IDLE_SECONDS, and ci_box_release lets it go. Before the first run. */
-void ci_box_set_container(ci_box *b, const char *container_id, const char *handle,
-                          int idle_seconds);
+/* Make B container CONTAINER_ID's, of DEF (its tool in its memory tier):
+ * its sandbox is reached with the provider's attach (HANDLE: from an
+ * earlier handle, or NULL), a failed run leaves its recovery to the
+ * provider, each run keeps it alive for IDLE_SECONDS, and ci_box_release
+ * lets it go. Before the first run. */
+void ci_box_set_container(ci_box *b, const ci_sandbox_def *def,
+                          const char *container_id, const char *handle, int idle_seconds);
 /* Let the container's sandbox go, leaving it running. */
 void ci_box_release(ci_box *b);
 /* From any thread: stop a run in progress, and any run that starts later. */

@@ -10,7 +10,7 @@
 #define MAX_LIST 100
 
 static const char *const status_names[] = {
-    "ok", "not_found", "expired", "owner_full", "node_full", "no_owner"
+    "ok", "not_found", "expired", "owner_full", "node_full", "no_owner", "budget_full"
 };
 
 const char *ci_supdir_status_name(ci_dir_status st)
@@ -46,6 +46,8 @@ json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c)
     json_object_object_add(o, "created_at", json_object_new_int64(c->created_at));
     json_object_object_add(o, "last_active_at", json_object_new_int64(c->last_active_at));
     json_object_object_add(o, "idle_seconds", json_object_new_int(c->idle_seconds));
+    json_object_object_add(o, "memory_bytes", json_object_new_int64(
+                               (apr_int64_t)c->memory_bytes));
     add_str(o, "status", cntr_status_names[c->status]);
     return o;
 }
@@ -77,6 +79,7 @@ int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out)
     out->created_at = int_of(j, "created_at", 0);
     out->last_active_at = int_of(j, "last_active_at", 0);
     out->idle_seconds = (int)int_of(j, "idle_seconds", 0);
+    out->memory_bytes = (apr_uint64_t)int_of(j, "memory_bytes", 0);
     for (i = 0; i < 3 && strcmp(st, cntr_status_names[i]); i++)
         ;
     if (i == 3)
@@ -117,6 +120,7 @@ static void take_limits(op *o)
     lim.max_per_owner = (int)int_of(l, "owner", 0);
     lim.retention = apr_time_from_sec(int_of(l, "retention", 3600));
     lim.max_items_bytes = (apr_size_t)int_of(l, "items", 64 << 20);
+    lim.memory_budget = (apr_uint64_t)int_of(l, "budget", 0);
     ci_directory_set_limits(o->d, &lim);
 }
 
@@ -133,7 +137,8 @@ static void op_create(op *o)
     take_limits(o);
     st = ci_directory_create_container(o->d, o->owner, ci_json_str(o->req, "id"),
                                        ci_json_str(o->req, "name"), tool,
-                                       ci_json_str(o->req, "memory_limit"), idle,
+                                       ci_json_str(o->req, "memory_limit"),
+                                       (apr_uint64_t)int_of(o->req, "memory_bytes", 0), idle,
                                        o->now, &c, &evicted);
     answer_status(o, st);
     if (c)

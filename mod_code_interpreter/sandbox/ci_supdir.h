@@ -5,8 +5,9 @@
  * without a supervisor.
  *
  * Requests are {"op": NAME, "owner": KEYED_HASH, ...}:
- *   create      id?, name?, tool, memory_limit?, idle (seconds), limits
- *               {node, owner, retention (s), items (bytes)}
+ *   create      id?, name?, tool, memory_limit?, memory_bytes?, idle
+ *               (seconds), limits {node, owner, retention (s), items
+ *               (bytes), budget (bytes)}
  *               -> {status, container, evicted?}
  *   get         id, touch? -> {status, container?}
  *   set_handle  id, handle -> {status}
@@ -19,7 +20,7 @@
  *               -> {status}
  *   recall      item_id -> {status, text?, container_id?}
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
- * "no_owner" or "bad_request". A container is {id, name, tool,
+ * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),
  * idle_seconds, status}: the handle is secret and never leaves httpd.
  */

@@ -716,48 +716,50 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len)
         b->runner = c;
 }
 
-/* Every process under PID (its descendants), as pid/command pairs read
- * from /proc, into OUT; their number. */
-static int descendants(pid_t root, pid_t *out, int max)
+/* Every process of the host with its parent, read from /proc (from P). */
+typedef struct proc_pair { pid_t pid, ppid; } proc_pair;
+
+static apr_array_header_t *proc_parents(apr_pool_t *p)
 {
-    apr_pool_t *p;
+    apr_array_header_t *all = apr_array_make(p, 256, sizeof(proc_pair));
     apr_dir_t *dir;
     apr_finfo_t fi;
-    apr_hash_t *parent;
-    int n = 0, grew = 1;
-    apr_pool_create(&p, sup.p);
-    parent = apr_hash_make(p);
-    if (apr_dir_open(&dir, "/proc", p) == APR_SUCCESS) {
-        while (apr_dir_read(&fi, APR_FINFO_NAME, dir) == APR_SUCCESS) {
-            pid_t pid = (pid_t)atol(fi.name);
-            pid_t *pp;
-            if (pid <= 0)
-                continue;
-            pp = apr_palloc(p, 2 * sizeof(pid_t));
-            pp[0] = pid;
-            pp[1] = parent_of(pid);
-            apr_hash_set(parent, pp, sizeof(pid_t), pp);
-        }
-        apr_dir_close(dir);
+    if (apr_dir_open(&dir, "/proc", p) != APR_SUCCESS)
+        return all;
+    while (apr_dir_read(&fi, APR_FINFO_NAME, dir) == APR_SUCCESS) {
+        pid_t pid = (pid_t)atol(fi.name);
+        proc_pair *pp;
+        if (pid <= 0)
+            continue;
+        pp = apr_array_push(all);
+        pp->pid = pid;
+        pp->ppid = parent_of(pid);
     }
+    apr_dir_close(dir);
+    return all;
+}
+
+/* ROOT and every process under it in ALL, into OUT (at most MAX); their
+ * number. */
+static int descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int max)
+{
+    int n = 0, grew = 1, i, k;
     out[n++] = root;
     while (grew && n < max) {
-        apr_hash_index_t *hi;
         grew = 0;
-        for (hi = apr_hash_first(p, parent); hi && n < max; hi = apr_hash_next(hi)) {
-            pid_t *pp = apr_hash_this_val(hi);
-            int i, known = 0, under = 0;
-            for (i = 0; i < n; i++) {
-                known |= out[i] == pp[0];
-                under |= out[i] == pp[1];
+        for (i = 0; i < all->nelts && n < max; i++) {
+            const proc_pair *pp = &APR_ARRAY_IDX(all, i, proc_pair);
+            int known = 0, under = 0;
+            for (k = 0; k < n; k++) {
+                known |= out[k] == pp->pid;
+                under |= out[k] == pp->ppid;
             }
             if (under && !known) {
-                out[n++] = pp[0];
+                out[n++] = pp->pid;
                 grew = 1;
             }
         }
     }
-    apr_pool_destroy(p);
     return n;
 }
 
@@ -766,7 +768,11 @@ static int descendants(pid_t root, pid_t *out, int max)
 static void interrupt_kernel(box *b, ci_exec_outcome why)
 {
     pid_t pids[256];
-    int i, n = b->pid > 0 ? descendants(b->pid, pids, 256) : 0;
+    apr_pool_t *p;
+    int i, n;
+    apr_pool_create(&p, sup.p);
+    n = b->pid > 0 ? descendants(proc_parents(p), b->pid, pids, 256) : 0;
+    apr_pool_destroy(p);
     for (i = 1; i < n; i++)
         if (!is_bwrap(pids[i]))
             kill(pids[i], SIGINT);
@@ -987,6 +993,65 @@ static void handle_dir(conn *c, const ci_sup_frame *f)
     apr_pool_destroy(p);
 }
 
+/* Resident bytes of the processes of PIDS (/proc/PID/statm). */
+static apr_uint64_t resident(const pid_t *pids, int n)
+{
+    apr_uint64_t total = 0, page = (apr_uint64_t)sysconf(_SC_PAGESIZE);
+    int i;
+    for (i = 0; i < n; i++) {
+        char path[64], buf[128];
+        unsigned long size, rss;
+        ssize_t got;
+        int fd;
+        snprintf(path, sizeof(path), "/proc/%ld/statm", (long)pids[i]);
+        if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+            continue;
+        got = read(fd, buf, sizeof(buf) - 1);
+        close(fd);
+        buf[got > 0 ? got : 0] = '\0';
+        if (sscanf(buf, "%lu %lu", &size, &rss) == 2)
+            total += (apr_uint64_t)rss * page;
+    }
+    return total;
+}
+
+/* Once a second: a sandbox holding more resident memory than its tier
+ * allows (rss_bound, the whole sandbox) is killed, as the kernel's OOM
+ * killer would: its run ends lost, a container's starts again empty. */
+static void enforce_memory(void)
+{
+    apr_array_header_t *all = NULL;
+    apr_pool_t *p;
+    box *b, *next;
+    apr_pool_create(&p, sup.p);
+    for (b = sup.boxes; b; b = next) {
+        pid_t pids[1024];
+        apr_uint64_t rss;
+        int n;
+        next = b->next;
+        if (!b->def->rss_bound || b->pid <= 0 ||
+            (b->state != BOX_IDLE && b->state != BOX_RUNNING))
+            continue;
+        if (!all)
+            all = proc_parents(p);
+        n = descendants(all, b->pid, pids, 1024);
+        if ((rss = resident(pids + 1, n - 1)) <= b->def->rss_bound)
+            continue;
+        ci_log(CI_LOG_WARNING, "CI0621: sandbox %u of tool %s holds %" APR_UINT64_T_FMT
+               " bytes, over its bound of %" APR_UINT64_T_FMT ": killed", b->id,
+               b->def->name, rss, b->def->rss_bound);
+        if (b->state == BOX_RUNNING)
+            stop_run(b, CI_EXEC_LOST);
+        else if (!b->owner && !b->container) {
+            box_free(b);                  /* a warm one: the pool makes another */
+            sup.refill_due = 1;
+        }
+        else
+            box_kill(b);
+    }
+    apr_pool_destroy(p);
+}
+
 /* Once a second: containers in use are alive; the idle past their expiry
  * lose their sandboxes. */
 static void expire_containers(void)
@@ -999,6 +1064,7 @@ static void expire_containers(void)
     if (now < sup.next_expiry_check)
         return;
     sup.next_expiry_check = now + apr_time_from_msec(TICK_MS);
+    enforce_memory();
     for (b = sup.boxes; b; b = b->next)
         if (b->container && (b->runner || b->runq || b->state == BOX_STARTING))
             touch_container(b);
@@ -1345,7 +1411,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
 {
     apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
     apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
-    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20 };
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20, 0 };
     memset(&sup, 0, sizeof(sup));
     sup.p = p;
     sup.cfg = cfg;

@@ -188,6 +188,7 @@ static json_object *def_object(const ci_sandbox_def *d)
     add_int(o, "memory", (apr_int64_t)d->memory);
     add_int(o, "processes", d->processes);
     add_int(o, "disk", (apr_int64_t)d->disk);
+    add_int(o, "rss_bound", (apr_int64_t)d->rss_bound);
     json_object_object_add(o, "preload",
                            json_object_new_string(d->preload ? d->preload : ""));
     return o;
@@ -218,11 +219,12 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     apr_int64_t memory = o ? get_int(o, "memory") : -1;
     apr_int64_t processes = o ? get_int(o, "processes") : -1;
     apr_int64_t disk = o ? get_int(o, "disk") : -1;
+    apr_int64_t rss_bound = o ? get_int(o, "rss_bound") : -1;
     ci_sandbox_def *d;
 
     if (!name || !provider || !python || python[0] != '/' || !preload ||
         timeout <= 0 || max_output < 0 || memory < 0 || processes < 0 ||
-        processes > 1 << 20 || disk < 0)
+        processes > 1 << 20 || disk < 0 || rss_bound < 0)
         return "the sandbox definition is incomplete";
     d = ci_sandbox_def_defaults(p, name, provider);
     d->timeout = timeout;
@@ -231,6 +233,7 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     d->memory = (apr_uint64_t)memory;
     d->processes = (int)processes;
     d->disk = (apr_uint64_t)disk;
+    d->rss_bound = (apr_uint64_t)rss_bound;
     d->preload = preload[0] ? apr_pstrdup(p, preload) : NULL;
     *out = d;
     return NULL;

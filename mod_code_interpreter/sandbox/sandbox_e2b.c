@@ -1190,6 +1190,17 @@ static const char *e2b_resolve(apr_pool_t *p, ci_sandbox_def *d)
     return ci_resolve_secret(p, "api_key", d->api_key_spec, &d->api_key);
 }
 
+/* A memory tier is a template (E2B's memory comes with the template). */
+static const char *e2b_tier(apr_pool_t *p, ci_sandbox_def *d, const char *value)
+{
+    const char *c;
+    for (c = value; *c; c++)
+        if (!apr_isalnum(*c) && !strchr("_-.", *c))
+            return apr_psprintf(p, "'%s' is not a valid template id", value);
+    d->template_id = value;
+    return NULL;
+}
+
 const ci_provider ci_provider_e2b = {
     .name = "e2b",
     .keys = "api_key, api_base, template, lifetime, internet, sandbox_url",
@@ -1207,4 +1218,5 @@ const ci_provider ci_provider_e2b = {
     .handle = e2b_handle,
     .keep_alive = e2b_keep_alive,
     .release = e2b_release,
+    .tier = e2b_tier,
 };

@@ -209,6 +209,7 @@ static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
     memset(lim, 0, sizeof(*lim));
     lim->address_space = def->memory;
     lim->file_size = def->disk;
+    lim->oom_first = 1;
 }
 
 /* In the supervisor: fork the sandbox of DEF from its only thread. */
@@ -647,6 +648,15 @@ static void local_defaults(ci_sandbox_def *d)
     d->disk = (apr_uint64_t)64 << 20;
     d->warm = 0;
     d->preload = NULL;
+    d->rss_bound = (apr_uint64_t)1 << 30;     /* the default tier, 1g */
+}
+
+/* A memory tier is the resident memory the whole sandbox may hold (the
+ * supervisor measures it and kills a sandbox over it: RLIMIT_AS bounds one
+ * process, not a sandbox of many). */
+static const char *local_tier(apr_pool_t *p, ci_sandbox_def *d, const char *value)
+{
+    return ci_parse_size(p, value, (apr_uint64_t)1 << 40, &d->rss_bound);
 }
 
 static const char *parse_preload(apr_pool_t *p, const char *value)
@@ -698,4 +708,5 @@ const ci_provider ci_provider_local = {
     .warmable = 1,
     .attach = local_attach,
     .release = local_release,
+    .tier = local_tier,
 };

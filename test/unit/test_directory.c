@@ -22,7 +22,7 @@
 
 static ci_directory *dir(apr_pool_t *p, int max, int per_owner)
 {
-    ci_directory_limits lim = { max, per_owner, MIN(60), 1 << 20 };
+    ci_directory_limits lim = { max, per_owner, MIN(60), 1 << 20, 0 };
     return ci_directory_create(p, &lim);
 }
 
@@ -30,7 +30,7 @@ static ci_container *make(ci_directory *d, const char *owner, const char *name,
                           apr_time_t now)
 {
     ci_container *c, *evicted;
-    assert_int_equal(ci_directory_create_container(d, owner, NULL, name, "local", NULL, 20 * 60,
+    assert_int_equal(ci_directory_create_container(d, owner, NULL, name, "local", NULL, 0, 20 * 60,
                                                    now, &c, &evicted), CI_DIR_OK);
     assert_null(evicted);
     return c;
@@ -51,7 +51,7 @@ static void test_owners_apart(void **state)
     assert_null(got);
     assert_int_equal(ci_directory_get(d, "cntr_nope", "own_a", &got), CI_DIR_NOT_FOUND);
     assert_int_equal(ci_directory_get(d, a->id, NULL, &got), CI_DIR_NOT_FOUND);
-    assert_int_not_equal(ci_directory_create_container(d, "", NULL, NULL, "local", NULL, 20 * 60, T0,
+    assert_int_not_equal(ci_directory_create_container(d, "", NULL, NULL, "local", NULL, 0, 20 * 60, T0,
                                                        &got, &got), CI_DIR_OK);
 }
 
@@ -93,23 +93,23 @@ static void test_caps_evict_only_the_requesters_own(void **state)
     ci_container *b1 = make(d, "own_b", NULL, T0 + 2), *c, *evicted;
     ci_directory_touch(d, a1, T0 + 5);                 /* a2 is a's LRU */
     /* a at its own cap: its LRU goes */
-    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL, 20 * 60,
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 6, &c, &evicted), CI_DIR_OK);
     assert_ptr_equal(evicted, a2);
     assert_int_equal(a2->status, CI_CNTR_EXPIRED);
     assert_int_equal(ci_directory_live_of(d, "own_a"), 2);
     /* the node is full (3): b may only evict its own; with b1 busy, refused */
     b1->busy = 1;
-    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 20 * 60,
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 7, &c, &evicted), CI_DIR_NODE_FULL);
     assert_null(evicted);
     assert_int_equal(a1->status, CI_CNTR_RUNNING);
     /* a new owner with nothing to give: refused, and nothing of others touched */
-    assert_int_equal(ci_directory_create_container(d, "own_c", NULL, NULL, "local", NULL, 20 * 60,
+    assert_int_equal(ci_directory_create_container(d, "own_c", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 8, &c, &evicted), CI_DIR_NODE_FULL);
     assert_int_equal(ci_directory_live(d), 3);
     b1->busy = 0;
-    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 20 * 60,
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 9, &c, &evicted), CI_DIR_OK);
     assert_ptr_equal(evicted, b1);
 }
@@ -174,7 +174,7 @@ static void test_responses_and_items(void **state)
 static void test_items_bounded_oldest_first(void **state)
 {
     apr_pool_t *p = *state;
-    ci_directory_limits lim = { 0, 0, MIN(60), 4096 };
+    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 0 };
     ci_directory *d = ci_directory_create(p, &lim);
     ci_container *a = make(d, "own_a", NULL, T0);
     char text[1001];
@@ -203,6 +203,40 @@ static void test_delete(void **state)
     make(d, "own_a", NULL, T0 + 2);
 }
 
+static void test_memory_budget(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 200 };
+    ci_directory *d = ci_directory_create(p, &lim);
+    ci_container *a1, *a2, *c, *evicted;
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL,
+                                                   96, 60, T0, &a1, &evicted), CI_DIR_OK);
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL,
+                                                   96, 60, T0 + 1, &a2, &evicted), CI_DIR_OK);
+    /* full: another owner is refused, nothing of a's touched */
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL,
+                                                   96, 60, T0 + 2, &c, &evicted),
+                     CI_DIR_BUDGET_FULL);
+    assert_null(evicted);
+    /* too big to fit even after one eviction: refused, nothing evicted */
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL,
+                                                   150, 60, T0 + 3, &c, &evicted),
+                     CI_DIR_BUDGET_FULL);
+    assert_null(evicted);
+    assert_int_equal(a1->status, CI_CNTR_RUNNING);
+    /* a's own LRU makes room; a remote one (0 bytes) always fits */
+    assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL,
+                                                   96, 60, T0 + 4, &c, &evicted), CI_DIR_OK);
+    assert_ptr_equal(evicted, a1);
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "e2b", NULL,
+                                                   0, 60, T0 + 5, &c, &evicted), CI_DIR_OK);
+    assert_null(evicted);
+    /* deleting frees its share */
+    ci_directory_delete(d, a2, T0 + 6);
+    assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL,
+                                                   96, 60, T0 + 7, &c, &evicted), CI_DIR_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +247,7 @@ int main(void)
         TEST(test_responses_and_items),
         TEST(test_items_bounded_oldest_first),
         TEST(test_delete),
+        TEST(test_memory_budget),
     };
     int rc;
     apr_initialize();
