@@ -36,7 +36,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.getcwd(), "test"))
-from conftest import HTTPD, MODULE, TOOL, Httpd, base_conf, script_input, start_helper
+from conftest import (ANONYMOUS, HTTPD, MODULE, TOOL, Httpd, base_conf, script_input,
+                      start_helper)
 
 SUPPRESSIONS = os.path.join(os.getcwd(), "test", "valgrind.supp")
 OUTPUTS = "code_interpreter_call.outputs"
@@ -141,9 +142,10 @@ def drive(server):
     status, _, body = server.post("/v1/responses", b'{"tools": [{"type": "code_interpreter"}')
     check("malformed JSON", status == 400 and body["error"]["code"] == "invalid_json", str(body))
 
+    # a request's own sandbox (no owner): killed at the timeout
     status, _, body = server.post("/quick/v1/responses", ci_body(
         [[{"call": "import time\ntime.sleep(10)"}], [{"call": "print('fresh')"}],
-         [{"text": "{{outputs}}"}]]), timeout=timeout)
+         [{"text": "{{outputs}}"}]]), timeout=timeout, headers=ANONYMOUS)
     check("a timeout", status == 200 and body["output"][0]["status"] == "completed"
           and body["output"][0]["outputs"] == [{"type": "logs", "logs": "The execution "
                                                 "timed out after 3 s and was stopped."}]
@@ -162,7 +164,7 @@ def drive(server):
                               [{"text": "never"}]])).encode()
     started = server.log().count("CI0302:")
     s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-valgrind\r\n"
+    s.sendall(b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer sk-test-valgrind\r\nX-Anonymous: 1\r\n"
               b"Content-Length: %d\r\n\r\n" % len(raw) + raw)
     deadline = time.time() + 60
     while server.log().count("CI0302:") == started and time.time() < deadline:
@@ -174,6 +176,23 @@ def drive(server):
     status, _, body = server.post("/v1/responses", ci_body(
         [[{"call": "print('still serving')"}], [{"text": "{{last_output}}"}]]), timeout=timeout)
     check("serving after it", status == 200, str(body)[:300])
+
+    # containers: a second turn finds the first's state; a container's
+    # timeout is interrupted and its state lives on; the Containers API
+    status, _, first = server.post("/quick/v1/responses", ci_body(
+        [[{"call": "x = 41"}], [{"call": "import time\ntime.sleep(10)"}],
+         [{"text": "set"}]]), timeout=timeout)
+    status, _, body = server.post("/quick/v1/responses", dict(ci_body(
+        [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]),
+        previous_response_id=first["id"]), timeout=timeout)
+    check("a container across turns", status == 200 and
+          body["output"][-1]["content"][0]["text"] == "42\n", str(body)[:300])
+    status, _, listing = server.request("GET", "/v1/containers")
+    ids = [c["id"] for c in json.loads(listing)["data"]]
+    for cid in ids:
+        server.request("DELETE", "/v1/containers/" + cid)
+    check("the Containers API", status == 200 and
+          body["output"][0]["container_id"] in ids, str(ids))
 
 
 sys.exit(main())
