@@ -60,6 +60,11 @@
 #define BACKLOG_MAX ((apr_size_t)1024 * 1024)   /* stop reading a sandbox past it */
 #define TICK_MS 1000
 #define INTERRUPT_GRACE apr_time_from_sec(2)
+#define PROCS_MAX 256
+/* How often the processes of a sandbox are found again by reading all of
+ * /proc (a few milliseconds of this single thread on a busy host); their
+ * memory is read every second. */
+#define PROCS_RESCAN apr_time_from_sec(5)
 
 /* ---- an output queue ----------------------------------------------------- */
 
@@ -164,6 +169,9 @@ typedef struct box {
     waiter *waiters;            /* a container's: ATTACHes not yet answered */
     ci_exec_outcome interrupted;/* a container's run was interrupted (SIGINT)
                                    for this reason; COMPLETED: it was not */
+    pid_t procs[PROCS_MAX];     /* its processes, as last read from /proc */
+    int nprocs;
+    apr_time_t procs_at;        /* when (0: never) */
     struct box *next;
 } box;
 
@@ -1021,21 +1029,25 @@ static apr_uint64_t resident(const pid_t *pids, int n)
 static void enforce_memory(void)
 {
     apr_array_header_t *all = NULL;
+    apr_time_t now = apr_time_now();
     apr_pool_t *p;
     box *b, *next;
     apr_pool_create(&p, sup.p);
     for (b = sup.boxes; b; b = next) {
-        pid_t pids[1024];
         apr_uint64_t rss;
-        int n;
         next = b->next;
         if (!b->def->rss_bound || b->pid <= 0 ||
             (b->state != BOX_IDLE && b->state != BOX_RUNNING))
             continue;
-        if (!all)
-            all = proc_parents(p);
-        n = descendants(all, b->pid, pids, 1024);
-        if ((rss = resident(pids + 1, n - 1)) <= b->def->rss_bound)
+        /* an idle sandbox starts nothing; a running one may */
+        if (!b->procs_at || (b->state == BOX_RUNNING && now - b->procs_at >= PROCS_RESCAN) ||
+            b->procs[0] != b->pid) {
+            if (!all)
+                all = proc_parents(p);
+            b->nprocs = descendants(all, b->pid, b->procs, PROCS_MAX);
+            b->procs_at = now;
+        }
+        if ((rss = resident(b->procs + 1, b->nprocs - 1)) <= b->def->rss_bound)
             continue;
         ci_log(CI_LOG_WARNING, "CI0621: sandbox %u of tool %s holds %" APR_UINT64_T_FMT
                " bytes, over its bound of %" APR_UINT64_T_FMT ": killed", b->id,

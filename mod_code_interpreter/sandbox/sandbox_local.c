@@ -383,10 +383,100 @@ static int ask(apr_pool_t *p, int type, const char *req, apr_size_t len,
     return rc;
 }
 
+/* ---- the directory, on a connection kept per thread --------------------
+ * A request asks the directory a few times (which container, the first
+ * call, the answer's end): a connection and a HELLO each time would cost
+ * more than the question. Each thread keeps one connection (hiredis-style:
+ * one per thread, never shared), made on first use and again after a
+ * failure (a restarted supervisor), closed when the thread ends. */
+typedef struct dir_conn {
+    int fd;
+    apr_pool_t *p;
+    ci_sup_reader *reader;
+} dir_conn;
+
+static pthread_key_t dir_key;
+static pthread_once_t dir_once = PTHREAD_ONCE_INIT;
+
+static void dir_conn_free(void *data)
+{
+    dir_conn *c = data;
+    if (c->fd >= 0)
+        close(c->fd);
+    apr_pool_destroy(c->p);
+    free(c);
+}
+
+static void dir_key_make(void)
+{
+    pthread_key_create(&dir_key, dir_conn_free);
+}
+
+/* This thread's connection, HELLO exchanged; NULL with *ERR. */
+static dir_conn *dir_connection(apr_pool_t *p, const char **err)
+{
+    dir_conn *c;
+    pthread_once(&dir_once, dir_key_make);
+    if (!(c = pthread_getspecific(dir_key))) {
+        apr_allocator_t *alloc;
+        if (!(c = calloc(1, sizeof(*c))) || apr_allocator_create(&alloc) != APR_SUCCESS) {
+            free(c);
+            *err = "out of memory";
+            return NULL;
+        }
+        apr_pool_create_unmanaged_ex(&c->p, NULL, alloc);
+        apr_allocator_owner_set(alloc, c->p);
+        c->fd = -1;
+        pthread_setspecific(dir_key, c);
+    }
+    if (c->fd >= 0)
+        return c;
+    apr_pool_clear(c->p);
+    c->reader = ci_sup_reader_create(c->p);
+    if ((c->fd = dial(p, err)) < 0)
+        return NULL;
+    if (send_hello(c->fd, p) < 0 || check_hello(c->fd, c->reader, p, err) < 0) {
+        if (!*err)
+            *err = "the sandbox supervisor went away";
+        close(c->fd);
+        c->fd = -1;
+        return NULL;
+    }
+    return c;
+}
+
+/* One question on this thread's connection: 0, or -1 (the connection is
+ * dropped: the next question makes a new one). */
+static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len,
+                        const char **answer)
+{
+    ci_sup_frame f;
+    if (ci_sup_send(c->fd, CI_SUP_DIR, 0, req, len) == 0 &&
+        read_frame(c->fd, c->reader, apr_time_now() + HELLO_TIMEOUT, &f) == 1 &&
+        f.type == CI_SUP_DIR_ANSWER) {
+        *answer = apr_pstrmemdup(p, f.data, f.len);
+        return 0;
+    }
+    close(c->fd);
+    c->fd = -1;
+    return -1;
+}
+
 int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
                       const char **answer, const char **err)
 {
-    return ask(p, CI_SUP_DIR, req, len, CI_SUP_DIR_ANSWER, answer, err);
+    int attempt;
+    /* A kept connection may have gone with a restarted supervisor: one more
+     * try on a new one. */
+    for (attempt = 0; attempt < 2; attempt++) {
+        dir_conn *c = dir_connection(p, err);
+        if (!c)
+            return -1;
+        if (dir_exchange(c, p, req, len, answer) == 0)
+            return 0;
+    }
+    *err = "the sandbox supervisor did not answer";
+    return -1;
 }
 
 int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)
