@@ -145,13 +145,13 @@ MUTANTS = [
      "    ci_registry_release(s->slot);\n    session_pool_destroy(s->root);",
      "    (void)s->slot;\n    session_pool_destroy(s->root);",
      "a request's registry slot is never given back (the cap fills up)",
-     ["test/test_registry.py::test_cap_holds_across_children"]),
+     ["test/test_registry.py::test_cap_holds_for_requests_without_an_owner"]),
     # ---- the registry (httpd/ci_registry.c)
     ("registry-cap-off-by-one", "mod_code_interpreter/httpd/ci_registry.c",
      "if (live >= reg->max_live)",
      "if (live > reg->max_live)",
      "CodeInterpreterMaxSandboxes allows one sandbox more",
-     ["test/test_registry.py::test_cap_holds_across_children"]),
+     ["test/test_registry.py::test_cap_holds_for_requests_without_an_owner"]),
     ("registry-dead-child-not-reaped", "mod_code_interpreter/httpd/ci_registry.c",
      "if (sl->remote_id[0] &&",
      "if (0 && sl->remote_id[0] &&",
@@ -193,6 +193,17 @@ MUTANTS = [
      'add_header(hdrs, "X-Access-Token", sb->api_key) ||',
      "the API key is sent to the sandbox instead of its access token",
      ["test/test_e2b_unit.py -k test_data_plane_headers"]),
+    # ---- containers (core/ci_directory.c, sandbox/ci_supervisor.c)
+    ("directory-owners-not-compared", "mod_code_interpreter/core/ci_directory.c",
+     "return r && owner && !strcmp(r->c.owner, owner) ? r : NULL;",
+     "return r;",
+     "any caller reaches another's container by its id",
+     ["test/test_containers.py::test_unknown_and_foreign_ids_read_the_same"]),
+    ("container-timeout-kills-at-once", "mod_code_interpreter/sandbox/ci_supervisor.c",
+     "            interrupt_kernel(b, CI_EXEC_TIMED_OUT);",
+     "            stop_run(b, CI_EXEC_TIMED_OUT);",
+     "a container's timed-out run is killed, not interrupted: its state is lost",
+     ["test/test_containers.py::test_timeout_interrupts_and_the_state_lives_on"]),
 ]
 
 TOP = os.getcwd()

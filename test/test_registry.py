@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import ANONYMOUS, TOOL, Httpd, base_conf, script_input
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,36 @@ def status_lines(server):
     return dict(line.split(": ", 1) for line in body.decode().splitlines() if ": " in line)
 
 
-def one_call(server, code, results, key):
+def one_call(server, code, results, key, headers=None):
     results[key] = server.post("/v1/responses", {
         "model": "m", "tools": [TOOL],
-        "input": script_input([[{"call": code}], [{"text": "{{last_output}}"}]])})
+        "input": script_input([[{"call": code}], [{"text": "{{last_output}}"}]])},
+        headers=headers)
+
+
+def test_cap_holds_for_requests_without_an_owner(capped, model):
+    """A request's own sandbox (no owner, no container) holds a slot of the
+    server-wide registry while the request runs, and gives it back."""
+    results = {}
+    slow = threading.Thread(target=one_call, args=(capped, "import time; time.sleep(3)",
+                                                   results, "slow", ANONYMOUS))
+    slow.start()
+    deadline = time.time() + 10
+    while status_lines(capped)["CodeInterpreterLiveSandboxes"] != "1":
+        assert time.time() < deadline, "the first sandbox never became live"
+        time.sleep(0.05)
+    one_call(capped, "print(1)", results, "refused", ANONYMOUS)
+    slow.join()
+    status, headers, body = results["refused"]
+    assert (status, body["error"]["code"]) == (503, "sandbox_capacity")
+    assert results["slow"][0] == 200
+    deadline = time.time() + 10
+    while status_lines(capped)["CodeInterpreterLiveSandboxes"] != "0":
+        assert time.time() < deadline, "the slot was not given back"
+        time.sleep(0.05)
+    one_call(capped, "print(7)", results, "after", ANONYMOUS)
+    assert results["after"][0] == 200
+    assert results["after"][2]["output"][0]["status"] == "completed"
 
 
 def test_cap_holds_across_children(capped, model):
