@@ -227,3 +227,28 @@ def test_foreign_and_unknown_read_as_not_found(httpd, model, me):
     # still there for its owner
     status, _, data = content(httpd, cid, fid, me)
     assert (status, data) == (200, b"private")
+
+
+def test_a_file_operation_waits_for_the_run_in_progress(httpd, model, me):
+    """Files are read in the container's turn: never beside running code."""
+    import threading
+    from conftest import wait_until
+    cid = make_container(httpd, headers=me)["id"]
+
+    def executing():
+        line = httpd.status_lines()["CodeInterpreterContainers"]
+        return dict(f.split("=") for f in line.split())["executing"] == "1"
+
+    done = {}
+    code = ("import time\nopen('first.txt', 'w').write('1')\ntime.sleep(1.5)\n"
+            "open('last.txt', 'w').write('2')")
+    t = threading.Thread(target=lambda: done.setdefault("out", run_in(httpd, cid, code,
+                                                                        me)))
+    t.start()
+    wait_until(executing, "the run to be executing")
+    listing = files(httpd, cid, me, "?order=asc")
+    t.join()
+    # listed after the run's end: its last file is there
+    assert sorted(f["path"] for f in listing["data"]) == ["/mnt/data/first.txt",
+                                                          "/mnt/data/last.txt"]
+    assert "out" in done
