@@ -252,3 +252,45 @@ def test_a_file_operation_waits_for_the_run_in_progress(httpd, model, me):
     assert sorted(f["path"] for f in listing["data"]) == ["/mnt/data/first.txt",
                                                           "/mnt/data/last.txt"]
     assert "out" in done
+
+
+@pytest.fixture(scope="module")
+def fresh(model):
+    """A server of this module's own: its children's peak memory is this
+    module's doing."""
+    from conftest import Httpd, base_conf
+    server = Httpd("container-files", base_conf(model.port)).start()
+    yield server
+    server.stop()
+
+
+def peaks(server):
+    """pid -> peak resident kB (VmHWM) of the server's children."""
+    out = {}
+    for pid in server._children(server.parent_pid()):
+        try:
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        out[pid] = int(line.split()[1])
+        except OSError:
+            pass
+    return out
+
+
+def test_a_large_download_is_streamed(fresh, model, me):
+    size = 48 * 1024 * 1024
+    cid = make_container(fresh, headers=me)["id"]
+    run_in(fresh, cid, "import random\nr = random.Random(11)\n"
+           "with open('large.bin', 'wb') as f:\n"
+           "    for i in range(48):\n"
+           "        f.write(r.randbytes(1 << 20))", me)
+    before = peaks(fresh)
+    status, hdrs, data = content(fresh, cid, cfile_id(cid, "large.bin"), me)
+    after = peaks(fresh)
+    assert (status, hdrs["content-length"], len(data)) == (200, str(size), size)
+    r = random.Random(11)
+    assert data == b"".join(r.randbytes(1 << 20) for _ in range(48))
+    grown = max(after[pid] - before.get(pid, 0) for pid in after)
+    # the whole file held at once would be 48 MB (and 64 MB of base64)
+    assert grown < 16 * 1024, "a child's peak memory grew by %d kB" % grown

@@ -342,10 +342,11 @@ static int file_not_found(api_req *a)
 /* The caller's container A->id, checked: 0, or -1 with the answer sent. */
 static int own_container(api_req *a, int *rc)
 {
-    json_object *ans = dir_ask(a, dir_request(a, "get"));
+    json_object *req = dir_request(a, "get"), *ans;
     ci_container c;
     const ci_sandbox_def *def;
-    if (!ans)
+    json_object_object_add(req, "touch", json_object_new_boolean(1));   /* a use */
+    if (!(ans = dir_ask(a, req)))
         return *rc = unavailable(a), -1;
     if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
         return *rc = not_found(a), -1;

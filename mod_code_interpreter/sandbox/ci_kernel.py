@@ -163,6 +163,7 @@ def flush_descriptors(channel):
 DATA_DIR = "/mnt/data"
 FILE_CHUNK = 48 * 1024          # raw bytes per data line (64 KiB of base64)
 MAX_LISTED = 10000
+MAX_LISTING = 900 * 1024        # bytes of the listing's line (the server reads 1 MiB)
 MAX_NAME = 255
 
 
@@ -180,6 +181,7 @@ def file_name_ok(name):
 
 def file_list(channel):
     files = []
+    size = 0
     dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         for name in sorted(os.listdir(dfd)):
@@ -192,8 +194,11 @@ def file_list(channel):
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                files.append({"name": name, "bytes": st.st_size,
-                              "mtime": int(st.st_mtime)})
+                entry = {"name": name, "bytes": st.st_size, "mtime": int(st.st_mtime)}
+                size += len(json.dumps(entry)) + 2
+                if size > MAX_LISTING:
+                    break
+                files.append(entry)
     finally:
         os.close(dfd)
     channel.line({"type": "files", "files": files})
