@@ -16,7 +16,7 @@ import traceback
 
 CONFIG = json.loads(sys.argv[1])
 MAX_OUTPUT = int(CONFIG.get("max_output", 65536))
-FD_CAPTURE = "/tmp/.fd-output"
+FD_CAPTURE = CONFIG.get("capture", "/tmp/.fd-output")   # tests run it outside
 CAPTURE_FD = None   # descriptors 1 and 2 of the kernel and its children
 
 
@@ -160,7 +160,7 @@ def flush_descriptors(channel):
 # this kernel, whose view is the sandbox's own, and which takes its turn in
 # the container's run queue like an execution: no cell runs meanwhile.
 # Only regular files directly under /mnt/data; never a symlink followed.
-DATA_DIR = "/mnt/data"
+DATA_DIR = CONFIG.get("data_dir", "/mnt/data")     # tests run it outside
 FILE_CHUNK = 48 * 1024          # raw bytes per data line (64 KiB of base64)
 MAX_LISTED = 10000
 MAX_LISTING = 900 * 1024        # bytes of the listing's line (the server reads 1 MiB)
