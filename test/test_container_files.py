@@ -171,7 +171,8 @@ def test_symlinks_and_fifos_are_never_served(httpd, model, me):
     out = run_in(httpd, cid, "import os; print(sorted(os.listdir('.')))", me)
     assert calls_of(out)[0]["outputs"][0]["logs"] == \
         "['alias.txt', 'loop', 'passwd', 'pipe', 'real.txt']\n"
-    # a file swapped for a symlink after listing is not followed either
+    # a file replaced by a symlink is a file no more (the kernel itself never
+    # follows one: test_kernel_files.py)
     run_in(httpd, cid, "import os; os.remove('real.txt'); "
            "os.symlink('/etc/passwd', 'real.txt')", me)
     status, _, data = content(httpd, cid, cfile_id(cid, "real.txt"), me)

@@ -9,8 +9,10 @@ import subprocess
 
 import pytest
 
-KERNEL = os.path.join(os.path.dirname(__file__), "..", "mod_code_interpreter", "sandbox",
-                      "ci_kernel.py")
+# This tree's kernel, or another's (CI_TREE: scripts/mutants.sh points it at
+# a mutant's copy).
+TREE = os.environ.get("CI_TREE") or os.path.join(os.path.dirname(__file__), "..")
+KERNEL = os.path.join(TREE, "mod_code_interpreter", "sandbox", "ci_kernel.py")
 
 
 class Kernel:
