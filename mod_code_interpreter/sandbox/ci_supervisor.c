@@ -61,6 +61,7 @@
 #define TICK_MS 1000
 #define INTERRUPT_GRACE apr_time_from_sec(2)
 #define FILEOP_TIMEOUT apr_time_from_sec(300)
+#define FILEOP_DRAIN apr_time_from_sec(30)   /* then, the kernel's to end it */
 /* How a file operation's output ends: this exact line (the kernel's
  * json.dumps; a name inside a line is escaped, never this line). */
 #define FILEOP_END "\n{\"type\": \"end_of_execution\"}\n"
@@ -1365,6 +1366,17 @@ static void check_deadlines(void)
         next = b->next;
         if (b->state == BOX_STARTING && now >= b->deadline)
             start_failed(b, "timeout");
+        else if (b->state == BOX_RUNNING && now >= b->deadline && b->fileop &&
+                 b->runner) {
+            /* A file operation past its time: its client is too slow (the
+             * kernel waits on the relay's back-pressure). The client is
+             * dropped, not the kernel interrupted: what is left is read and
+             * discarded, and the container keeps its state. */
+            ci_log(CI_LOG_INFO, "CI0623: file operation on container %s took too "
+                   "long: its connection closed", b->container);
+            b->runner->closing = 2;
+            b->deadline = now + FILEOP_DRAIN;
+        }
         else if (b->state == BOX_RUNNING && now >= b->deadline && b->container &&
                  b->interrupted == CI_EXEC_COMPLETED)
             interrupt_kernel(b, CI_EXEC_TIMED_OUT);
