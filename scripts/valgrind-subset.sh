@@ -37,7 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.getcwd(), "test"))
-from conftest import HTTPD, MODULE, TOOL, Httpd, base_conf, script_input, start_helper
+from conftest import ANONYMOUS, HTTPD, MODULE, TOOL, Httpd, base_conf, script_input, start_helper
 
 SUPPRESSIONS = os.path.join(os.getcwd(), "test", "valgrind.supp")
 OUTPUTS = "code_interpreter_call.outputs"
@@ -144,7 +144,7 @@ def drive(server):
 
     status, _, body = server.post("/quick/v1/responses", ci_body(
         [[{"call": "import time\ntime.sleep(10)"}], [{"call": "print('fresh')"}],
-         [{"text": "{{outputs}}"}]]), timeout=timeout)
+         [{"text": "{{outputs}}"}]]), headers=ANONYMOUS, timeout=timeout)
     check("a timeout", status == 200 and body["output"][0]["status"] == "completed"
           and body["output"][0]["outputs"] == [{"type": "logs", "logs": "The execution "
                                                 "timed out after 3 s and was stopped."}]
