@@ -204,6 +204,27 @@ MUTANTS = [
      "            stop_run(b, CI_EXEC_TIMED_OUT);",
      "a container's timed-out run is killed, not interrupted: its state is lost",
      ["test/test_containers.py::test_timeout_interrupts_and_the_state_lives_on"]),
+    # ---- container files (sandbox/ci_kernel.py, httpd/ci_containers_api.c)
+    ("files-kernel-follows-symlinks", "mod_code_interpreter/sandbox/ci_kernel.py",
+     "fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,",
+     "fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC,",
+     "a download follows a symlink the code made (swapped in after the listing)",
+     ["test/test_kernel_files.py::test_symlinks_and_fifos_are_not_followed"]),
+    ("files-kernel-lists-symlinks", "mod_code_interpreter/sandbox/ci_kernel.py",
+     "            try:\n                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)",
+     "            try:\n                st = os.stat(name, dir_fd=dfd, follow_symlinks=True)",
+     "a symlink is listed as a container file",
+     ["test/test_container_files.py::test_symlinks_and_fifos_are_never_served"]),
+    ("files-list-owner-unchecked", "mod_code_interpreter/httpd/ci_containers_api.c",
+     "    if (own_container(a, &rc) || list_files(a, &files, &rc))\n        return rc;\n    page",
+     "    if (list_files(a, &files, &rc))\n        return rc;\n    page",
+     "another caller's container's files are listed",
+     ["test/test_container_files.py::test_foreign_and_unknown_read_as_not_found"]),
+    ("files-fileop-jumps-the-queue", "mod_code_interpreter/sandbox/ci_supervisor.c",
+     "    else if (!(b = container_box(id)) || b->state == BOX_DEAD)",
+     "    else if (!(b = container_box(id)) || b->state != BOX_IDLE)",
+     "a file operation does not wait for the run in progress (it finds no files)",
+     ["test/test_container_files.py::test_a_file_operation_waits_for_the_run_in_progress"]),
 ]
 
 TOP = os.getcwd()

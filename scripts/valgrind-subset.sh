@@ -2,8 +2,9 @@
 # Run httpd in one process (apache2 -X) under valgrind's memcheck with the
 # module loaded, drive a representative subset of requests against it (one
 # call, several rounds, a stream, a rejection, a timeout, an upstream error,
-# a client that leaves) and exit non-zero on any memory error valgrind
-# reports, or if a request does not get its expected answer.
+# a client that leaves, a container's files listed, downloaded and deleted)
+# and exit non-zero on any memory error valgrind reports, or if a request
+# does not get its expected answer.
 #
 # APR pools recycle memory, which can hide a use-after-free from ASan; the
 # pool debugging of valgrind's memcheck sees every access of the process.
@@ -193,6 +194,30 @@ def drive(server):
         server.request("DELETE", "/v1/containers/" + cid)
     check("the Containers API", status == 200 and
           body["output"][0]["container_id"] in ids, str(ids))
+
+    me = {"Authorization": "Bearer sk-test-valgrind-files"}
+    status, _, c = server.post("/v1/containers", {"name": "files"}, headers=me)
+    check("a container made", status == 200, str(c)[:300])
+    if status == 200:
+        tool = {"type": "code_interpreter", "container": c["id"]}
+        body = ci_body([[{"call": "open('out.bin', 'wb').write(bytes(range(256)) * 600)"}],
+                        [{"text": "written"}]])
+        body["tools"] = [tool]
+        server.post("/v1/responses", body, headers=me, timeout=timeout)
+        base = "/v1/containers/%s/files" % c["id"]
+        status, _, data = server.request("GET", base + "?limit=5", headers=me)
+        listing = json.loads(data) if status == 200 else {"data": []}
+        check("its files listed", [f["path"] for f in listing["data"]] ==
+              ["/mnt/data/out.bin"], str(data)[:300])
+        fid = listing["data"][0]["id"] if listing["data"] else "cfile_none"
+        status, _, data = server.request("GET", base + "/" + fid + "/content", headers=me)
+        check("a file downloaded", status == 200 and data == bytes(range(256)) * 600,
+              "%d, %d bytes" % (status, len(data)))
+        status, _, data = server.request("DELETE", base + "/" + fid, headers=me)
+        check("a file deleted", status == 200, str(data)[:300])
+        status, _, data = server.request("GET", base + "/" + fid, headers=me)
+        check("a deleted file is gone", status == 404, str(data)[:300])
+        server.request("DELETE", "/v1/containers/" + c["id"], headers=me)
 
 
 sys.exit(main())

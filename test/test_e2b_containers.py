@@ -181,3 +181,21 @@ def test_the_plans_lifetime_cap_reads_as_expired(server, model):
     assert told.startswith("Note: container %s of the earlier turns has expired." % old)
     st = server.fake.until(lambda s: len(s["live"]) == 1, "the old sandbox to end")
     assert len(st["creates"]) == 2
+
+
+def test_files_of_an_e2b_container_are_not_served_yet(server, model):
+    """Container files are the local provider's for now: an E2B container's
+    file endpoints say so (501), and the owner check comes first."""
+    status, _, c = server.post("/e2b/v1/containers", {"name": "files"}, headers=ME)
+    assert status == 200, c
+    base = "/e2b/v1/containers/%s/files" % c["id"]
+    want = {"message": "Container files are not available yet for containers of the "
+                       "e2b provider.", "type": "server_error", "param": None,
+            "code": "not_implemented"}
+    for method, path in (("GET", base), ("GET", base + "/cfile_0"),
+                         ("DELETE", base + "/cfile_0"), ("GET", base + "/cfile_0/content")):
+        status, _, body = server.request(method, path, headers=ME)
+        assert (status, json.loads(body)["error"]) == (501, want), path
+        status, _, body = server.request(method, path,
+                                         headers={"Authorization": "Bearer sk-other"})
+        assert (status, json.loads(body)["error"]["code"]) == (404, "container_not_found")

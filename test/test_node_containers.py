@@ -3,6 +3,8 @@ create, retrieve, list with the SDK's auto-pagination, delete, an unknown
 id; every answer against the published OpenAPI document; then a two-turn
 conversation through client.responses.create in a container the client made
 and names in the tool, the second turn using what the first defined.
+Then container files through client.containers.files (list, retrieve,
+content, delete), from test/node/container_files.mjs.
 
 test/node/containers_api.mjs drives the SDK (installed as for
 test_node_sdk.py). It calls with a key of its own, so the listings hold only
@@ -189,3 +191,63 @@ def test_containers_api_answers_match_the_openapi_schema(httpd, model, node_modu
     failed = [c for c in rest if not c["ok"]]
     assert not failed, "answers that do not match the OpenAPI schema:\n" + json.dumps(
         failed, indent=1)
+
+
+# ------------------------------------------------------------ container files
+
+FILES_KEY = "sk-node-container-files-0123"
+FILES_OTHER = "sk-node-container-files-other"
+WRITE_FILES = [[{"call": "open('a.csv', 'w').write('x,y\\n1,2\\n')\n"
+                          "open('b.bin', 'wb').write(bytes(range(256)))\n"
+                          "open('c.txt', 'w').write('third')"}],
+               [{"text": "written"}]]
+
+
+def test_container_files_through_the_sdk(httpd, model, node_modules):
+    import base64
+    httpd.callers.update({"Bearer " + FILES_KEY, "Bearer " + FILES_OTHER})
+    env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port,
+               API_KEY=FILES_KEY, OTHER_KEY=FILES_OTHER, CI_SPEC_DIR=SHARED_SPEC)
+    proc = subprocess.run(
+        [NODE, os.path.join(NODE_DIR, "container_files.mjs"), json.dumps(WRITE_FILES)],
+        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
+    detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert report["error"] is None, json.dumps(report["error"], indent=1)
+    cid, steps = report["container"], report["steps"]
+    assert steps["turn"] == "completed"
+    listed = steps["listed"]
+    assert sorted(f["path"] for f in listed) == [
+        "/mnt/data/a.csv", "/mnt/data/b.bin", "/mnt/data/c.txt"]
+    for f in listed:
+        assert (f["object"], f["container_id"], f["source"]) == (
+            "container.file", cid, "assistant")
+        assert re.fullmatch(r"cfile_[0-9a-f]{32}", f["id"]), f["id"]
+    assert steps["retrieved"] == listed
+    # auto-pagination: two pages, the second after the first's last id
+    pages = [w["path"] for w in report["wire"]
+             if w["method"] == "GET" and w["path"].startswith("/v1/containers/%s/files?" % cid)]
+    assert len(pages) == 2 and ("after=" + listed[1]["id"]) in pages[1]
+    got = {p: (d["type"], d["length"], base64.b64decode(d["b64"]))
+           for p, d in steps["downloaded"].items()}
+    assert got == {"/mnt/data/a.csv": ("text/csv", "8", b"x,y\n1,2\n"),
+                   "/mnt/data/b.bin": ("application/octet-stream", "256", bytes(range(256))),
+                   "/mnt/data/c.txt": ("text/plain", "5", b"third")}
+    gone = listed[0]["id"]
+    assert steps["deleted"]["after"] == {
+        "name": "NotFoundError", "status": 404,
+        "error": {"message": "Container file with id '%s' not found." % gone,
+                  "type": "invalid_request_error", "param": None,
+                  "code": "container_file_not_found"}}
+    assert [w["status"] for w in report["wire"] if w["method"] == "DELETE"] == [200]
+    assert steps["foreign"] == {
+        "name": "NotFoundError", "status": 404,
+        "error": {"message": "Container with id '%s' not found." % cid,
+                  "type": "invalid_request_error", "param": None,
+                  "code": "container_not_found"}}
+    schema = report["schema"]
+    require("skipped" not in schema, "the OpenAPI document is absent: %s" %
+            schema.get("skipped"))
+    assert len(schema["checked"]) == 2 + 3 and all(c["ok"] for c in schema["checked"]), \
+        json.dumps(schema["checked"], indent=1)

@@ -11,6 +11,8 @@
 #include <http_protocol.h>
 #include <http_request.h>
 #include <util_script.h>
+#include <apr_base64.h>
+#include "ci_cfiles.h"
 #include "ci_containers.h"
 #include "ci_dirconf.h"
 #include "ci_json.h"
@@ -28,6 +30,7 @@ typedef struct api_req {
     ci_dir_conf *d;
     const char *owner;
     const char *id;              /* the {id} segment, or NULL: the collection */
+    const char *file_id;         /* the {file_id} segment of a file's path */
     ci_error err;
 } api_req;
 
@@ -321,6 +324,310 @@ static int create(api_req *a)
     return send_json(a->r, 200, resource(a->r->pool, &c));
 }
 
+/* ---- container files ---------------------------------------------------------
+ * Read and deleted through the container's own sandbox: the supervisor
+ * relays the request to the kernel inside (ci_kernel.py's file_op), which
+ * sees the sandbox's tree as the code does and follows no symlink; no path
+ * of the sandbox is ever resolved here. Ids: ci_cfiles.h. */
+
+#define CFILE_MAX_GET ((apr_int64_t)1 << 30)    /* bytes of one download */
+
+static int file_not_found(api_req *a)
+{
+    ci_error_set(&a->err, 404, CI_INVALID, NULL, "container_file_not_found",
+                 a->r->pool, "Container file with id '%s' not found.", a->file_id);
+    return fail(a);
+}
+
+/* The caller's container A->id, checked: 0, or -1 with the answer sent. */
+static int own_container(api_req *a, int *rc)
+{
+    json_object *req = dir_request(a, "get"), *ans;
+    ci_container c;
+    const ci_sandbox_def *def;
+    json_object_object_add(req, "touch", json_object_new_boolean(1));   /* a use */
+    if (!(ans = dir_ask(a, req)))
+        return *rc = unavailable(a), -1;
+    if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
+        return *rc = not_found(a), -1;
+    def = c.tool ? ci_sandbox_lookup(a->r->server, c.tool) : NULL;
+    if (def && strcmp(def->provider->name, "local")) {
+        ci_error_set(&a->err, 501, CI_SERVER, NULL, "not_implemented", a->r->pool,
+                     "Container files are not available yet for containers of the "
+                     "%s provider.", def->provider->name);
+        return *rc = fail(a), -1;
+    }
+    return 0;
+}
+
+/* A file operation's request: {"container": ID, "op": OP}. */
+static const char *fileop_request(api_req *a, json_object *op, apr_size_t *len)
+{
+    json_object *o = ci_json_own(a->r->pool, json_object_new_object());
+    json_object_object_add(o, "container", json_object_new_string(a->id));
+    json_object_object_add(o, "op", op);
+    return ci_json_pstr(a->r->pool, o, len);
+}
+
+typedef struct line_baton {
+    api_req *a;
+    apr_array_header_t *files;   /* list */
+    const char *type;            /* the last answer line's type (get, delete) */
+    apr_int64_t bytes;           /* get: the size announced */
+    apr_int64_t sent;
+    int started, failed;
+    char *chunk;                 /* get: one decoded data line */
+} line_baton;
+
+static int on_list_line(void *baton, const char *line, apr_size_t len)
+{
+    line_baton *lb = baton;
+    apr_array_header_t *f = ci_cfiles_parse(lb->a->r->pool, lb->a->id, line, len);
+    if (f)
+        lb->files = f;
+    return 0;
+}
+
+/* The caller's container's files (sorted, ci_cfiles.h): 0, or -1 with the
+ * answer sent (*RC). */
+static int list_files(api_req *a, apr_array_header_t **files, int *rc)
+{
+    json_object *op = json_object_new_object();
+    line_baton lb;
+    const char *req, *err = NULL;
+    apr_size_t len;
+    int got;
+    memset(&lb, 0, sizeof(lb));
+    lb.a = a;
+    json_object_object_add(op, "op", json_object_new_string("list"));
+    req = fileop_request(a, op, &len);
+    got = ci_supervisor_fileop(a->r->pool, req, len, on_list_line, &lb, &err);
+    if (got < 0 || (got == 1 && !lb.files)) {
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0816: the files of "
+                      "container %s could not be listed: %s", a->id,
+                      err ? err : "no listing in the answer");
+        ci_error_set(&a->err, 503, CI_SERVER, NULL, "container_unavailable",
+                     a->r->pool, "The container's files could not be read; retry "
+                     "shortly.");
+        return *rc = fail(a), -1;
+    }
+    *files = lb.files ? lb.files : apr_array_make(a->r->pool, 1, sizeof(ci_cfile));
+    return 0;
+}
+
+static json_object *file_resource(api_req *a, const ci_cfile *f)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "id", json_object_new_string(f->id));
+    json_object_object_add(o, "object", json_object_new_string("container.file"));
+    json_object_object_add(o, "created_at", json_object_new_int64(f->created_at));
+    json_object_object_add(o, "bytes", json_object_new_int64(f->bytes));
+    json_object_object_add(o, "container_id", json_object_new_string(a->id));
+    json_object_object_add(o, "path", json_object_new_string(
+                               apr_pstrcat(a->r->pool, "/mnt/data/", f->name, NULL)));
+    json_object_object_add(o, "source", json_object_new_string("assistant"));
+    return o;
+}
+
+static int files_list(api_req *a)
+{
+    apr_table_t *q = NULL;
+    const char *limit_s, *order;
+    apr_array_header_t *files, *page;
+    json_object *out, *data;
+    int limit = 20, has_more = 0, i, rc;
+    char *end;
+    ap_args_to_table(a->r, &q);
+    if ((limit_s = apr_table_get(q, "limit"))) {
+        limit = (int)strtol(limit_s, &end, 10);
+        if (*end || !*limit_s || limit < 1 || limit > 100)
+            return bad(a, "limit", "integer_out_of_range",
+                       "Invalid 'limit': expected an integer from 1 to 100.");
+    }
+    order = apr_table_get(q, "order");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
+        return bad(a, "order", "invalid_value",
+                   "Invalid 'order': expected 'asc' or 'desc'.");
+    if (own_container(a, &rc) || list_files(a, &files, &rc))
+        return rc;
+    page = ci_cfiles_page(a->r->pool, files, apr_table_get(q, "after"), limit,
+                          !order || !strcmp(order, "desc"), &has_more);
+    out = ci_json_own(a->r->pool, json_object_new_object());
+    data = json_object_new_array();
+    for (i = 0; i < page->nelts; i++)
+        json_object_array_add(data, file_resource(a, &APR_ARRAY_IDX(page, i, ci_cfile)));
+    json_object_object_add(out, "object", json_object_new_string("list"));
+    json_object_object_add(out, "data", data);
+    json_object_object_add(out, "first_id", page->nelts ? json_object_new_string(
+                               APR_ARRAY_IDX(page, 0, ci_cfile).id) : NULL);
+    json_object_object_add(out, "last_id", page->nelts ? json_object_new_string(
+                               APR_ARRAY_IDX(page, page->nelts - 1, ci_cfile).id) : NULL);
+    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
+    return send_json(a->r, 200, out);
+}
+
+/* The caller's file A->file_id: 0 with *OUT, or -1 with the answer sent. */
+static int own_file(api_req *a, const ci_cfile **out, int *rc)
+{
+    apr_array_header_t *files;
+    if (own_container(a, rc) || list_files(a, &files, rc))
+        return -1;
+    if (!(*out = ci_cfiles_find(files, a->file_id)))
+        return *rc = file_not_found(a), -1;
+    return 0;
+}
+
+static int file_get(api_req *a)
+{
+    const ci_cfile *f;
+    int rc;
+    if (own_file(a, &f, &rc))
+        return rc;
+    return send_json(a->r, 200, ci_json_own(a->r->pool, file_resource(a, f)));
+}
+
+static int on_answer_line(void *baton, const char *line, apr_size_t len)
+{
+    line_baton *lb = baton;
+    const char *err = NULL;
+    json_object *o = ci_json_parse(lb->a->r->pool, line, len, &err);
+    const char *type = ci_json_str(o, "type");
+    if (type && strcmp(type, "end_of_execution"))
+        lb->type = type;
+    return 0;
+}
+
+static int file_delete(api_req *a)
+{
+    const ci_cfile *f;
+    json_object *op, *o;
+    line_baton lb;
+    const char *req, *err = NULL;
+    apr_size_t len;
+    int rc;
+    if (own_file(a, &f, &rc))
+        return rc;
+    memset(&lb, 0, sizeof(lb));
+    lb.a = a;
+    op = json_object_new_object();
+    json_object_object_add(op, "op", json_object_new_string("delete"));
+    json_object_object_add(op, "name", json_object_new_string(f->name));
+    req = fileop_request(a, op, &len);
+    if (ci_supervisor_fileop(a->r->pool, req, len, on_answer_line, &lb, &err) != 1 ||
+        !lb.type || strcmp(lb.type, "deleted"))
+        return file_not_found(a);
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0817: file %s of container %s "
+                  "deleted", a->file_id, a->id);
+    o = ci_json_own(a->r->pool, json_object_new_object());
+    json_object_object_add(o, "id", json_object_new_string(a->file_id));
+    json_object_object_add(o, "object", json_object_new_string("container.file.deleted"));
+    json_object_object_add(o, "deleted", json_object_new_boolean(1));
+    return send_json(a->r, 200, o);
+}
+
+/* A content type from the name's extension. */
+static const char *content_type_of(const char *name)
+{
+    static const char *const types[][2] = {
+        { "csv", "text/csv" }, { "txt", "text/plain" }, { "json", "application/json" },
+        { "png", "image/png" }, { "jpg", "image/jpeg" }, { "jpeg", "image/jpeg" },
+        { "gif", "image/gif" }, { "svg", "image/svg+xml" }, { "pdf", "application/pdf" },
+        { "html", "text/html" }, { "md", "text/markdown" }, { "py", "text/x-python" },
+        { "xml", "application/xml" }, { "zip", "application/zip" },
+        { "xlsx", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet" },
+        { "docx", "application/vnd.openxmlformats-officedocument.wordprocessingml.document" },
+        { "pptx", "application/vnd.openxmlformats-officedocument.presentationml.presentation" },
+        { "tsv", "text/tab-separated-values" }, { "webp", "image/webp" },
+    };
+    const char *dot = strrchr(name, '.');
+    apr_size_t i;
+    for (i = 0; dot && i < sizeof(types) / sizeof(types[0]); i++)
+        if (!strcasecmp(dot + 1, types[i][0]))
+            return types[i][1];
+    return "application/octet-stream";
+}
+
+/* The content, as the kernel streams it: {"type":"file","bytes":N}, then
+ * {"type":"data","b64":...} lines, each decoded and written at once. */
+static int on_content_line(void *baton, const char *line, apr_size_t len)
+{
+    line_baton *lb = baton;
+    request_rec *r = lb->a->r;
+    const char *err = NULL, *type, *b64;
+    json_object *o;
+    apr_pool_t *p;
+    int n;
+    apr_pool_create(&p, r->pool);
+    o = ci_json_parse(p, line, len, &err);
+    type = ci_json_str(o, "type");
+    if (!type || !strcmp(type, "end_of_execution"))
+        ;
+    else if (!lb->started && !strcmp(type, "file")) {
+        lb->bytes = json_object_get_int64(ci_json_get(o, "bytes", json_type_int));
+        lb->started = 1;
+        ap_set_content_length(r, (apr_off_t)lb->bytes);
+        r->status = 200;
+    }
+    else if (lb->started && !strcmp(type, "data") && (b64 = ci_json_str(o, "b64")) &&
+             (apr_size_t)apr_base64_decode_len(b64) <= 65536) {
+        n = apr_base64_decode(lb->chunk, b64);
+        if (n < 0 || lb->sent + n > lb->bytes || ap_rwrite(lb->chunk, n, r) < 0)
+            lb->failed = 1;
+        else
+            lb->sent += n;
+    }
+    else if (lb->started)
+        lb->failed = 1;
+    else
+        lb->type = apr_pstrdup(r->pool, type);
+    apr_pool_destroy(p);
+    return lb->failed ? -1 : 0;
+}
+
+static int file_content(api_req *a)
+{
+    const ci_cfile *f;
+    json_object *op;
+    line_baton lb;
+    const char *req, *err = NULL;
+    apr_size_t len;
+    int rc, got;
+    if (own_file(a, &f, &rc))
+        return rc;
+    memset(&lb, 0, sizeof(lb));
+    lb.a = a;
+    lb.chunk = apr_palloc(a->r->pool, 65536 + 4);
+    op = json_object_new_object();
+    json_object_object_add(op, "op", json_object_new_string("get"));
+    json_object_object_add(op, "name", json_object_new_string(f->name));
+    json_object_object_add(op, "max", json_object_new_int64(CFILE_MAX_GET));
+    req = fileop_request(a, op, &len);
+    ap_set_content_type(a->r, content_type_of(f->name));
+    got = ci_supervisor_fileop(a->r->pool, req, len, on_content_line, &lb, &err);
+    if (!lb.started) {
+        if (lb.type && !strcmp(lb.type, "too_large")) {
+            ci_error_set(&a->err, 413, CI_INVALID, NULL, "file_too_large", a->r->pool,
+                         "Container file with id '%s' is larger than this server "
+                         "serves (%" APR_INT64_T_FMT " bytes).", a->file_id,
+                         CFILE_MAX_GET);
+            return fail(a);
+        }
+        return file_not_found(a);
+    }
+    if (got != 1 || lb.failed || lb.sent != lb.bytes) {
+        /* The headers are out: the body is cut short and the connection
+         * closed, so the client sees it from the Content-Length. */
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0818: file %s of "
+                      "container %s cut after %" APR_INT64_T_FMT " of %" APR_INT64_T_FMT
+                      " bytes: %s", a->file_id, a->id, lb.sent, lb.bytes,
+                      err ? err : "the file changed or could not be read");
+        a->r->connection->keepalive = AP_CONN_CLOSE;
+        a->r->connection->aborted = 1;
+        return OK;
+    }
+    return OK;
+}
+
 /* ---- routing -------------------------------------------------------------------- */
 
 /* What follows the last "/containers" segment of the path, or NULL. */
@@ -341,6 +648,39 @@ static int method_not_allowed(api_req *a, const char *allow)
     ci_error_set(&a->err, 405, CI_INVALID, NULL, "method_not_allowed", a->r->pool,
                  "Method %s is not allowed here (allowed: %s).", a->r->method, allow);
     return fail(a);
+}
+
+static int no_path(api_req *a)
+{
+    ci_error_set(&a->err, 404, CI_INVALID, NULL, "not_found", a->r->pool,
+                 "No such Containers API path: %s", a->r->uri);
+    return fail(a);
+}
+
+/* ROUTE is {id}/files[/{file_id}[/content]]. */
+static int file_route(api_req *a, const char *route)
+{
+    char *rest;
+    const char *slash = strchr(route, '/');
+    a->id = apr_pstrmemdup(a->r->pool, route, (apr_size_t)(slash - route));
+    rest = apr_pstrdup(a->r->pool, slash + 1);
+    if (!*a->id || strncmp(rest, "files", 5) || (rest[5] && rest[5] != '/'))
+        return no_path(a);
+    rest += 5;
+    if (!*rest || !strcmp(rest, "/"))
+        return a->r->method_number == M_GET ? files_list(a)
+             : method_not_allowed(a, "GET");
+    a->file_id = ++rest;
+    if ((slash = strchr(rest, '/'))) {
+        rest[slash - rest] = '\0';
+        if (strcmp(slash + 1, "content") || !*a->file_id)
+            return no_path(a);
+        return a->r->method_number == M_GET ? file_content(a)
+             : method_not_allowed(a, "GET");
+    }
+    return a->r->method_number == M_GET ? file_get(a)
+         : a->r->method_number == M_DELETE ? file_delete(a)
+         : method_not_allowed(a, "GET, DELETE");
 }
 
 static int api_handler(request_rec *r)
@@ -367,11 +707,8 @@ static int api_handler(request_rec *r)
         return r->method_number == M_GET ? list(&a)
              : r->method_number == M_POST ? create(&a)
              : method_not_allowed(&a, "GET, POST");
-    if (strchr(route, '/')) {
-        ci_error_set(&a.err, 404, CI_INVALID, NULL, "not_found", r->pool,
-                     "No such Containers API path: %s", r->uri);
-        return fail(&a);
-    }
+    if (strchr(route, '/'))
+        return file_route(&a, route);
     a.id = route;
     return r->method_number == M_GET ? get_one(&a)
          : r->method_number == M_DELETE ? delete_one(&a)

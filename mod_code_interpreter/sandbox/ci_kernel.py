@@ -10,12 +10,13 @@ import io
 import json
 import os
 import resource
+import stat
 import sys
 import traceback
 
 CONFIG = json.loads(sys.argv[1])
 MAX_OUTPUT = int(CONFIG.get("max_output", 65536))
-FD_CAPTURE = "/tmp/.fd-output"
+FD_CAPTURE = CONFIG.get("capture", "/tmp/.fd-output")   # tests run it outside
 CAPTURE_FD = None   # descriptors 1 and 2 of the kernel and its children
 
 
@@ -153,6 +154,133 @@ def flush_descriptors(channel):
         send_fd_output(channel, CAPTURE_FD)
 
 
+# ---- file operations ----------------------------------------------------
+# The server never resolves a path of the sandbox on the host: code in here
+# controls this tree (symlinks, FIFOs, sparse files, odd names). So it asks
+# this kernel, whose view is the sandbox's own, and which takes its turn in
+# the container's run queue like an execution: no cell runs meanwhile.
+# Only regular files directly under /mnt/data; never a symlink followed.
+DATA_DIR = CONFIG.get("data_dir", "/mnt/data")     # tests run it outside
+FILE_CHUNK = 48 * 1024          # raw bytes per data line (64 KiB of base64)
+MAX_LISTED = 10000
+MAX_LISTING = 900 * 1024        # bytes of the listing's line (the server reads 1 MiB)
+MAX_NAME = 255
+
+
+def file_name_ok(name):
+    if not isinstance(name, str) or not name or len(name.encode("utf-8", "surrogateescape")) > MAX_NAME:
+        return False
+    if name in (".", "..") or any(c in name for c in "/\0\n\r"):
+        return False
+    try:
+        name.encode("utf-8")    # not a name the JSON answer can carry exactly
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def file_list(channel):
+    files = []
+    size = 0
+    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in sorted(os.listdir(dfd)):
+            if len(files) >= MAX_LISTED:
+                break
+            if not file_name_ok(name):
+                continue
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                entry = {"name": name, "bytes": st.st_size, "mtime": int(st.st_mtime)}
+                size += len(json.dumps(entry)) + 2
+                if size > MAX_LISTING:
+                    break
+                files.append(entry)
+    finally:
+        os.close(dfd)
+    channel.line({"type": "files", "files": files})
+
+
+def open_regular(name, dfd):
+    """A descriptor of the regular file NAME, or None: no symlink is
+    followed (O_NOFOLLOW), no FIFO blocks the open (O_NONBLOCK)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dfd)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def file_get(channel, name, limit):
+    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = open_regular(name, dfd)
+    finally:
+        os.close(dfd)
+    if fd is None:
+        channel.line({"type": "not_found"})
+        return
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            channel.line({"type": "too_large", "bytes": size})
+            return
+        channel.line({"type": "file", "bytes": size})
+        left = size
+        while left > 0:
+            data = os.read(fd, min(FILE_CHUNK, left))
+            if not data:
+                break
+            left -= len(data)
+            channel.line({"type": "data", "b64": base64.b64encode(data).decode("ascii")})
+        if left:
+            channel.line({"type": "error", "name": "FileChanged",
+                          "value": "the file shrank while it was read"})
+    finally:
+        os.close(fd)
+
+
+def file_delete(channel, name):
+    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileNotFoundError(name)
+        os.unlink(name, dir_fd=dfd)
+        channel.line({"type": "deleted"})
+    except OSError:
+        channel.line({"type": "not_found"})
+    finally:
+        os.close(dfd)
+
+
+def file_op(channel, req):
+    op = req.get("op")
+    name = req.get("name")
+    try:
+        if op == "list":
+            file_list(channel)
+        elif op in ("get", "delete") and not file_name_ok(name):
+            channel.line({"type": "refused", "value": "not a file name"})
+        elif op == "get":
+            file_get(channel, name, int(req.get("max", 0)))
+        elif op == "delete":
+            file_delete(channel, name)
+        else:
+            channel.line({"type": "refused", "value": "unknown operation"})
+    except BaseException as exc:   # KeyboardInterrupt (the deadline) too
+        channel.line({"type": "error", "name": type(exc).__name__, "value": str(exc)})
+    channel.line({"type": "end_of_execution"})
+
+
 def main():
     limit_processes()
     requests = os.fdopen(os.dup(0), "rb")
@@ -173,7 +301,11 @@ def main():
         exec("import " + module, namespace)
     channel.line({"type": "ready"})
     for raw in requests:
-        code = json.loads(raw).get("code", "")
+        req = json.loads(raw)
+        if "op" in req:
+            file_op(channel, req)
+            continue
+        code = req.get("code", "")
         channel.line({"type": "number_of_executions", "execution_count": 1})
         run_cell(code, namespace, channel)
         sys.stdout.flush()

@@ -65,6 +65,12 @@
  * /proc (a few milliseconds of this single thread on a busy host); their
  * memory is read every second. */
 #define PROCS_RESCAN apr_time_from_sec(5)
+#define FILEOP_TIMEOUT apr_time_from_sec(300)
+#define FILEOP_DRAIN apr_time_from_sec(30)   /* then, the kernel's to end it */
+/* How a file operation's output ends: this exact line (the kernel's
+ * json.dumps; a name inside a line is escaped, never this line). */
+#define FILEOP_END "\n{\"type\": \"end_of_execution\"}\n"
+#define FILEOP_END_LEN (sizeof(FILEOP_END) - 1)
 
 /* ---- an output queue ----------------------------------------------------- */
 
@@ -136,6 +142,7 @@ typedef struct queued {
     conn *from;
     char *code;
     apr_size_t len;
+    int raw;                    /* a FILEOP: CODE is the kernel's whole line */
     struct queued *next;
 } queued;
 
@@ -172,6 +179,9 @@ typedef struct box {
     pid_t procs[PROCS_MAX];     /* its processes, as last read from /proc */
     int nprocs;
     apr_time_t procs_at;        /* when (0: never) */
+    int fileop;                 /* the run in progress is a file operation */
+    char tail[FILEOP_END_LEN + 1];  /* a file operation's last output bytes */
+    apr_size_t tail_len;
     struct box *next;
 } box;
 
@@ -436,7 +446,10 @@ static void detach(conn *c)
          * interrupted as a timeout is, and the container lives on for the
          * conversation's next turn. What the run still prints goes nowhere. */
         b->runner = NULL;
-        if (b->state == BOX_RUNNING && b->interrupted == CI_EXEC_COMPLETED)
+        /* A file operation is left to end by itself (its deadline holds):
+         * a SIGINT could reach the kernel once it is idle again. */
+        if (b->state == BOX_RUNNING && !b->fileop &&
+            b->interrupted == CI_EXEC_COMPLETED)
             interrupt_kernel(b, CI_EXEC_INTERRUPTED);
     }
 }
@@ -691,14 +704,18 @@ static void handle_create(conn *c, const ci_sup_frame *f, int take)
     apr_pool_destroy(p);
 }
 
-/* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}. */
-static int queue_code(box *b, const char *code, apr_size_t len)
+/* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}
+ * (RAW: CODE is a file operation's line, checked by handle_fileop). */
+static int queue_code(box *b, const char *code, apr_size_t len, int raw)
 {
     apr_pool_t *p;
     json_object *req;
     const char *line;
     apr_size_t n;
     int rc;
+    if (raw)
+        return outq_add(&b->input, code, len) < 0 || outq_add(&b->input, "\n", 1) < 0
+            ? -1 : 0;
     apr_pool_create(&p, b->pool);
     req = ci_json_own(p, json_object_new_object());
     json_object_object_add(req, "code", json_object_new_string_len(code, (int)len));
@@ -709,17 +726,21 @@ static int queue_code(box *b, const char *code, apr_size_t len)
 }
 
 /* Hand CODE to B's idle kernel for C. */
-static void begin_run(box *b, conn *c, const char *code, apr_size_t len)
+static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw)
 {
-    if (queue_code(b, code, len) < 0) {
+    if (queue_code(b, code, len, raw) < 0) {
         box_kill(b);
         send_end(c, b->id, CI_EXEC_LOST);
         return;
     }
     ci_ndjson_reset(b->nd);
     b->state = BOX_RUNNING;
-    b->deadline = apr_time_now() + b->def->timeout;
+    b->deadline = apr_time_now() + (raw ? FILEOP_TIMEOUT : b->def->timeout);
     b->interrupted = CI_EXEC_COMPLETED;
+    b->fileop = raw;
+    /* The line before the first one is as good as a newline. */
+    b->tail[0] = '\n';
+    b->tail_len = 1;
     if (b->container)
         b->runner = c;
 }
@@ -809,12 +830,12 @@ static void next_run(box *b)
         return;
     }
     b->runq = q->next;
-    begin_run(b, q->from, q->code, q->len);
+    begin_run(b, q->from, q->code, q->len, q->raw);
     free(q->code);
     free(q);
 }
 
-static int enqueue(box *b, conn *c, const char *code, apr_size_t len)
+static int enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw)
 {
     queued *q = calloc(1, sizeof(*q)), **at;
     if (!q || !(q->code = malloc(len ? len : 1))) {
@@ -823,6 +844,7 @@ static int enqueue(box *b, conn *c, const char *code, apr_size_t len)
     }
     memcpy(q->code, code, len);
     q->len = len;
+    q->raw = raw;
     q->from = c;
     for (at = &b->runq; *at; at = &(*at)->next)
         ;
@@ -850,7 +872,7 @@ static void handle_run(conn *c, const ci_sup_frame *f)
     box *b = owned(c, f->id);
     if (b && b->container && f->len <= INT_MAX) {
         touch_container(b);
-        if (enqueue(b, c, f->data, f->len) < 0)
+        if (enqueue(b, c, f->data, f->len, 0) < 0)
             send_end(c, f->id, CI_EXEC_LOST);
         next_run(b);
         return;
@@ -859,7 +881,41 @@ static void handle_run(conn *c, const ci_sup_frame *f)
         send_end(c, f->id, CI_EXEC_LOST);
         return;
     }
-    begin_run(b, c, f->data, f->len);
+    begin_run(b, c, f->data, f->len, 0);
+}
+
+static box *container_box(const char *id);
+
+/* A file operation of container ID's sandbox: NONE when it has none (no
+ * code ever ran there, or it was lost: no files), else queued behind the
+ * container's runs; the kernel's answer is relayed like a run's output. The
+ * peer is one of the server's processes, which checked the owner. */
+static void handle_fileop(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    json_object *req, *op;
+    const char *id, *kind, *line, *err = NULL;
+    apr_size_t len;
+    box *b = NULL;
+    apr_pool_create(&p, sup.p);
+    req = ci_json_parse(p, f->data, f->len, &err);
+    id = ci_json_str(req, "container");
+    op = ci_json_get(req, "op", json_type_object);
+    kind = ci_json_str(op, "op");
+    if (!id || !kind || (strcmp(kind, "list") && strcmp(kind, "get") &&
+                         strcmp(kind, "delete")))
+        send_text(c, CI_SUP_ERROR, 0, "a file operation not understood");
+    else if (!(b = container_box(id)) || b->state == BOX_DEAD)
+        send_frame(c, CI_SUP_NONE, 0, NULL, 0);
+    else {
+        detach(c);
+        c->attached = b;
+        line = ci_json_pstr(p, op, &len);   /* one line: json-c escapes newlines */
+        if (enqueue(b, c, line, len, 1) < 0)
+            send_end(c, b->id, CI_EXEC_LOST);
+        next_run(b);
+    }
+    apr_pool_destroy(p);
 }
 
 /* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
@@ -1155,6 +1211,7 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     case CI_SUP_STATUS:    handle_status(c); break;
     case CI_SUP_ATTACH:    handle_attach(c, f); break;
     case CI_SUP_DIR:       handle_dir(c, f); break;
+    case CI_SUP_FILEOP:    handle_fileop(c, f); break;
     case CI_SUP_INTERRUPT:
         if ((b = owned(c, f->id)) && b->container) {
             if (b->runner == c && b->state == BOX_RUNNING &&
@@ -1235,6 +1292,8 @@ static void became_ready(box *b)
     }
 }
 
+static void fileop_output(box *b, const char *buf, apr_size_t n);
+
 static void box_readable(box *b)
 {
     char buf[READ_CHUNK];
@@ -1254,6 +1313,10 @@ static void box_readable(box *b)
     }
     if (b->state == BOX_RUNNING && client_of(b))
         send_frame(client_of(b), CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
+    if (b->state == BOX_RUNNING && b->fileop) {
+        fileop_output(b, buf, (apr_size_t)n);
+        return;
+    }
     if (ci_ndjson_feed(b->nd, buf, (apr_size_t)n) < 0) {
         stop_run(b, CI_EXEC_LOST);      /* past the hard cap */
         return;
@@ -1277,6 +1340,36 @@ static void box_readable(box *b)
     }
 }
 
+/* A file operation's output: relayed as it comes (the client's back-pressure
+ * bounds what waits here), not parsed; it ends with FILEOP_END. */
+static void fileop_output(box *b, const char *buf, apr_size_t n)
+{
+    conn *to = client_of(b);
+    ci_exec_outcome why = b->interrupted;
+    if (n >= FILEOP_END_LEN) {
+        memcpy(b->tail, buf + n - FILEOP_END_LEN, FILEOP_END_LEN);
+        b->tail_len = FILEOP_END_LEN;
+    }
+    else {
+        apr_size_t keep = b->tail_len + n > FILEOP_END_LEN ? FILEOP_END_LEN - n
+                                                           : b->tail_len;
+        memmove(b->tail, b->tail + b->tail_len - keep, keep);
+        memcpy(b->tail + keep, buf, n);
+        b->tail_len = keep + n;
+    }
+    if (b->tail_len != FILEOP_END_LEN || memcmp(b->tail, FILEOP_END, FILEOP_END_LEN))
+        return;
+    b->state = BOX_IDLE;
+    b->fileop = 0;
+    b->interrupted = CI_EXEC_COMPLETED;
+    if (to && why != CI_EXEC_COMPLETED)
+        send_end_kept(to, b->id, why);
+    else if (to)
+        send_end(to, b->id, CI_EXEC_COMPLETED);
+    b->runner = NULL;
+    next_run(b);
+}
+
 static void check_deadlines(void)
 {
     apr_time_t now = apr_time_now();
@@ -1285,6 +1378,17 @@ static void check_deadlines(void)
         next = b->next;
         if (b->state == BOX_STARTING && now >= b->deadline)
             start_failed(b, "timeout");
+        else if (b->state == BOX_RUNNING && now >= b->deadline && b->fileop &&
+                 b->runner) {
+            /* A file operation past its time: its client is too slow (the
+             * kernel waits on the relay's back-pressure). The client is
+             * dropped, not the kernel interrupted: what is left is read and
+             * discarded, and the container keeps its state. */
+            ci_log(CI_LOG_INFO, "CI0623: file operation on container %s took too "
+                   "long: its connection closed", b->container);
+            b->runner->closing = 2;
+            b->deadline = now + FILEOP_DRAIN;
+        }
         else if (b->state == BOX_RUNNING && now >= b->deadline && b->container &&
                  b->interrupted == CI_EXEC_COMPLETED)
             interrupt_kernel(b, CI_EXEC_TIMED_OUT);

@@ -50,6 +50,15 @@ int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
 /* What the supervisor holds (STATUS, JSON): 0 with *ANSWER, or -1. */
 int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err);
 
+/* A file operation (FILEOP; REQ: {"container": ID, "op": {...}}, JSON of
+ * LEN bytes): each NDJSON line the kernel answers, NUL-terminated in place,
+ * goes to FN (which returns -1 to stop: the connection closes). 1 when the
+ * operation ended, 0 when the container has no sandbox (so no files), -1
+ * with *ERR. */
+typedef int (*ci_fileop_line_fn)(void *baton, const char *line, apr_size_t len);
+int ci_supervisor_fileop(apr_pool_t *p, const char *req, apr_size_t len,
+                         ci_fileop_line_fn fn, void *baton, const char **err);
+
 /* Send one frame on FD (blocking). 0 or -1. */
 int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t len);
 

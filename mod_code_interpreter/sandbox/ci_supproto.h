@@ -26,6 +26,12 @@
  *   ATTACH (json {tag: CONTAINER_ID, OK (id) once ready | ERROR (message)
  *           def})
  *   DIR (json, ci_supdir.h)         DIR_ANSWER (json)
+ *   FILEOP (json {container: ID,    NONE when the container has no sandbox;
+ *           op: {op: list|get|      else OUTPUT (0, NDJSON lines of the
+ *           delete, name?, max?}})  kernel's file operation)* then END
+ *
+ * A FILEOP takes its turn in the container's run queue like a RUN: no code
+ * runs while the kernel reads, lists or deletes files under /mnt/data.
  *
  * A container's sandbox (ATTACH) is not the connection's: it stays when the
  * connection closes, any connection may attach to it, and their RUNs take
@@ -40,7 +46,7 @@
 
 struct ci_sandbox_def;
 
-#define CI_SUP_VERSION 2
+#define CI_SUP_VERSION 3
 #define CI_SUP_HEADER 9
 #define CI_SUP_END_KEPT 1                   /* END's second byte */                     /* length + type + id */
 #define CI_SUP_MAX_FRAME ((apr_size_t)64 * 1024 * 1024)
@@ -56,6 +62,7 @@ typedef enum {
     CI_SUP_STATUS = 8,
     CI_SUP_ATTACH = 9,
     CI_SUP_DIR = 10,
+    CI_SUP_FILEOP = 11,
     CI_SUP_OK = 16,
     CI_SUP_ERROR = 17,
     CI_SUP_NONE = 18,

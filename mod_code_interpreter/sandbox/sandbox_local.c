@@ -484,6 +484,82 @@ int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)
     return ask(p, CI_SUP_STATUS, NULL, 0, CI_SUP_STATUS, answer, err);
 }
 
+#define FILEOP_WAIT apr_time_from_sec(330)       /* the supervisor's 300 s, and more */
+#define FILEOP_MAX_LINE ((apr_size_t)1024 * 1024)
+
+/* Hand each whole line of BUF (LEN bytes after *HAVE kept ones) to FN; the
+ * rest stays. -1 when FN stops or a line is too long. */
+static int fileop_lines(char *buf, apr_size_t *have, ci_fileop_line_fn fn, void *baton)
+{
+    apr_size_t start = 0;
+    char *nl;
+    while ((nl = memchr(buf + start, '\n', *have - start))) {
+        *nl = '\0';
+        if (fn(baton, buf + start, (apr_size_t)(nl - buf - start)) < 0)
+            return -1;
+        start = (apr_size_t)(nl - buf) + 1;
+    }
+    memmove(buf, buf + start, *have - start);
+    *have -= start;
+    return *have >= FILEOP_MAX_LINE ? -1 : 0;
+}
+
+int ci_supervisor_fileop(apr_pool_t *p, const char *req, apr_size_t len,
+                         ci_fileop_line_fn fn, void *baton, const char **err)
+{
+    ci_sup_reader *r = ci_sup_reader_create(p);
+    ci_sup_frame f;
+    apr_time_t deadline = apr_time_now() + FILEOP_WAIT;
+    int fd = dial(p, err), rc = -1;
+    char *buf = NULL;
+    apr_size_t have = 0;
+    if (fd < 0)
+        return -1;
+    *err = NULL;
+    if (send_hello(fd, p) < 0 || ci_sup_send(fd, CI_SUP_FILEOP, 0, req, len) < 0)
+        *err = "the sandbox supervisor went away";
+    else if (check_hello(fd, r, p, err) == 0 &&
+             !(buf = malloc(FILEOP_MAX_LINE + 65536)))
+        *err = "out of memory";
+    else if (buf) {
+        for (;;) {
+            if (read_frame(fd, r, deadline, &f) != 1) {
+                *err = "the sandbox supervisor did not answer";
+                break;
+            }
+            if (f.type == CI_SUP_NONE) {
+                rc = 0;
+                break;
+            }
+            if (f.type == CI_SUP_END) {
+                rc = 1;
+                break;
+            }
+            if (f.type == CI_SUP_ERROR) {
+                *err = apr_pstrmemdup(p, f.data, f.len);
+                break;
+            }
+            if (f.type != CI_SUP_OUTPUT)
+                continue;
+            while (f.len) {
+                apr_size_t take = f.len < 65536 ? f.len : 65536;
+                memcpy(buf + have, f.data, take);
+                have += take;
+                f.data += take;
+                f.len -= take;
+                if (fileop_lines(buf, &have, fn, baton) < 0) {
+                    *err = "the file operation's answer was cut short";
+                    goto done;
+                }
+            }
+        }
+    }
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
 static apr_status_t sandbox_cleanup(void *data)
 {
     ci_sandbox *sb = data;

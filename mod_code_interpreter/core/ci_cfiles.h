@@ -1,0 +1,57 @@
+/*
+ * ci_cfiles.h - container files as the Containers API shows them: the
+ * kernel's listing of /mnt/data (one NDJSON line, ci_kernel.py's
+ * file_list) parsed, each file given its stable id, sorted and paged.
+ * httpd-free.
+ *
+ * Why ids are computed, not recorded: a container file is whatever regular
+ * file lies directly under /mnt/data when asked. The code in the container
+ * controls that tree and changes it at any time (rm, mv, a background
+ * process), so a list kept beside the container would go stale and need
+ * reconciling anyway. An id derived from the container and the name
+ * ("cfile_" + the first 32 hex digits of SHA-256(container id, NUL, name))
+ * is the same on every listing, in every child, across graceful restarts,
+ * with nothing to store or keep in step; the same path keeps its id when
+ * rewritten. Knowing an id gives nothing: every lookup first checks that the
+ * container is the caller's.
+ */
+#ifndef CI_CFILES_H
+#define CI_CFILES_H
+
+#include <apr_pools.h>
+#include <apr_tables.h>
+
+#define CI_CFILE_MAX_NAME 255
+#define CI_CFILE_MAX_LISTED 10000
+
+typedef struct ci_cfile {
+    const char *id;
+    const char *name;           /* directly under /mnt/data */
+    apr_int64_t bytes;
+    apr_int64_t created_at;     /* seconds: the file's last change */
+} ci_cfile;
+
+/* Whether NAME (LEN bytes) may name a container file: not empty, at most
+ * CI_CFILE_MAX_NAME bytes, not "." or "..", no '/', NUL, CR or LF. */
+int ci_cfile_name_ok(const char *name, apr_size_t len);
+
+/* The id of the file NAME of container CONTAINER. */
+const char *ci_cfile_id(apr_pool_t *p, const char *container, const char *name);
+
+/* The kernel's "files" line (LINE, LEN bytes) of CONTAINER: an array of
+ * ci_cfile sorted by created_at then id, ascending; names that are not
+ * acceptable are left out. NULL when the line is not a listing. */
+apr_array_header_t *ci_cfiles_parse(apr_pool_t *p, const char *container,
+                                    const char *line, apr_size_t len);
+
+/* The file with ID in FILES (ci_cfiles_parse), or NULL. */
+const ci_cfile *ci_cfiles_find(const apr_array_header_t *files, const char *id);
+
+/* A page of FILES: after the file AFTER (NULL: from the start; unknown:
+ * nothing), at most LIMIT, newest first when DESC. *HAS_MORE says whether
+ * more follow. An array of ci_cfile (copies). */
+apr_array_header_t *ci_cfiles_page(apr_pool_t *p, const apr_array_header_t *files,
+                                   const char *after, int limit, int desc,
+                                   int *has_more);
+
+#endif

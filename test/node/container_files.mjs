@@ -1,0 +1,133 @@
+// Container files through the official OpenAI Node SDK
+// (client.containers.files): a container is made, one responses.create()
+// runs code in it that writes files, then the files are listed (the SDK's
+// auto-pagination, two a page), retrieved, downloaded (files.content), one
+// deleted and retrieved again, and another caller lists them; every JSON
+// answer of the file endpoints is checked against the OpenAPI document.
+//
+// Usage: BASE_URL=http://127.0.0.1:PORT/v1 API_KEY=... OTHER_KEY=...
+//        node container_files.mjs '<script of the turn>'
+//
+// Output on stdout: one line of JSON,
+//   {"container": id, "steps": {name: what the SDK returned...},
+//    "wire": [{"method", "path", "status"}...],
+//    "schema": {"skipped": reason} or {"checked": [{"what", "schema", "ok", "errors"}]},
+//    "error": null, or {"step", "name", "message", "status", "body"}}
+// Downloads are reported as base64. Exit status: 0 it ran to its end, 1 a
+// step threw where it was not expected to, 2 the arguments are wrong.
+import fs from "node:fs";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+import OpenAI from "openai";
+import Ajv2020Module from "ajv/dist/2020.js";
+
+const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+const REPO = path.resolve(HERE, "..", "..");
+const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "..", "shared", "spec"),
+                          "openai-openapi.json");
+
+if (!process.env.BASE_URL || process.argv.length !== 3) {
+  process.stderr.write("BASE_URL and one script are needed\n");
+  process.exit(2);
+}
+
+const wire = [];
+const capturingFetch = async (url, init) => {
+  const res = await fetch(url, init);
+  const u = new URL(url);
+  let body = null;
+  if ((res.headers.get("content-type") || "").startsWith("application/json")) {
+    try {
+      body = JSON.parse(await res.clone().text());
+    } catch {
+      body = null;
+    }
+  }
+  wire.push({ method: init?.method ?? "GET", path: u.pathname + u.search, status: res.status,
+              body });
+  return res;
+};
+const make = (key) => new OpenAI({ apiKey: key, baseURL: process.env.BASE_URL,
+                                   maxRetries: 0, timeout: 60_000, fetch: capturingFetch });
+const client = make(process.env.API_KEY || "test-key");
+const other = make(process.env.OTHER_KEY || "other-key");
+
+const steps = {};
+let error = null;
+async function step(name, fn) {
+  if (error) return;
+  try {
+    steps[name] = await fn();
+  } catch (e) {
+    error = { step: name, name: e?.constructor?.name ?? "Error", message: String(e?.message ?? e),
+              status: e?.status ?? null, body: e?.error ?? null };
+  }
+}
+async function refused(fn) {
+  try {
+    return { returned: await fn() };
+  } catch (e) {
+    if (!(e instanceof OpenAI.APIError)) throw e;
+    return { name: e.constructor.name, status: e.status, error: e.error };
+  }
+}
+
+let cid;
+await step("created", async () => (cid = (await client.containers.create({ name: "files" })).id));
+await step("turn", async () => (await client.responses.create({
+  model: process.env.MODEL || "m",
+  tools: [{ type: "code_interpreter", container: cid }],
+  input: "SCRIPT: " + process.argv[2],
+})).status);
+await step("listed", async () => {
+  const seen = [];
+  for await (const f of client.containers.files.list(cid, { limit: 2, order: "asc" })) seen.push(f);
+  return seen;
+});
+await step("retrieved", async () => Promise.all(steps.listed.map(
+  (f) => client.containers.files.retrieve(f.id, { container_id: cid }))));
+await step("downloaded", async () => {
+  const out = {};
+  for (const f of steps.listed) {
+    const res = await client.containers.files.content.retrieve(f.id, { container_id: cid });
+    out[f.path] = { type: res.headers.get("content-type"),
+                    length: res.headers.get("content-length"),
+                    b64: Buffer.from(await res.arrayBuffer()).toString("base64") };
+  }
+  return out;
+});
+await step("deleted", async () => {
+  const f = steps.listed[0];
+  const answer = await client.containers.files.delete(f.id, { container_id: cid });
+  return { answer: answer ?? null,
+           after: await refused(() => client.containers.files.retrieve(f.id,
+                                                                      { container_id: cid })) };
+});
+await step("foreign", async () => refused(() => other.containers.files.list(cid)));
+
+let schema;
+if (!fs.existsSync(SPEC)) {
+  schema = { skipped: `${SPEC} not found` };
+} else {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  ajv.addFormat("unixtime", { type: "number", validate: (n) => Number.isFinite(n) && n >= 0 });
+  ajv.addFormat("uri", { type: "string", validate: (s) => URL.canParse(s) });
+  ajv.addFormat("float", { type: "number", validate: (n) => Number.isFinite(n) });
+  ajv.addSchema(JSON.parse(fs.readFileSync(SPEC, "utf8")), "openai");
+  const checked = [];
+  for (const ex of wire) {
+    const p = ex.path.split("?")[0];
+    if (ex.method !== "GET" || ex.status !== 200 || !/\/files(\/[^/]+)?$/.test(p)) continue;
+    const name = p.endsWith("/files") ? "ContainerFileListResource" : "ContainerFileResource";
+    const validate = ajv.compile({ $ref: `openai#/components/schemas/${name}` });
+    const ok = validate(ex.body);
+    checked.push({ what: `${ex.method} ${ex.path}`, schema: name, ok,
+                   errors: ok ? null : validate.errors });
+  }
+  schema = { checked };
+}
+for (const w of wire) delete w.body;
+process.stdout.write(JSON.stringify({ container: cid, steps, wire, schema, error }) + "\n");
+process.exit(error ? 1 : 0);
