@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <apr_atomic.h>
 #include <apr_thread_cond.h>
@@ -258,6 +259,19 @@ fail:
     close_pair(in);
     close_pair(out);
     close_pair(err);
+}
+
+void ci_spawn_kill(pid_t *pid)
+{
+    int status;
+    if (*pid <= 0)
+        return;
+    kill(-*pid, SIGKILL);
+    kill(*pid, SIGKILL);
+    /* still ours until waitpid: no other process can have taken the pid */
+    while (waitpid(*pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    *pid = -1;
 }
 
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,

@@ -56,6 +56,11 @@ typedef struct ci_spawn_limits {
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
                            pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd);
 
+/* Kill what ci_spawn_here started as PID (its process group too: a
+ * sandbox's pid namespace dies with its init) and reap it; *PID becomes -1.
+ * Nothing when *PID is not positive. */
+void ci_spawn_kill(pid_t *pid);
+
 /* Every signal disposition back to the default and none blocked (system
  * calls only: safe between vfork and exec). */
 void ci_signals_default(void);

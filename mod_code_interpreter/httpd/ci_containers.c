@@ -59,11 +59,23 @@ static ci_dir_status status_of(json_object *ans)
     return ci_supdir_status_of(ci_json_str(ans, "status"));
 }
 
-static int unavailable(request_rec *r, ci_error *err)
+void ci_containers_unavailable(apr_pool_t *p, ci_error *err)
 {
-    ci_error_set(err, 503, CI_SERVER, NULL, "containers_unavailable", r->pool,
+    ci_error_set(err, 503, CI_SERVER, NULL, "containers_unavailable", p,
                  "The container directory of this server is unavailable; retry "
                  "shortly.");
+}
+
+void ci_containers_over_budget(apr_pool_t *p, ci_error *err)
+{
+    ci_error_set(err, 503, CI_SERVER, NULL, "memory_budget", p,
+                 "The containers of this server hold all the memory it allows; "
+                 "retry shortly.");
+}
+
+static int unavailable(request_rec *r, ci_error *err)
+{
+    ci_containers_unavailable(r->pool, err);
     return 503;
 }
 
@@ -250,9 +262,7 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
 static apr_status_t refused(request_rec *r, ci_dir_status why, ci_error *err)
 {
     if (why == CI_DIR_BUDGET_FULL) {
-        ci_error_set(err, 503, CI_SERVER, NULL, "memory_budget", r->pool,
-                     "The containers of this server hold all the memory it allows; "
-                     "retry shortly.");
+        ci_containers_over_budget(r->pool, err);
         return APR_EAGAIN;
     }
     if (why == CI_DIR_OWNER_FULL) {

@@ -31,6 +31,11 @@ typedef struct ci_recall_baton {
 const char *ci_containers_recall(void *baton, const char *item_id,
                                  const char **container);
 
+/* The 503 answers: the directory cannot be asked; the memory budget is
+ * full (memory from P). */
+void ci_containers_unavailable(apr_pool_t *p, ci_error *err);
+void ci_containers_over_budget(apr_pool_t *p, ci_error *err);
+
 /* A directory request OP of OWNER (JSON, ci_supdir.h; owned by P). */
 json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner);
 /* Ask the directory REQ (memory from P): the answer, or NULL (logged) when

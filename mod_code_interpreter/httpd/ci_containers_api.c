@@ -78,9 +78,7 @@ static int bad(api_req *a, const char *param, const char *code, const char *msg)
 
 static int unavailable(api_req *a)
 {
-    ci_error_set(&a->err, 503, CI_SERVER, NULL, "containers_unavailable", a->r->pool,
-                 "The container directory of this server is unavailable; retry "
-                 "shortly.");
+    ci_containers_unavailable(a->r->pool, &a->err);
     return fail(a);
 }
 
@@ -187,35 +185,75 @@ static int delete_one(api_req *a)
     return send_json(a->r, 200, o);
 }
 
+/* A list's query: `limit` (1-100, default 20), `order` (asc|desc), `after`,
+ * and the rest of the query for the caller. */
+typedef struct paging {
+    apr_table_t *query;
+    int limit;
+    const char *order;          /* NULL: the default, newest first */
+    const char *after;
+} paging;
+
+/* Read the list parameters of A's query into PG: 0, or -1 with the 400
+ * answer sent (its handler's status in *RC). */
+static int read_paging(api_req *a, paging *pg, int *rc)
+{
+    const char *limit_s;
+    char *end;
+    memset(pg, 0, sizeof(*pg));
+    ap_args_to_table(a->r, &pg->query);
+    pg->limit = 20;
+    if ((limit_s = apr_table_get(pg->query, "limit"))) {
+        pg->limit = (int)strtol(limit_s, &end, 10);
+        if (*end || !*limit_s || pg->limit < 1 || pg->limit > 100) {
+            *rc = bad(a, "limit", "integer_out_of_range",
+                      "Invalid 'limit': expected an integer from 1 to 100.");
+            return -1;
+        }
+    }
+    pg->order = apr_table_get(pg->query, "order");
+    if (pg->order && strcmp(pg->order, "asc") && strcmp(pg->order, "desc")) {
+        *rc = bad(a, "order", "invalid_value", "Invalid 'order': expected 'asc' or 'desc'.");
+        return -1;
+    }
+    pg->after = apr_table_get(pg->query, "after");
+    return 0;
+}
+
+/* Answer DATA (an array of objects with an "id", owned by the answer) in
+ * OpenAI's list envelope. */
+static int send_list(api_req *a, json_object *data, int has_more)
+{
+    json_object *out = ci_json_own(a->r->pool, json_object_new_object());
+    int n = (int)json_object_array_length(data);
+    json_object_object_add(out, "object", json_object_new_string("list"));
+    json_object_object_add(out, "data", data);
+    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, 0), "id")) : NULL);
+    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
+    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
+    return send_json(a->r, 200, out);
+}
+
 static int list(api_req *a)
 {
-    apr_table_t *q = NULL;
-    const char *limit_s, *order, *after, *name;
-    json_object *req, *ans, *data, *out;
-    int limit = 20, i, n;
-    char *end;
-    ap_args_to_table(a->r, &q);
-    if ((limit_s = apr_table_get(q, "limit"))) {
-        limit = (int)strtol(limit_s, &end, 10);
-        if (*end || limit < 1 || limit > 100)
-            return bad(a, "limit", "integer_out_of_range",
-                       "Invalid 'limit': expected an integer from 1 to 100.");
-    }
-    order = apr_table_get(q, "order");
-    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
-        return bad(a, "order", "invalid_value",
-                   "Invalid 'order': expected 'asc' or 'desc'.");
+    const char *name;
+    json_object *req, *ans, *data;
+    paging pg;
+    int i, n, rc;
+    if (read_paging(a, &pg, &rc))
+        return rc;
     req = dir_request(a, "list");
-    json_object_object_add(req, "limit", json_object_new_int(limit));
-    if (order)
-        json_object_object_add(req, "order", json_object_new_string(order));
-    if ((after = apr_table_get(q, "after")))
-        json_object_object_add(req, "after", json_object_new_string(after));
-    if ((name = apr_table_get(q, "name")))
+    json_object_object_add(req, "limit", json_object_new_int(pg.limit));
+    if (pg.order)
+        json_object_object_add(req, "order", json_object_new_string(pg.order));
+    if (pg.after)
+        json_object_object_add(req, "after", json_object_new_string(pg.after));
+    if ((name = apr_table_get(pg.query, "name")))
         json_object_object_add(req, "name", json_object_new_string(name));
     if (!(ans = dir_ask(a, req)))
         return unavailable(a);
-    out = ci_json_own(a->r->pool, json_object_new_object());
     data = json_object_new_array();
     n = (int)json_object_array_length(ci_json_get(ans, "data", json_type_array));
     for (i = 0; i < n; i++) {
@@ -225,17 +263,8 @@ static int list(api_req *a)
                                       &c))
             json_object_array_add(data, json_object_get(resource(a->r->pool, &c)));
     }
-    n = (int)json_object_array_length(data);
-    json_object_object_add(out, "object", json_object_new_string("list"));
-    json_object_object_add(out, "data", data);
-    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, 0), "id")) : NULL);
-    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
-    json_object_object_add(out, "has_more", json_object_new_boolean(
-                               json_object_get_boolean(ci_json_get(ans, "has_more",
-                                                                   json_type_boolean))));
-    return send_json(a->r, 200, out);
+    return send_list(a, data, json_object_get_boolean(
+                         ci_json_get(ans, "has_more", json_type_boolean)));
 }
 
 /* The request body, parsed (at most MAX_CREATE_BODY bytes). */
@@ -308,9 +337,7 @@ static int create(api_req *a)
     if (!(ans = dir_ask(a, req)))
         return unavailable(a);
     if (status_of(ans) == CI_DIR_BUDGET_FULL) {
-        ci_error_set(&a->err, 503, CI_SERVER, NULL, "memory_budget", a->r->pool,
-                     "The containers of this server hold all the memory it allows; "
-                     "retry shortly.");
+        ci_containers_over_budget(a->r->pool, &a->err);
         return fail(a);
     }
     if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c)) {
@@ -431,39 +458,18 @@ static json_object *file_resource(api_req *a, const ci_cfile *f)
 
 static int files_list(api_req *a)
 {
-    apr_table_t *q = NULL;
-    const char *limit_s, *order;
     apr_array_header_t *files, *page;
-    json_object *out, *data;
-    int limit = 20, has_more = 0, i, rc;
-    char *end;
-    ap_args_to_table(a->r, &q);
-    if ((limit_s = apr_table_get(q, "limit"))) {
-        limit = (int)strtol(limit_s, &end, 10);
-        if (*end || !*limit_s || limit < 1 || limit > 100)
-            return bad(a, "limit", "integer_out_of_range",
-                       "Invalid 'limit': expected an integer from 1 to 100.");
-    }
-    order = apr_table_get(q, "order");
-    if (order && strcmp(order, "asc") && strcmp(order, "desc"))
-        return bad(a, "order", "invalid_value",
-                   "Invalid 'order': expected 'asc' or 'desc'.");
-    if (own_container(a, &rc) || list_files(a, &files, &rc))
+    json_object *data;
+    paging pg;
+    int has_more = 0, i, rc;
+    if (read_paging(a, &pg, &rc) || own_container(a, &rc) || list_files(a, &files, &rc))
         return rc;
-    page = ci_cfiles_page(a->r->pool, files, apr_table_get(q, "after"), limit,
-                          !order || !strcmp(order, "desc"), &has_more);
-    out = ci_json_own(a->r->pool, json_object_new_object());
+    page = ci_cfiles_page(a->r->pool, files, pg.after, pg.limit,
+                          !pg.order || !strcmp(pg.order, "desc"), &has_more);
     data = json_object_new_array();
     for (i = 0; i < page->nelts; i++)
         json_object_array_add(data, file_resource(a, &APR_ARRAY_IDX(page, i, ci_cfile)));
-    json_object_object_add(out, "object", json_object_new_string("list"));
-    json_object_object_add(out, "data", data);
-    json_object_object_add(out, "first_id", page->nelts ? json_object_new_string(
-                               APR_ARRAY_IDX(page, 0, ci_cfile).id) : NULL);
-    json_object_object_add(out, "last_id", page->nelts ? json_object_new_string(
-                               APR_ARRAY_IDX(page, page->nelts - 1, ci_cfile).id) : NULL);
-    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
-    return send_json(a->r, 200, out);
+    return send_list(a, data, has_more);
 }
 
 /* The caller's file A->file_id: 0 with *OUT, or -1 with the answer sent. */

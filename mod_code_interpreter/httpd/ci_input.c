@@ -365,9 +365,7 @@ static int ci_fixups(request_rec *r)
         return DECLINED;
     case CI_REQ_ERROR:
         if (recall.failed)
-            ci_error_set(&err, 503, CI_SERVER, NULL, "containers_unavailable", r->pool,
-                         "The container directory of this server is unavailable; "
-                         "retry shortly.");
+            ci_containers_unavailable(r->pool, &err);
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
                       "CI0102: refused (%d): %s", err.status, err.message);
         return ci_send_error(r, &err);

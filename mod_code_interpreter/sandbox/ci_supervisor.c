@@ -54,6 +54,7 @@
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
 #include "ci_supproto.h"
+#include "ci_workers.h"
 
 #define START_TIMEOUT apr_time_from_sec(60)
 #define READ_CHUNK 65536
@@ -226,18 +227,10 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* Kill the sandbox's process group (its pid namespace dies with its init)
- * and reap it: it is our child, so the pid is still ours until waitpid. */
+/* Kill the sandbox (it is our child) and let go of its descriptors. */
 static void box_kill(box *b)
 {
-    int status;
-    if (b->pid > 0) {
-        kill(-b->pid, SIGKILL);
-        kill(b->pid, SIGKILL);
-        while (waitpid(b->pid, &status, 0) < 0 && errno == EINTR)
-            ;
-        b->pid = -1;
-    }
+    ci_spawn_kill(&b->pid);
     close_fd(&b->in_fd);
     close_fd(&b->out_fd);
     close_fd(&b->err_fd);

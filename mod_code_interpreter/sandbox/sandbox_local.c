@@ -156,14 +156,7 @@ typedef struct direct {
 
 static void direct_stop(direct *d)
 {
-    int status;
-    if (d->pid > 0) {
-        kill(-d->pid, SIGKILL);
-        kill(d->pid, SIGKILL);
-        while (waitpid(d->pid, &status, 0) < 0 && errno == EINTR)
-            ;
-        d->pid = -1;
-    }
+    ci_spawn_kill(&d->pid);
     if (d->in_fd >= 0) close(d->in_fd);
     if (d->out_fd >= 0) close(d->out_fd);
     if (d->err_fd >= 0) close(d->err_fd);
