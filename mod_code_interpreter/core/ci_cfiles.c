@@ -64,19 +64,34 @@ apr_array_header_t *ci_cfiles_parse(apr_pool_t *p, const char *container,
         json_object *name = ci_json_get(f, "name", json_type_string);
         json_object *bytes = ci_json_get(f, "bytes", json_type_int);
         json_object *mtime = ci_json_get(f, "mtime", json_type_int);
-        ci_cfile *c;
+        const char *source = ci_json_str(f, "source");
         if (!name || !bytes || !mtime || json_object_get_int64(bytes) < 0 ||
             !ci_cfile_name_ok(json_object_get_string(name),
                               (apr_size_t)json_object_get_string_len(name)))
             continue;
-        c = apr_array_push(out);
-        c->name = apr_pstrdup(p, json_object_get_string(name));
-        c->id = ci_cfile_id(p, container, c->name);
-        c->bytes = json_object_get_int64(bytes);
-        c->created_at = json_object_get_int64(mtime);
+        ci_cfiles_add(p, out, container, json_object_get_string(name),
+                      json_object_get_int64(bytes), json_object_get_int64(mtime),
+                      source && !strcmp(source, "user"));
     }
-    qsort(out->elts, (size_t)out->nelts, sizeof(ci_cfile), by_time);
+    ci_cfiles_sort(out);
     return out;
+}
+
+ci_cfile *ci_cfiles_add(apr_pool_t *p, apr_array_header_t *files, const char *container,
+                        const char *name, apr_int64_t bytes, apr_int64_t mtime, int user)
+{
+    ci_cfile *c = apr_array_push(files);
+    c->name = apr_pstrdup(p, name);
+    c->id = ci_cfile_id(p, container, c->name);
+    c->bytes = bytes;
+    c->created_at = mtime;
+    c->user = user;
+    return c;
+}
+
+void ci_cfiles_sort(apr_array_header_t *files)
+{
+    qsort(files->elts, (size_t)files->nelts, sizeof(ci_cfile), by_time);
 }
 
 const ci_cfile *ci_cfiles_find(const apr_array_header_t *files, const char *id)

@@ -29,6 +29,8 @@ typedef struct ci_cfile {
     const char *name;           /* directly under /mnt/data */
     apr_int64_t bytes;
     apr_int64_t created_at;     /* seconds: the file's last change */
+    int user;                   /* put there by an upload and unchanged since
+                                   (source "user"; else "assistant") */
 } ci_cfile;
 
 /* Whether NAME (LEN bytes) may name a container file: not empty, at most
@@ -38,11 +40,20 @@ int ci_cfile_name_ok(const char *name, apr_size_t len);
 /* The id of the file NAME of container CONTAINER. */
 const char *ci_cfile_id(apr_pool_t *p, const char *container, const char *name);
 
-/* The kernel's "files" line (LINE, LEN bytes) of CONTAINER: an array of
+/* The kernel's "files" line (LINE, LEN bytes: {"type":"files","files":
+ * [{"name","bytes","mtime","source"?}]}) of CONTAINER: an array of
  * ci_cfile sorted by created_at then id, ascending; names that are not
  * acceptable are left out. NULL when the line is not a listing. */
 apr_array_header_t *ci_cfiles_parse(apr_pool_t *p, const char *container,
                                     const char *line, apr_size_t len);
+
+/* Add the file NAME (not checked: see ci_cfile_name_ok) of CONTAINER to
+ * FILES, an array of ci_cfile, with its id; strings copied into P. */
+ci_cfile *ci_cfiles_add(apr_pool_t *p, apr_array_header_t *files, const char *container,
+                        const char *name, apr_int64_t bytes, apr_int64_t mtime, int user);
+
+/* Sort FILES by created_at then id, ascending (as ci_cfiles_parse does). */
+void ci_cfiles_sort(apr_array_header_t *files);
 
 /* The file with ID in FILES (ci_cfiles_parse), or NULL. */
 const ci_cfile *ci_cfiles_find(const apr_array_header_t *files, const char *id);

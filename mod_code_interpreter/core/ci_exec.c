@@ -6,6 +6,7 @@
 #include <string.h>
 #include <apr_strings.h>
 #include "ci_exec.h"
+#include "ci_cfiles.h"
 #include "ci_json.h"
 
 #define LINE_DEPTH 16
@@ -22,6 +23,7 @@ struct ci_ndjson {
     apr_size_t text_len, dropped;
     int cut;                /* the text was cut: nothing more is kept */
     apr_array_header_t *images;
+    apr_array_header_t *files;
     int ended, ready, raised, died;
 };
 
@@ -42,6 +44,7 @@ ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
     nd->hard_cap = hard_cap;
     nd->text = apr_palloc(p, max_output + 1);
     nd->images = apr_array_make(p, 2, sizeof(const char *));
+    nd->files = NULL;
     apr_pool_cleanup_register(p, nd, free_line, apr_pool_cleanup_null);
     return nd;
 }
@@ -51,6 +54,7 @@ void ci_ndjson_reset(ci_ndjson *nd)
     nd->total = nd->line_len = nd->text_len = nd->dropped = 0;
     nd->over = nd->ended = nd->ready = nd->raised = nd->died = nd->cut = 0;
     nd->images = apr_array_make(nd->p, 2, sizeof(const char *));
+    nd->files = NULL;
 }
 
 int ci_ndjson_ended(const ci_ndjson *nd) { return nd->ended; }
@@ -159,6 +163,23 @@ static void take_error(ci_ndjson *nd, json_object *line)
     add_text(nd, "\n", 1);
 }
 
+/* The names of a "files" line (acceptable ones only, at most
+ * CI_EXEC_MAX_FILES in all). */
+static void take_files(ci_ndjson *nd, json_object *line)
+{
+    json_object *changed = ci_json_get(line, "changed", json_type_array);
+    size_t i, n = changed ? json_object_array_length(changed) : 0;
+    if (!nd->files)
+        nd->files = apr_array_make(nd->p, (int)(n ? n : 1), sizeof(const char *));
+    for (i = 0; i < n && nd->files->nelts < CI_EXEC_MAX_FILES; i++) {
+        json_object *f = json_object_array_get_idx(changed, i);
+        const char *name = json_object_is_type(f, json_type_string)
+                         ? json_object_get_string(f) : NULL;
+        if (name && ci_cfile_name_ok(name, (apr_size_t)json_object_get_string_len(f)))
+            *(const char **)apr_array_push(nd->files) = apr_pstrdup(nd->p, name);
+    }
+}
+
 static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
 {
     json_tokener *tok;
@@ -187,6 +208,8 @@ static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
         nd->ended = 1;
     else if (!strcmp(type, "ready"))
         nd->ready = 1;
+    else if (!strcmp(type, "files"))
+        take_files(nd, line);
     else if (!strcmp(type, "dropped")) {
         json_object *b = ci_json_get(line, "bytes", json_type_int);
         if (b && json_object_get_int64(b) > 0)
@@ -282,6 +305,7 @@ void ci_ndjson_result(ci_ndjson *nd, ci_exec_outcome stopped, const char *failur
     out->text = text;
     out->text_len = strlen(text);
     out->images = nd->images;
+    out->files = nd->files;
     /* Past the hard cap, the reader knows best what happened. */
     if (stopped == CI_EXEC_COMPLETED || stopped == CI_EXEC_ERROR || nd->over)
         stopped = stream_outcome(nd, &failure);
@@ -308,6 +332,11 @@ ci_exec_result *ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res)
     for (i = 0; res->images && i < res->images->nelts; i++)
         *(const char **)apr_array_push(r->images) =
             apr_pstrdup(p, APR_ARRAY_IDX(res->images, i, const char *));
+    r->files = apr_array_make(p, res->files && res->files->nelts ? res->files->nelts : 1,
+                              sizeof(const char *));
+    for (i = 0; res->files && i < res->files->nelts; i++)
+        *(const char **)apr_array_push(r->files) =
+            apr_pstrdup(p, APR_ARRAY_IDX(res->files, i, const char *));
     return r;
 }
 

@@ -7,7 +7,9 @@
  *   {"type":"keepalive"} {"type":"number_of_executions",...}
  *   {"type":"end_of_execution"}
  * plus, from the local kernel only, {"type":"dropped","bytes":N} (output the
- * kernel already discarded past the cap) and {"type":"ready"}.
+ * kernel already discarded past the cap), {"type":"ready"} and
+ * {"type":"files","changed":[NAME...]} (a container's files under /mnt/data
+ * the execution created or changed).
  */
 #ifndef CI_EXEC_H
 #define CI_EXEC_H
@@ -34,10 +36,16 @@ typedef struct ci_exec_result {
                                  cut at max_output with a marker */
     apr_size_t text_len;
     apr_array_header_t *images; /* const char * data URLs (image/png) */
+    apr_array_header_t *files;  /* const char * names of the files directly
+                                   under /mnt/data the execution created or
+                                   changed (a container's; NULL or empty:
+                                   none), at most CI_EXEC_MAX_FILES */
     apr_interval_time_t duration;
     int failure_says_all;     /* FAILURE tells what became of the interpreter
                                  (a container's: kept, or restarted) */
 } ci_exec_result;
+
+#define CI_EXEC_MAX_FILES 100
 
 /* The interpreter is gone (or never ran the code): the call failed. */
 static inline int ci_exec_failed(const ci_exec_result *res)

@@ -26,6 +26,58 @@
 typedef struct ci_provider ci_provider;
 typedef struct ci_sandbox ci_sandbox;
 
+/* ---- container files ------------------------------------------------------
+ * A container's files are the regular files directly under /mnt/data of its
+ * sandbox. The code in the sandbox controls that tree (symlinks, FIFOs,
+ * sparse files, odd names), so a provider reads and writes it through the
+ * sandbox's own view - never by resolving a sandbox path on the host - and
+ * follows no symlink: a name that is not a regular file is not a file. */
+
+/* Which container's files: its tool (in its memory tier), its id, and what
+ * the provider's handle entry returned for it (unsealed; NULL when the id is
+ * enough or it has no sandbox yet). */
+typedef struct ci_file_target {
+    const struct ci_sandbox_def *def;
+    const char *container;
+    const char *handle;
+} ci_file_target;
+
+typedef enum {
+    CI_FILE_OK = 0,
+    CI_FILE_NO_SANDBOX,    /* the container has no sandbox (so no files) */
+    CI_FILE_NOT_FOUND,     /* no regular file of that name */
+    CI_FILE_TOO_LARGE,     /* get: larger than MAX; put: passed max_file */
+    CI_FILE_TOO_MANY,      /* put: a new file past max_files */
+    CI_FILE_NO_ROOM,       /* put: the container's files would pass max_bytes */
+    CI_FILE_SOURCE_FAILED, /* put: the source's read failed (nothing written) */
+    CI_FILE_SINK_FAILED,   /* get: the sink refused (the client left) */
+    CI_FILE_FAILED         /* the provider failed: *ERR says why (no secret) */
+} ci_file_status;
+
+/* A download's destination: SIZE once, with the file's size, before any
+ * DATA; DATA with each piece. A nonzero return stops the download
+ * (CI_FILE_SINK_FAILED). */
+typedef struct ci_file_sink {
+    int (*size)(void *baton, apr_int64_t bytes);
+    int (*data)(void *baton, const char *buf, apr_size_t len);
+    void *baton;
+} ci_file_sink;
+
+/* An upload's origin: READ fills up to LEN bytes of BUF and returns how many,
+ * 0 at the end, or -1 when it failed (the upload is abandoned). */
+typedef struct ci_file_source {
+    apr_ssize_t (*read)(void *baton, char *buf, apr_size_t len);
+    void *baton;
+} ci_file_source;
+
+/* The operator's limits on uploads (max_file=, max_files=, max_bytes=);
+ * 0: none. */
+typedef struct ci_file_limits {
+    apr_uint64_t max_file;     /* bytes of one file */
+    apr_uint64_t max_files;    /* files in the container */
+    apr_uint64_t max_bytes;    /* bytes of all its files */
+} ci_file_limits;
+
 /* One declared sandbox tool. Provider-specific fields are read only by that
  * provider's file. */
 typedef struct ci_sandbox_def {
@@ -133,6 +185,29 @@ struct ci_provider {
     /* Make D the memory tier VALUE (from tiers=): NULL or why not. NULL
      * entry: the provider offers only the default tier. */
     const char *(*tier)(apr_pool_t *p, ci_sandbox_def *d, const char *value);
+
+    /* ---- container files (see ci_file_target). Blocking; from any
+     * thread; each takes its turn with the container's runs where the
+     * provider can order them. Memory from P. None of them starts a
+     * sandbox: a container without one has no files (CI_FILE_NO_SANDBOX);
+     * attach first to put a file into a new container. */
+    /* The files: an array of ci_cfile (ci_cfiles.h: ids computed, sorted). */
+    ci_file_status (*files_list)(apr_pool_t *p, const ci_file_target *t,
+                                 apr_array_header_t **files, const char **err);
+    /* Stream the file NAME into SINK; CI_FILE_TOO_LARGE past MAX bytes
+     * (nothing sent to the sink). */
+    ci_file_status (*file_get)(apr_pool_t *p, const ci_file_target *t, const char *name,
+                               apr_int64_t max, const ci_file_sink *sink,
+                               const char **err);
+    ci_file_status (*file_delete)(apr_pool_t *p, const ci_file_target *t,
+                                  const char *name, const char **err);
+    /* Write the file NAME (replacing one of that name, never through a
+     * symlink) from SOURCE, within LIMITS (the file it replaces does not
+     * count against them). All or nothing: on any failure the container's
+     * files are as they were. */
+    ci_file_status (*file_put)(apr_pool_t *p, const ci_file_target *t, const char *name,
+                               const ci_file_limits *limits, const ci_file_source *src,
+                               const char **err);
 };
 
 /* The provider named NAME, or NULL. */
