@@ -536,6 +536,16 @@ def base_conf(model_port, extra=""):
 </Location>
 <Location /v1/containers>
   CodeInterpreterContainers On
+  CodeInterpreterUpstream {up}/v1/responses
+</Location>
+<Location /limited/v1/responses>
+  ProxyPass {up}/v1/responses
+  CodeInterpreter limited
+</Location>
+<Location /limited/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter limited
+  CodeInterpreterUpstream {up}/v1/responses
 </Location>
 # A request with X-Anonymous has no owner: its sandbox is its own, destroyed
 # when it ends (ANONYMOUS).
@@ -548,6 +558,7 @@ def base_conf(model_port, extra=""):
 CodeInterpreterSandbox quick provider=local timeout=3 max_output=2k
 CodeInterpreterSandbox brief provider=local idle=2s retention=1h
 CodeInterpreterSandbox tiered provider=local tiers=4g:96M
+CodeInterpreterSandbox limited provider=local max_file=1k max_files=3 max_bytes=2k
 <Location /tiered/v1/responses>
   ProxyPass {up}/v1/responses
   CodeInterpreter tiered

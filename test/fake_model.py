@@ -59,6 +59,14 @@ whose Content-Type is not application/json (400, unsupported_content_type) and
 a create with a top-level parameter that CreateResponse does not define (400,
 unknown_parameter), unless the test allowed it (POST /_control).
 
+The Files API, as OpenAI's (Authorization required, a file visible only to
+the key that uploaded it; another key or an unknown id gets 404 "No such File
+object: ID"):
+  POST /v1/files             multipart/form-data "file" and "purpose": the
+                             file object (id "file-...", bytes, filename, ...)
+  GET /v1/files/{id}         the file object
+  GET /v1/files/{id}/content the bytes (application/octet-stream)
+
 Control endpoints (no authentication):
   GET /_requests    every request received, in order: "method", "path",
                     "headers", "body_b64", "json", "peer" (the client's
@@ -80,6 +88,8 @@ Control endpoints (no authentication):
 
 import argparse
 import base64
+import email.parser
+import email.policy
 import json
 import re
 import secrets
@@ -157,6 +167,7 @@ class State:
         self.responses = {}       # response id -> {"input", "output", "response"}
         self.conversations = {}   # conversation id -> list of items
         self.items = {}           # item id -> item (for item_reference)
+        self.files = {}           # file id -> {"owner", "object", "data"} (Files API)
         self.serial = 0
         self.hits = {}            # (script, round, action index) -> count
         self.extra_parameters = set()
@@ -227,6 +238,32 @@ class State:
 
 
 # ---------------------------------------------------------------- helpers
+
+def upload_file(state, owner, content_type, body):
+    """A file of POST /v1/files, stored for OWNER: its file object."""
+    if not (content_type or "").lower().startswith("multipart/form-data"):
+        raise ApiError(400, "Expected a multipart/form-data body.")
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    fields, upload = {}, None
+    for part in msg.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name == "file" and part.get_filename() is not None:
+            upload = (part.get_filename(), part.get_payload(decode=True) or b"")
+        elif name:
+            fields[name] = part.get_payload(decode=True).decode("utf-8", "replace")
+    if upload is None:
+        raise ApiError(400, "Missing required parameter: 'file'.", "file")
+    if not fields.get("purpose"):
+        raise ApiError(400, "Missing required parameter: 'purpose'.", "purpose")
+    obj = {"id": "file-" + secrets.token_hex(12), "object": "file",
+           "bytes": len(upload[1]), "created_at": int(time.time()),
+           "filename": upload[0], "purpose": fields["purpose"], "status": "processed",
+           "expires_at": None, "status_details": None}
+    with state.lock:
+        state.files[obj["id"]] = {"owner": owner, "object": obj, "data": upload[1]}
+    return obj
+
 
 def _peer_closed(sock):
     """Whether the other end of SOCK has closed it (readable, nothing to read)."""
@@ -924,6 +961,9 @@ class Handler(BaseHTTPRequestHandler):
                 return
             self._create(parsed)
             return
+        if re.match(r"^(?:/v1)?/files(?:/|$)", path):
+            self._files(path, body)
+            return
         m = re.match(r"^(?:/v1)?/responses/([^/]+)$", path)
         if m and self.command == "GET":
             with state.lock:
@@ -935,6 +975,35 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, _json_bytes(stored["response"]))
             return
         self._send_error(ApiError(404, "Invalid URL (%s %s)" % (self.command, path), None))
+
+    # -- the Files API: POST /v1/files (multipart "file" and "purpose"),
+    # GET /v1/files/{id} (the file object), GET /v1/files/{id}/content (its
+    # bytes). A file belongs to the key that uploaded it: another key gets
+    # OpenAI's 404.
+
+    def _files(self, path, body):
+        state = self.server.state
+        owner = self.headers.get("Authorization")
+        m = re.match(r"^(?:/v1)?/files/([^/]+)(/content)?$", path)
+        if self.command == "POST" and path.rstrip("/") in ("/v1/files", "/files"):
+            try:
+                obj = upload_file(state, owner, self.headers.get("Content-Type"), body)
+            except ApiError as err:
+                self._send_error(err)
+                return
+            self._send(200, _json_bytes(obj))
+            return
+        if not m or self.command != "GET":
+            self._send_error(ApiError(404, "Invalid URL (%s %s)" % (self.command, path)))
+            return
+        with state.lock:
+            stored = state.files.get(m.group(1))
+        if stored is None or stored["owner"] != owner:
+            self._send_error(ApiError(404, "No such File object: %s" % m.group(1), "id"))
+        elif m.group(2):
+            self._send(200, stored["data"], "application/octet-stream")
+        else:
+            self._send(200, _json_bytes(stored["object"]))
 
     def _control(self, path, body):
         state = self.server.state

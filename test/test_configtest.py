@@ -77,12 +77,11 @@ UNKNOWN_KEY_LINES = {
 
 
 KEYS = {
-    "local": "provider, timeout, max_output, idle, max_idle, retention, tiers, python, "
-             "memory, "
-             "processes, disk, warm, preload",
-    "e2b": "provider, timeout, max_output, idle, max_idle, retention, tiers, api_key, "
-           "api_base, "
-           "template, lifetime, internet, sandbox_url",
+    "local": "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, "
+             "max_files, max_bytes, python, memory, processes, disk, warm, preload",
+    "e2b": "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, "
+           "max_files, max_bytes, api_key, api_base, template, lifetime, internet, "
+           "sandbox_url",
 }
 
 

@@ -74,12 +74,16 @@ def run_code(server, code):
     return call, told
 
 
-def run_json(server, code):
-    """Run CODE, which prints one JSON document; returns it."""
+def run_json(server, code, saved=None):
+    """Run CODE, which prints one JSON document; returns it. SAVED: the
+    files under /mnt/data it writes, which the model is told of too."""
     call, told = run_code(server, code)
     assert call["status"] == "completed", told
-    assert call["outputs"] == [{"type": "logs", "logs": told}]
-    return json.loads(told)
+    note = ("[files saved: %s; link to one as sandbox:/mnt/data/<name>]\n"
+            % ", ".join("/mnt/data/" + n for n in saved)) if saved else ""
+    logs = call["outputs"][0]["logs"]
+    assert (call["outputs"], told) == ([{"type": "logs", "logs": logs}], logs + note)
+    return json.loads(logs)
 
 
 def server_pid(server):
@@ -230,7 +234,7 @@ print(json.dumps(out))
 
 
 def test_writes_outside_the_sandbox_are_refused(server, model):
-    out = run_json(server, WRITE_CODE)
+    out = run_json(server, WRITE_CODE, saved=["ok"])
     rofs = ["OSError", "EROFS"]
     absent = ["FileNotFoundError", "ENOENT"]
     assert out == {

@@ -189,8 +189,8 @@ def test_files_of_an_e2b_container_are_not_served_yet(server, model):
     status, _, c = server.post("/e2b/v1/containers", {"name": "files"}, headers=ME)
     assert status == 200, c
     base = "/e2b/v1/containers/%s/files" % c["id"]
-    want = {"message": "Container files are not available yet for containers of the "
-                       "e2b provider.", "type": "server_error", "param": None,
+    want = {"message": "Container files are not available for containers of the e2b "
+                       "provider.", "type": "server_error", "param": None,
             "code": "not_implemented"}
     for method, path in (("GET", base), ("GET", base + "/cfile_0"),
                          ("DELETE", base + "/cfile_0"), ("GET", base + "/cfile_0/content")):

@@ -277,8 +277,13 @@ REQUEST_CASES = [
      refused("unsupported_parameter", NOT_SUPPORTED % (
          "Network policies other than \"disabled\"", "tools[0].container.network_policy"),
          "tools[0].container.network_policy")),
-    ("container-file_ids-string-ignored", body(tools=[{"type": "code_interpreter", "container": {
-        "type": "auto", "file_ids": "file-1"}}]), ACCEPTED),
+    ("container-file_ids-string", body(tools=[{"type": "code_interpreter", "container": {
+        "type": "auto", "file_ids": "file-1"}}]),
+     bad_type("tools[0].container.file_ids", "an array of file ids")),
+    ("container-file_ids-number-inside", body(tools=[{"type": "code_interpreter",
+                                                       "container": {"type": "auto",
+                                                                     "file_ids": ["f", 5]}}]),
+     bad_type("tools[0].container.file_ids[1]", "a file id")),
     ("container-null", body(tools=[{"type": "code_interpreter", "container": None}]), ACCEPTED),
     ("replayed-call-code-number", body(input=[{"type": "code_interpreter_call", "id": "ci_1",
                                                "code": 5}]),

@@ -154,13 +154,11 @@ NOT_SUPPORTED = ("%s are not supported by this server's code_interpreter ('%s');
 
 
 @pytest.mark.parametrize("container,what,param", [
-    ({"type": "auto", "file_ids": ["file-1"]}, "Container files",
-     "tools[0].container.file_ids"),
     ({"type": "auto", "network_policy": {"type": "allowlist",
                                          "allowed_domains": ["example.com"]}},
      "Network policies other than \"disabled\"", "tools[0].container.network_policy"),
     ({"type": "other"}, "Container types other than \"auto\"", "tools[0].container.type"),
-], ids=["file_ids", "allowlist", "type"])
+], ids=["allowlist", "type"])
 def test_unsupported_container_settings(httpd, model, container, what, param):
     tool = {"type": "code_interpreter", "container": container}
     status, _, body = httpd.post("/v1/responses", ci_body([[{"text": "x"}]], tools=[tool]))

@@ -340,6 +340,22 @@ ci_exec_result *ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res)
     return r;
 }
 
+/* The files the execution wrote, for the model: their paths, and how to
+ * link to one (the link becomes a container_file_citation). "" for none. */
+static const char *files_line(apr_pool_t *p, const ci_exec_result *res,
+                              const char *before)
+{
+    const char *line;
+    int i;
+    if (!res->files || !res->files->nelts)
+        return "";
+    line = *before && before[strlen(before) - 1] != '\n' ? "\n[files saved: " : "[files saved: ";
+    for (i = 0; i < res->files->nelts; i++)
+        line = apr_pstrcat(p, line, i ? ", " : "", "/mnt/data/",
+                           APR_ARRAY_IDX(res->files, i, const char *), NULL);
+    return apr_pstrcat(p, line, "; link to one as sandbox:/mnt/data/<name>]\n", NULL);
+}
+
 const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res)
 {
     const char *text = res->text && *res->text ? res->text : "";
@@ -349,6 +365,7 @@ const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res)
     for (i = 0; res->images && i < res->images->nelts; i++)
         text = apr_pstrcat(p, text, "[a PNG figure was created and is shown "
                                     "to the user]\n", NULL);
+    text = apr_pstrcat(p, text, files_line(p, res, text), NULL);
     if (ci_exec_failed(res))
         return apr_pstrcat(p, text, *text && text[strlen(text) - 1] != '\n' ? "\n" : "",
                            res->failure, res->failure_says_all ? ""

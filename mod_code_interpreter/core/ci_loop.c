@@ -10,9 +10,11 @@
 #include <apr_strings.h>
 #include "ci_json.h"
 #include "ci_loop.h"
+#include "ci_citations.h"
 
 struct ci_loop {
     apr_pool_t *p;
+    ci_citer *citer;            /* container_file_citation annotations, or NULL */
     ci_request *req;
     int max_rounds;
     const char *container_id;
@@ -227,11 +229,17 @@ int ci_loop_take_response(ci_loop *l, json_object *resp, ci_error *err)
     n = (int)json_object_array_length(out);
     for (i = 0; i < n; i++) {
         json_object *item = json_object_array_get_idx(out, i);
-        if (json_object_is_type(item, json_type_object))
-            take_item(l, item);
+        if (!json_object_is_type(item, json_type_object))
+            continue;
+        if (l->citer)
+            ci_citer_apply_item(l->citer, item);
+        take_item(l, item);
     }
     return 0;
 }
+
+void ci_loop_set_citer(ci_loop *l, ci_citer *c) { l->citer = c; }
+ci_citer *ci_loop_citer(const ci_loop *l) { return l->citer; }
 
 int ci_loop_take_round(ci_loop *l, const char *body, apr_size_t len,
                        ci_error *err)

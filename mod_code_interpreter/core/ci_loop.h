@@ -136,4 +136,10 @@ int ci_loop_executions(const ci_loop *l);
 /* "PREFIX" + 2*NBYTES random hex digits. */
 const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes);
 
+/* Messages the upstream writes get container_file_citation annotations
+ * from C (ci_citations.h) as each round's response is taken; NULL: none. */
+struct ci_citer;
+void ci_loop_set_citer(ci_loop *l, struct ci_citer *c);
+struct ci_citer *ci_loop_citer(const ci_loop *l);
+
 #endif

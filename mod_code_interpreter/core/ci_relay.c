@@ -1,5 +1,6 @@
 /* ci_relay.c - a streamed upstream response relayed as the client's stream. */
 #include <string.h>
+#include "ci_citations.h"
 #include <apr_hash.h>
 #include <apr_strings.h>
 #include "ci_code_decoder.h"
@@ -28,6 +29,7 @@ struct ci_relay {
     json_object *response;
     ci_error err;
     apr_size_t events;
+    apr_hash_t *annotated;     /* "item_id#part" -> annotations passed on (int) */
 };
 
 static int fail(ci_relay *r, const char *code, const char *type,
@@ -143,11 +145,66 @@ static void on_our_arguments(ci_relay *r, our_call *c, json_object *ev)
     ci_sse_call_code(r->sse, c->item_id, c->output_index, code, n);
 }
 
+/* ---- citations: container_file_citation of the model's links to files ----
+ * After a text's last delta: one annotation.added each, numbered after the
+ * upstream's own; then the part's and the item's done events, and the
+ * round's response, carry them too (ci_citations.h). */
+
+static const char *part_of(ci_relay *r, json_object *ev, int *part)
+{
+    json_object *ci = ci_json_get(ev, "content_index", json_type_int);
+    *part = ci ? json_object_get_int(ci) : 0;
+    return apr_psprintf(r->p, "%s#%d", ci_json_str(ev, "item_id") ? ci_json_str(ev, "item_id")
+                                                                  : "", *part);
+}
+
+/* The upstream's own annotation.added: counted, so that ours follow on. */
+static void count_annotation(ci_relay *r, json_object *ev)
+{
+    int part;
+    const char *key = part_of(r, ev, &part);
+    int n = (int)(apr_uintptr_t)apr_hash_get(r->annotated, key, APR_HASH_KEY_STRING);
+    apr_hash_set(r->annotated, key, APR_HASH_KEY_STRING, (void *)(apr_uintptr_t)(n + 1));
+}
+
+static void cite_text(ci_relay *r, ci_citer *citer, json_object *ev, int index)
+{
+    int part, i, n, before;
+    const char *key = part_of(r, ev, &part), *item_id = ci_json_str(ev, "item_id");
+    json_object *anns = ci_citer_part(citer, item_id, part, ci_json_str(ev, "text"));
+    n = anns ? (int)json_object_array_length(anns) : 0;
+    before = (int)(apr_uintptr_t)apr_hash_get(r->annotated, key, APR_HASH_KEY_STRING);
+    for (i = 0; i < n; i++)
+        ci_sse_annotation(r->sse, item_id, index, part, before + i,
+                          json_object_array_get_idx(anns, i));
+}
+
+/* Events of messages that carry their text: annotated. 1 when EV was one. */
+static void cite(ci_relay *r, const char *type, json_object *ev, int index)
+{
+    ci_citer *citer = ci_loop_citer(r->loop);
+    int part;
+    if (!citer)
+        return;
+    if (!strcmp(type, "response.output_text.annotation.added"))
+        count_annotation(r, ev);
+    else if (!strcmp(type, "response.output_text.done"))
+        cite_text(r, citer, ev, index);
+    else if (!strcmp(type, "response.content_part.done")) {
+        part_of(r, ev, &part);
+        ci_citer_apply_part(citer, ci_json_str(ev, "item_id"), part,
+                            ci_json_get(ev, "part", json_type_object));
+    }
+    else if (!strcmp(type, "response.output_item.done"))
+        ci_citer_apply_item(citer, ci_json_get(ev, "item", json_type_object));
+}
+
 /* One event of an output item. Our call's own events (arguments, done) stay
  * here: the driver finishes its item once the code has run. */
 static void on_item_event(ci_relay *r, const char *type, json_object *ev, int index)
 {
     our_call *c = ours_of(r, ev);
+    cite(r, type, ev, index);
     if (!strcmp(type, "response.output_item.added")) {
         on_item_added(r, ev, index);
         return;
@@ -225,6 +282,7 @@ void ci_relay_round(ci_relay *r)
 {
     ci_sse_reader_reset(r->reader);
     r->ours = apr_hash_make(r->p);
+    r->annotated = apr_hash_make(r->p);
     r->base = ci_loop_items(r->loop);
     r->status = CI_RELAY_MORE;
     r->response = NULL;

@@ -156,8 +156,36 @@ static int refuse_container(apr_pool_t *p, ci_error *err, int index,
     return -1;
 }
 
+/* file_ids: an array of file ids of the upstream's Files API (checked
+ * there by the glue, before round 1). */
+static int check_file_ids(apr_pool_t *p, json_object *v, int index, ci_request *req,
+                          ci_error *err)
+{
+    const char *param = apr_psprintf(p, "tools[%d].container.file_ids", index);
+    size_t i, n;
+    if (!json_object_is_type(v, json_type_array))
+        return bad_type(p, err, param, "an array of file ids");
+    n = json_object_array_length(v);
+    if (n > CI_MAX_FILE_IDS) {
+        ci_error_set(err, 400, CI_INVALID, param, "array_above_max_length", p,
+                     "Invalid '%s': array too long. Expected an array with maximum "
+                     "length %d, but got an array with length %d instead.", param,
+                     CI_MAX_FILE_IDS, (int)n);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        json_object *id = json_object_array_get_idx(v, i);
+        if (!json_object_is_type(id, json_type_string) ||
+            json_object_get_string_len(id) == 0 || json_object_get_string_len(id) > 128)
+            return bad_type(p, err, apr_psprintf(p, "%s[%d]", param, (int)i),
+                            "a file id");
+    }
+    req->file_ids = n ? ci_json_own(p, json_object_get(v)) : NULL;
+    return 0;
+}
+
 /* container is a container's id, or {"type":"auto"} with an optional
- * memory tier (checked against the tool's by the glue); no files or
+ * memory tier (checked against the tool's by the glue) and file_ids; no
  * allowlist yet. A "disabled" network policy is what we do anyway. */
 static int check_container(apr_pool_t *p, json_object *tool, int index,
                            ci_request *req, ci_error *err)
@@ -179,9 +207,9 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (!ci_json_is_type(c, "auto"))
         return refuse_container(p, err, index, "type",
                                 "Container types other than \"auto\"");
-    if ((v = ci_json_get(c, "file_ids", json_type_array)) &&
-        json_object_array_length(v) > 0)
-        return refuse_container(p, err, index, "file_ids", "Container files");
+    if (json_object_object_get_ex(c, "file_ids", &v) && v != NULL &&
+        check_file_ids(p, v, index, req, err) < 0)
+        return -1;
     if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL) {
         if (!json_object_is_type(v, json_type_string))
             return bad_type(p, err,

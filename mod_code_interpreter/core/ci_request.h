@@ -36,6 +36,8 @@ typedef enum {
     CI_REQ_ERROR = 2      /* refuse with the ci_error */
 } ci_req_verdict;
 
+#define CI_MAX_FILE_IDS 100
+
 typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
     json_object *input;         /* root's input as an array, history translated */
@@ -54,6 +56,7 @@ typedef struct ci_request {
     int forced_choice;          /* tool_choice forces a tool or is "required" */
     const char *container_id;   /* tools[].container as an id, or NULL (auto) */
     const char *memory_limit;   /* tools[].container.memory_limit, or NULL */
+    json_object *file_ids;      /* tools[].container.file_ids (strings), or NULL */
     const char *context_container; /* the container of the context's latest
                                       code_interpreter_call (a replayed item
                                       or a recalled reference), or NULL */

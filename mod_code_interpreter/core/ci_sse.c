@@ -235,18 +235,22 @@ static void text_deltas(ci_sse *s, const char *type, const char *item_id,
     deltas(s, type, part_head, &ref, text, logprobs);
 }
 
+void ci_sse_annotation(ci_sse *s, const char *item_id, int index, int part,
+                       int annotation_index, json_object *annotation)
+{
+    json_object *e = part_event(s, "response.output_text.annotation.added", item_id,
+                                index, part);
+    add_int(e, "annotation_index", annotation_index);
+    json_object_object_add(e, "annotation", json_object_get(annotation));
+    emit(s, e);
+}
+
 static void annotations(ci_sse *s, const char *item_id, int index, int part,
                         json_object *list)
 {
     int i, n = list ? (int)json_object_array_length(list) : 0;
-    for (i = 0; i < n; i++) {
-        json_object *e = part_event(s, "response.output_text.annotation.added",
-                                    item_id, index, part);
-        add_int(e, "annotation_index", i);
-        json_object_object_add(e, "annotation",
-                               json_object_get(json_object_array_get_idx(list, i)));
-        emit(s, e);
-    }
+    for (i = 0; i < n; i++)
+        ci_sse_annotation(s, item_id, index, part, i, json_object_array_get_idx(list, i));
 }
 
 static void content_part(ci_sse *s, const char *item_id, int index, int i,

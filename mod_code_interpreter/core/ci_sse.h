@@ -75,4 +75,9 @@ const char *ci_sse_take(ci_sse *s, apr_size_t *len);
 /* Events written so far. */
 int ci_sse_events(const ci_sse *s);
 
+/* One response.output_text.annotation.added of content part PART of
+ * message ITEM_ID at output INDEX (ANNOTATION: a reference is taken). */
+void ci_sse_annotation(ci_sse *s, const char *item_id, int index, int part,
+                       int annotation_index, json_object *annotation);
+
 #endif

@@ -152,8 +152,9 @@ static int goes_to_sink(answer_buf *b)
     if (!b->decided) {
         b->decided = 1;
         curl_easy_getinfo(b->h, CURLINFO_RESPONSE_CODE, &status);
-        b->streamed = b->opts->sink && status == 200 && b->content_type &&
-                      !strncasecmp(b->content_type, "text/event-stream", 17);
+        b->streamed = b->opts->sink && status == 200 &&
+                      (b->opts->sink_any || (b->content_type &&
+                       !strncasecmp(b->content_type, "text/event-stream", 17)));
     }
     return b->streamed;
 }
@@ -249,10 +250,11 @@ static apr_status_t map_curl_error(CURLcode rc, const answer_buf *b)
     return APR_ECONNREFUSED;
 }
 
-apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
-                              const apr_table_t *headers, const char *body,
-                              apr_size_t len, const ci_upstream_opts *opts,
-                              ci_upstream_answer *ans, const char **err)
+/* One exchange: a POST of BODY (LEN bytes), or a GET when BODY is NULL. */
+static apr_status_t exchange(apr_pool_t *p, const char *url, const apr_table_t *headers,
+                             const char *body, apr_size_t len,
+                             const ci_upstream_opts *opts, ci_upstream_answer *ans,
+                             const char **err)
 {
     CURL *h = take_handle();
     struct curl_slist *list;
@@ -271,9 +273,11 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     b.opts = opts;
     list = header_list(headers);
     curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, list);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
@@ -297,4 +301,19 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
     ans->content_type = b.content_type;
     ans->retry_after = b.retry_after;
     return APR_SUCCESS;
+}
+
+apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
+                              const apr_table_t *headers, const char *body,
+                              apr_size_t len, const ci_upstream_opts *opts,
+                              ci_upstream_answer *ans, const char **err)
+{
+    return exchange(p, url, headers, body ? body : "", len, opts, ans, err);
+}
+
+apr_status_t ci_upstream_get(apr_pool_t *p, const char *url, const apr_table_t *headers,
+                             const ci_upstream_opts *opts, ci_upstream_answer *ans,
+                             const char **err)
+{
+    return exchange(p, url, headers, NULL, 0, opts, ans, err);
 }

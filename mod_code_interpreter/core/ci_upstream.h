@@ -26,6 +26,7 @@ typedef struct ci_upstream_opts {
      * (APR_EOF). Any other answer is kept as without it. */
     int (*sink)(void *baton, const char *data, apr_size_t len);
     void *sink_baton;
+    int sink_any;                  /* a 200 answer of any type goes to SINK */
 } ci_upstream_opts;
 
 typedef struct ci_upstream_answer {
@@ -54,5 +55,10 @@ apr_status_t ci_upstream_post(apr_pool_t *p, const char *url,
                               const apr_table_t *headers, const char *body,
                               apr_size_t len, const ci_upstream_opts *opts,
                               ci_upstream_answer *ans, const char **err);
+
+/* GET URL with HEADERS, as ci_upstream_post. */
+apr_status_t ci_upstream_get(apr_pool_t *p, const char *url, const apr_table_t *headers,
+                             const ci_upstream_opts *opts, ci_upstream_answer *ans,
+                             const char **err);
 
 #endif

@@ -6,6 +6,8 @@
 #include "ci_containers.h"
 #include <http_log.h>
 #include "ci_dirconf.h"
+#include "ci_files_in.h"
+#include "ci_citations.h"
 #include "ci_crypto.h"
 #include "ci_json.h"
 #include "ci_owner.h"
@@ -212,6 +214,20 @@ static int check_tier(request_rec *r, ci_req_state *st, ci_error *err)
     return 400;
 }
 
+/* file_ids: each one the caller's at the upstream, before round 1 (its
+ * content is fetched when the container is made). */
+static int check_file_ids(request_rec *r, ci_req_state *st, ci_error *err)
+{
+    if (!st->owner) {
+        ci_error_set(err, 400, CI_INVALID, "file_ids", "missing_credentials", r->pool,
+                     "Container files need a caller: this request carries no "
+                     "credentials.");
+        return 400;
+    }
+    return ci_files_check_ids(r, ci_dir_config(r), st->req->file_ids, "file_ids",
+                              &st->upstream_files, err);
+}
+
 int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
 {
     const char *chained = NULL;
@@ -219,6 +235,8 @@ int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
     if ((rc = check_tier(r, st, err)) != OK)
         return rc;
     if ((rc = follow_chain(r, st, &chained, err)) != OK)
+        return rc;
+    if (st->req->file_ids && (rc = check_file_ids(r, st, err)) != OK)
         return rc;
     if (st->req->container_id)
         return resolve_explicit(r, st, err);
@@ -317,13 +335,19 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
 
 /* Handles hold a provider's access tokens: the directory keeps them sealed
  * with the server secret (AES-256-GCM), opened only in httpd's children. */
+void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
+                                 const char *container_id, const char *handle)
+{
+    json_object *req = dir_request(p, "set_handle", owner);
+    put_str(req, "id", container_id);
+    put_str(req, "handle", ci_seal(p, ci_owner_secret(), handle));
+    ci_containers_ask(r, p, req);
+}
+
 void ci_containers_set_handle(request_rec *r, apr_pool_t *p, ci_req_state *st,
                               const char *handle)
 {
-    json_object *req = dir_request(p, "set_handle", st->owner);
-    put_str(req, "id", st->container_id);
-    put_str(req, "handle", ci_seal(p, ci_owner_secret(), handle));
-    ci_containers_ask(r, p, req);
+    ci_containers_record_handle(r, p, st->owner, st->container_id, handle);
 }
 
 const char *ci_containers_unseal(request_rec *r, const char *sealed)
@@ -370,4 +394,49 @@ void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
     }
     json_object_object_add(req, "items", items);
     dir_ask(r, req);
+}
+
+/* ---- files out: what the final text may cite ------------------------------ */
+
+typedef struct cite_baton {
+    request_rec *r;
+    ci_req_state *st;
+} cite_baton;
+
+/* The container's files, for the citer; NULL when it has none to cite (no
+ * container was made) or they cannot be read. */
+static apr_array_header_t *files_to_cite(void *baton, apr_pool_t *p)
+{
+    cite_baton *b = baton;
+    apr_array_header_t *files = NULL;
+    json_object *ans;
+    ci_container c;
+    ci_file_target t;
+    ci_error err;
+    const char *why = NULL;
+    if (!b->st->container_exists ||
+        !(ans = lookup(b->r, b->st->owner, b->st->container_id, 0)) ||
+        status_of(ans) != CI_DIR_OK ||
+        ci_supdir_container_from(b->r->pool, ci_json_get(ans, "container",
+                                                         json_type_object), &c) ||
+        ci_files_target(b->r, b->st->owner, &c, 0, &t, &err) != OK)
+        return NULL;
+    if (t.def->provider->files_list(p, &t, &files, &why) != CI_FILE_OK) {
+        ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, b->r, "CI0806: the files of container "
+                      "%s could not be read for citations: %s", c.id,
+                      why ? why : "unknown reason");
+        return NULL;
+    }
+    return files;
+}
+
+ci_citer *ci_containers_citer(request_rec *r, ci_req_state *st)
+{
+    cite_baton *b;
+    if (!st->owner)
+        return NULL;          /* its sandbox ends with the request: nothing to cite */
+    b = apr_palloc(r->pool, sizeof(*b));
+    b->r = r;
+    b->st = st;
+    return ci_citer_create(r->pool, st->container_id, files_to_cite, b);
 }

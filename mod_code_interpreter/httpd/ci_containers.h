@@ -66,6 +66,9 @@ apr_status_t ci_containers_ensure(request_rec *r, struct ci_req_state *st,
 void ci_containers_set_handle(request_rec *r, apr_pool_t *p, struct ci_req_state *st,
                               const char *handle);
 
+/* The same for OWNER's container CONTAINER_ID, outside a request's loop. */
+void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
+                                 const char *container_id, const char *handle);
 /* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
 const char *ci_containers_unseal(request_rec *r, const char *sealed);
 
@@ -78,6 +81,11 @@ void ci_containers_expired(request_rec *r, struct ci_req_state *st);
 void ci_containers_finish(request_rec *r, struct ci_req_state *st, ci_loop *loop,
                           const char *response_id);
 
+/* The citer of ST's final text (ci_citations.h): links to the container's
+ * files get container_file_citation annotations. NULL for a request without
+ * an owner (its sandbox ends with it). */
+struct ci_citer;
+struct ci_citer *ci_containers_citer(request_rec *r, struct ci_req_state *st);
 /* What a notice to the model says when the context's container expired. */
 const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id);
 

@@ -15,6 +15,7 @@
 #include "ci_cfiles.h"
 #include "ci_containers.h"
 #include "ci_dirconf.h"
+#include "ci_files_in.h"
 #include "ci_json.h"
 #include "ci_owner.h"
 #include "ci_state.h"
@@ -296,10 +297,10 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
     if (!ci_json_get(body, "name", json_type_string))
         return bad(a, "name", "missing_required_parameter",
                    "Missing required parameter: 'name'."), -1;
-    if ((v = ci_json_get(body, "file_ids", json_type_array)) &&
-        json_object_array_length(v) > 0)
-        return bad(a, "file_ids", "unsupported_parameter",
-                   "Container files are not supported by this server yet."), -1;
+    if (json_object_object_get_ex(body, "file_ids", &v) && v &&
+        !json_object_is_type(v, json_type_array))
+        return bad(a, "file_ids", "invalid_type",
+                   "Invalid type for 'file_ids': expected an array of file ids."), -1;
     if ((tier = ci_json_str(body, "memory_limit")) &&
         (why = ci_sandbox_def_tier(a->r->pool, def, tier, &tiered)))
         return bad(a, "memory_limit", "invalid_value", why), -1;
@@ -317,13 +318,31 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
     return 0;
 }
 
+/* The new container C gets FILES (the caller's, at the upstream): 0, or -1
+ * with A->err set and the container deleted again (nothing half-made). */
+static int provision(api_req *a, const ci_container *c, const apr_array_header_t *files)
+{
+    json_object *ans;
+    ci_container gone;
+    if (ci_files_provision(a->r, a->d, a->owner, c, files, NULL, &a->err) == OK)
+        return 0;
+    a->id = c->id;
+    /* the record as deleted: its handle, when the sandbox got one */
+    if ((ans = dir_ask(a, dir_request(a, "delete"))) &&
+        !container_of(a, ans, "container", &gone))
+        destroy_remote(a, &gone);
+    a->id = NULL;
+    return -1;
+}
+
 static int create(api_req *a)
 {
     const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
                                                   a->d->sandbox ? a->d->sandbox : "local");
-    json_object *body = read_json(a), *req, *ans;
+    json_object *body = read_json(a), *req, *ans, *ids;
+    apr_array_header_t *files = NULL;
     ci_container c;
-    int idle;
+    int idle, status;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
                      "The code interpreter is misconfigured on this server.");
@@ -331,6 +350,11 @@ static int create(api_req *a)
     }
     if (check_create(a, body, def, &idle))
         return OK;
+    /* file_ids: each checked at the upstream before anything is made */
+    if ((ids = ci_json_get(body, "file_ids", json_type_array)) &&
+        json_object_array_length(ids) > 0 &&
+        (status = ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err)) != OK)
+        return fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
                                        ci_json_str(body, "memory_limit"), NULL,
                                        ci_json_str(body, "name"), idle);
@@ -346,16 +370,17 @@ static int create(api_req *a)
                      "busy; delete one or retry later.");
         return fail(a);
     }
+    if (files && provision(a, &c, files))
+        return fail(a);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0815: container %s created "
                   "(tool %s)", c.id, def->name);
     return send_json(a->r, 200, resource(a->r->pool, &c));
 }
 
 /* ---- container files ---------------------------------------------------------
- * Read and deleted through the container's own sandbox: the supervisor
- * relays the request to the kernel inside (ci_kernel.py's file_op), which
- * sees the sandbox's tree as the code does and follows no symlink; no path
- * of the sandbox is ever resolved here. Ids: ci_cfiles.h. */
+ * Read, written and deleted through the container's own sandbox, by its
+ * provider's file entries (ci_sandbox.h): no path of the sandbox is ever
+ * resolved here. Ids: ci_cfiles.h. */
 
 #define CFILE_MAX_GET ((apr_int64_t)1 << 30)    /* bytes of one download */
 
@@ -366,79 +391,49 @@ static int file_not_found(api_req *a)
     return fail(a);
 }
 
-/* The caller's container A->id, checked: 0, or -1 with the answer sent. */
-static int own_container(api_req *a, int *rc)
+/* The caller's container A->id, checked, and where its files are (*T;
+ * with START, its sandbox started when it has none): 0, or -1 with the
+ * answer sent (*RC). */
+static int own_container(api_req *a, int start, ci_file_target *t, int *rc)
 {
     json_object *req = dir_request(a, "get"), *ans;
     ci_container c;
-    const ci_sandbox_def *def;
+    int status;
     json_object_object_add(req, "touch", json_object_new_boolean(1));   /* a use */
     if (!(ans = dir_ask(a, req)))
         return *rc = unavailable(a), -1;
     if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
         return *rc = not_found(a), -1;
-    def = c.tool ? ci_sandbox_lookup(a->r->server, c.tool) : NULL;
-    if (def && strcmp(def->provider->name, "local")) {
-        ci_error_set(&a->err, 501, CI_SERVER, NULL, "not_implemented", a->r->pool,
-                     "Container files are not available yet for containers of the "
-                     "%s provider.", def->provider->name);
+    if (start && c.status != CI_CNTR_RUNNING) {
+        ci_error_set(&a->err, 400, CI_INVALID, NULL, "container_expired", a->r->pool,
+                     "Container with id '%s' has expired and can no longer be used; "
+                     "use a new container.", a->id);
         return *rc = fail(a), -1;
     }
+    if ((status = ci_files_target(a->r, a->owner, &c, start, t, &a->err)) != OK)
+        return *rc = fail(a), -1;
     return 0;
 }
 
-/* A file operation's request: {"container": ID, "op": OP}. */
-static const char *fileop_request(api_req *a, json_object *op, apr_size_t *len)
+static int files_unreadable(api_req *a, const char *why)
 {
-    json_object *o = ci_json_own(a->r->pool, json_object_new_object());
-    json_object_object_add(o, "container", json_object_new_string(a->id));
-    json_object_object_add(o, "op", op);
-    return ci_json_pstr(a->r->pool, o, len);
+    ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0816: the files of container "
+                  "%s could not be read: %s", a->id, why ? why : "unknown reason");
+    ci_error_set(&a->err, 503, CI_SERVER, NULL, "container_unavailable", a->r->pool,
+                 "The container's files could not be read; retry shortly.");
+    return fail(a);
 }
 
-typedef struct line_baton {
-    api_req *a;
-    apr_array_header_t *files;   /* list */
-    const char *type;            /* the last answer line's type (get, delete) */
-    apr_int64_t bytes;           /* get: the size announced */
-    apr_int64_t sent;
-    int started, failed;
-    char *chunk;                 /* get: one decoded data line */
-} line_baton;
-
-static int on_list_line(void *baton, const char *line, apr_size_t len)
+/* T's files (sorted, ci_cfiles.h): 0, or -1 with the answer sent (*RC). */
+static int list_files(api_req *a, const ci_file_target *t, apr_array_header_t **files,
+                      int *rc)
 {
-    line_baton *lb = baton;
-    apr_array_header_t *f = ci_cfiles_parse(lb->a->r->pool, lb->a->id, line, len);
-    if (f)
-        lb->files = f;
-    return 0;
-}
-
-/* The caller's container's files (sorted, ci_cfiles.h): 0, or -1 with the
- * answer sent (*RC). */
-static int list_files(api_req *a, apr_array_header_t **files, int *rc)
-{
-    json_object *op = json_object_new_object();
-    line_baton lb;
-    const char *req, *err = NULL;
-    apr_size_t len;
-    int got;
-    memset(&lb, 0, sizeof(lb));
-    lb.a = a;
-    json_object_object_add(op, "op", json_object_new_string("list"));
-    req = fileop_request(a, op, &len);
-    got = ci_supervisor_fileop(a->r->pool, req, len, on_list_line, &lb, &err);
-    if (got < 0 || (got == 1 && !lb.files)) {
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0816: the files of "
-                      "container %s could not be listed: %s", a->id,
-                      err ? err : "no listing in the answer");
-        ci_error_set(&a->err, 503, CI_SERVER, NULL, "container_unavailable",
-                     a->r->pool, "The container's files could not be read; retry "
-                     "shortly.");
-        return *rc = fail(a), -1;
-    }
-    *files = lb.files ? lb.files : apr_array_make(a->r->pool, 1, sizeof(ci_cfile));
+    const char *why = NULL;
+    ci_file_status st = t->def->provider->files_list(a->r->pool, t, files, &why);
+    if (st == CI_FILE_NO_SANDBOX)
+        *files = apr_array_make(a->r->pool, 1, sizeof(ci_cfile));
+    else if (st != CI_FILE_OK)
+        return *rc = files_unreadable(a, why), -1;
     return 0;
 }
 
@@ -452,17 +447,20 @@ static json_object *file_resource(api_req *a, const ci_cfile *f)
     json_object_object_add(o, "container_id", json_object_new_string(a->id));
     json_object_object_add(o, "path", json_object_new_string(
                                apr_pstrcat(a->r->pool, "/mnt/data/", f->name, NULL)));
-    json_object_object_add(o, "source", json_object_new_string("assistant"));
+    json_object_object_add(o, "source", json_object_new_string(f->user ? "user"
+                                                                         : "assistant"));
     return o;
 }
 
 static int files_list(api_req *a)
 {
     apr_array_header_t *files, *page;
+    ci_file_target t;
     json_object *data;
     paging pg;
     int has_more = 0, i, rc;
-    if (read_paging(a, &pg, &rc) || own_container(a, &rc) || list_files(a, &files, &rc))
+    if (read_paging(a, &pg, &rc) || own_container(a, 0, &t, &rc) ||
+        list_files(a, &t, &files, &rc))
         return rc;
     page = ci_cfiles_page(a->r->pool, files, pg.after, pg.limit,
                           !pg.order || !strcmp(pg.order, "desc"), &has_more);
@@ -472,11 +470,12 @@ static int files_list(api_req *a)
     return send_list(a, data, has_more);
 }
 
-/* The caller's file A->file_id: 0 with *OUT, or -1 with the answer sent. */
-static int own_file(api_req *a, const ci_cfile **out, int *rc)
+/* The caller's file A->file_id: 0 with *OUT and *T, or -1 with the answer
+ * sent. */
+static int own_file(api_req *a, ci_file_target *t, const ci_cfile **out, int *rc)
 {
     apr_array_header_t *files;
-    if (own_container(a, rc) || list_files(a, &files, rc))
+    if (own_container(a, 0, t, rc) || list_files(a, t, &files, rc))
         return -1;
     if (!(*out = ci_cfiles_find(files, a->file_id)))
         return *rc = file_not_found(a), -1;
@@ -486,41 +485,27 @@ static int own_file(api_req *a, const ci_cfile **out, int *rc)
 static int file_get(api_req *a)
 {
     const ci_cfile *f;
+    ci_file_target t;
     int rc;
-    if (own_file(a, &f, &rc))
+    if (own_file(a, &t, &f, &rc))
         return rc;
     return send_json(a->r, 200, ci_json_own(a->r->pool, file_resource(a, f)));
-}
-
-static int on_answer_line(void *baton, const char *line, apr_size_t len)
-{
-    line_baton *lb = baton;
-    const char *err = NULL;
-    json_object *o = ci_json_parse(lb->a->r->pool, line, len, &err);
-    const char *type = ci_json_str(o, "type");
-    if (type && strcmp(type, "end_of_execution"))
-        lb->type = type;
-    return 0;
 }
 
 static int file_delete(api_req *a)
 {
     const ci_cfile *f;
-    json_object *op, *o;
-    line_baton lb;
-    const char *req, *err = NULL;
-    apr_size_t len;
+    ci_file_target t;
+    json_object *o;
+    const char *why = NULL;
+    ci_file_status st;
     int rc;
-    if (own_file(a, &f, &rc))
+    if (own_file(a, &t, &f, &rc))
         return rc;
-    memset(&lb, 0, sizeof(lb));
-    lb.a = a;
-    op = json_object_new_object();
-    json_object_object_add(op, "op", json_object_new_string("delete"));
-    json_object_object_add(op, "name", json_object_new_string(f->name));
-    req = fileop_request(a, op, &len);
-    if (ci_supervisor_fileop(a->r->pool, req, len, on_answer_line, &lb, &err) != 1 ||
-        !lb.type || strcmp(lb.type, "deleted"))
+    st = t.def->provider->file_delete(a->r->pool, &t, f->name, &why);
+    if (st == CI_FILE_FAILED)
+        return files_unreadable(a, why);
+    if (st != CI_FILE_OK)
         return file_not_found(a);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0817: file %s of container %s "
                   "deleted", a->file_id, a->id);
@@ -553,85 +538,107 @@ static const char *content_type_of(const char *name)
     return "application/octet-stream";
 }
 
-/* The content, as the kernel streams it: {"type":"file","bytes":N}, then
- * {"type":"data","b64":...} lines, each decoded and written at once. */
-static int on_content_line(void *baton, const char *line, apr_size_t len)
+/* The download's sink: the headers once the size is known, then the
+ * bytes as they come. */
+typedef struct content_out {
+    request_rec *r;
+    apr_int64_t bytes, sent;
+    int started;
+} content_out;
+
+static int content_size(void *baton, apr_int64_t bytes)
 {
-    line_baton *lb = baton;
-    request_rec *r = lb->a->r;
-    const char *err = NULL, *type, *b64;
-    json_object *o;
-    apr_pool_t *p;
-    int n;
-    apr_pool_create(&p, r->pool);
-    o = ci_json_parse(p, line, len, &err);
-    type = ci_json_str(o, "type");
-    if (!type || !strcmp(type, "end_of_execution"))
-        ;
-    else if (!lb->started && !strcmp(type, "file")) {
-        lb->bytes = json_object_get_int64(ci_json_get(o, "bytes", json_type_int));
-        lb->started = 1;
-        ap_set_content_length(r, (apr_off_t)lb->bytes);
-        r->status = 200;
-    }
-    else if (lb->started && !strcmp(type, "data") && (b64 = ci_json_str(o, "b64")) &&
-             (apr_size_t)apr_base64_decode_len(b64) <= 65536) {
-        n = apr_base64_decode(lb->chunk, b64);
-        if (n < 0 || lb->sent + n > lb->bytes || ap_rwrite(lb->chunk, n, r) < 0)
-            lb->failed = 1;
-        else
-            lb->sent += n;
-    }
-    else if (lb->started)
-        lb->failed = 1;
-    else
-        lb->type = apr_pstrdup(r->pool, type);
-    apr_pool_destroy(p);
-    return lb->failed ? -1 : 0;
+    content_out *c = baton;
+    c->started = 1;
+    c->bytes = bytes;
+    c->r->status = 200;
+    ap_set_content_length(c->r, (apr_off_t)bytes);
+    return 0;
+}
+
+static int content_data(void *baton, const char *buf, apr_size_t len)
+{
+    content_out *c = baton;
+    if (ap_rwrite(buf, (int)len, c->r) < 0)
+        return -1;
+    c->sent += (apr_int64_t)len;
+    return 0;
 }
 
 static int file_content(api_req *a)
 {
     const ci_cfile *f;
-    json_object *op;
-    line_baton lb;
-    const char *req, *err = NULL;
-    apr_size_t len;
-    int rc, got;
-    if (own_file(a, &f, &rc))
+    ci_file_target t;
+    content_out c = { a->r, 0, 0, 0 };
+    ci_file_sink sink = { content_size, content_data, &c };
+    const char *why = NULL;
+    ci_file_status st;
+    int rc;
+    if (own_file(a, &t, &f, &rc))
         return rc;
-    memset(&lb, 0, sizeof(lb));
-    lb.a = a;
-    lb.chunk = apr_palloc(a->r->pool, 65536 + 4);
-    op = json_object_new_object();
-    json_object_object_add(op, "op", json_object_new_string("get"));
-    json_object_object_add(op, "name", json_object_new_string(f->name));
-    json_object_object_add(op, "max", json_object_new_int64(CFILE_MAX_GET));
-    req = fileop_request(a, op, &len);
     ap_set_content_type(a->r, content_type_of(f->name));
-    got = ci_supervisor_fileop(a->r->pool, req, len, on_content_line, &lb, &err);
-    if (!lb.started) {
-        if (lb.type && !strcmp(lb.type, "too_large")) {
+    st = t.def->provider->file_get(a->r->pool, &t, f->name, CFILE_MAX_GET, &sink, &why);
+    if (!c.started) {
+        if (st == CI_FILE_TOO_LARGE) {
             ci_error_set(&a->err, 413, CI_INVALID, NULL, "file_too_large", a->r->pool,
                          "Container file with id '%s' is larger than this server "
                          "serves (%" APR_INT64_T_FMT " bytes).", a->file_id,
                          CFILE_MAX_GET);
             return fail(a);
         }
-        return file_not_found(a);
+        return st == CI_FILE_FAILED ? files_unreadable(a, why) : file_not_found(a);
     }
-    if (got != 1 || lb.failed || lb.sent != lb.bytes) {
+    if (st != CI_FILE_OK || c.sent != c.bytes) {
         /* The headers are out: the body is cut short and the connection
          * closed, so the client sees it from the Content-Length. */
         ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0818: file %s of "
                       "container %s cut after %" APR_INT64_T_FMT " of %" APR_INT64_T_FMT
-                      " bytes: %s", a->file_id, a->id, lb.sent, lb.bytes,
-                      err ? err : "the file changed or could not be read");
+                      " bytes: %s", a->file_id, a->id, c.sent, c.bytes,
+                      why ? why : "the file changed or the client left");
         a->r->connection->keepalive = AP_CONN_CLOSE;
         a->r->connection->aborted = 1;
-        return OK;
     }
     return OK;
+}
+
+/* {"file_id": ID}: a file of the upstream's Files API. */
+static int upload_file_id(api_req *a, const ci_file_target *t, ci_cfile *out)
+{
+    json_object *body = read_json(a), *ids;
+    apr_array_header_t *files;
+    int status;
+    if (!ci_json_str(body, "file_id")) {
+        ci_error_set(&a->err, 400, CI_INVALID, "file_id", "missing_required_parameter",
+                     a->r->pool, "Missing required parameter: 'file_id' (or a "
+                     "multipart/form-data body with a 'file').");
+        return 400;
+    }
+    ids = ci_json_own(a->r->pool, json_object_new_array());
+    json_object_array_add(ids, json_object_get(ci_json_get(body, "file_id",
+                                                           json_type_string)));
+    if ((status = ci_files_check_ids(a->r, a->d, ids, "file_id", &files, &a->err)) != OK)
+        return status;
+    return ci_files_put_upstream(a->r, a->d, t, &APR_ARRAY_IDX(files, 0, ci_filesapi_file),
+                                 out, &a->err);
+}
+
+static int file_upload(api_req *a)
+{
+    const char *type = apr_table_get(a->r->headers_in, "Content-Type");
+    ci_file_target t;
+    ci_cfile f;
+    int rc, status;
+    if (own_container(a, 1, &t, &rc))
+        return rc;
+    status = type && !strncasecmp(type, "multipart/", 10)
+           ? ci_files_put_multipart(a->r, &t, &f, &a->err)
+           : upload_file_id(a, &t, &f);
+    if (status != OK)
+        return a->err.status ? fail(a) : status;
+    ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0819: file %s (%s, %"
+                  APR_INT64_T_FMT " bytes) put into container %s", f.id, f.name, f.bytes,
+                  a->id);
+    return send_json(a->r, 200, ci_json_own(a->r->pool, file_resource(a, &f)));
 }
 
 /* ---- routing -------------------------------------------------------------------- */
@@ -675,7 +682,8 @@ static int file_route(api_req *a, const char *route)
     rest += 5;
     if (!*rest || !strcmp(rest, "/"))
         return a->r->method_number == M_GET ? files_list(a)
-             : method_not_allowed(a, "GET");
+             : a->r->method_number == M_POST ? file_upload(a)
+             : method_not_allowed(a, "GET, POST");
     a->file_id = ++rest;
     if ((slash = strchr(rest, '/'))) {
         rest[slash - rest] = '\0';

@@ -485,3 +485,14 @@ const ci_sandbox_def *ci_dirconf_used(server_rec *s, const char *name)
     }
     return NULL;
 }
+
+const char *ci_dir_upstream_url(request_rec *r, const ci_dir_conf *d)
+{
+    const char *fn = r->filename;
+    if (d->upstream)
+        return d->upstream;
+    if (fn && !strncmp(fn, "proxy:", 6) &&
+        (!strncasecmp(fn + 6, "http://", 7) || !strncasecmp(fn + 6, "https://", 8)))
+        return fn + 6;
+    return NULL;
+}

@@ -77,6 +77,9 @@ apr_interval_time_t ci_dir_connect_timeout(const ci_dir_conf *d);
 /* CodeInterpreterUpstreamTimeout, or 0: the rest of the deadline. */
 apr_interval_time_t ci_dir_upstream_timeout(const ci_dir_conf *d);
 const char *ci_dir_function_name(const ci_dir_conf *d);
+/* The upstream's Responses URL for R: CodeInterpreterUpstream, else the URL
+ * R is proxied to; NULL when neither. */
+const char *ci_dir_upstream_url(request_rec *r, const ci_dir_conf *d);
 int ci_server_workers(const ci_server_conf *c);
 int ci_server_queue_limit(const ci_server_conf *c);
 int ci_server_max_sandboxes(const ci_server_conf *c);

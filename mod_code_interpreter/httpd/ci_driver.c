@@ -321,13 +321,7 @@ static apr_table_t *followup_headers(request_rec *r)
 
 static const char *followup_url(driver *dv)
 {
-    const char *fn = dv->r->filename;
-    if (dv->d->upstream)
-        return dv->d->upstream;
-    if (fn && !strncmp(fn, "proxy:", 6) &&
-        (!strncasecmp(fn + 6, "http://", 7) || !strncasecmp(fn + 6, "https://", 8)))
-        return fn + 6;
-    return NULL;
+    return ci_dir_upstream_url(dv->r, dv->d);
 }
 
 static int followup_progress(void *baton)
@@ -651,6 +645,7 @@ ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
     dv->deadline_at = dv->st->started + ci_dir_deadline(dv->d);
     dv->loop = ci_loop_create(f->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
                               dv->st->container_id);
+    ci_loop_set_citer(dv->loop, ci_containers_citer(f->r, dv->st));
     if (dv->st->container_lost)
         ci_loop_notice(dv->loop, ci_containers_lost_notice(f->r->pool,
                                                            dv->st->container_lost));

@@ -20,6 +20,7 @@
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
+#include "ci_files_in.h"
 #include "ci_state.h"
 #include "ci_supervisor.h"
 #include "ci_workers.h"
@@ -232,23 +233,40 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
     return s;
 }
 
+/* The new container C gets the request's file_ids: its sandbox started,
+ * the files put there; *HANDLE is the sandbox's handle when it got one. */
+static apr_status_t provision(ci_session *s, ci_container *c, const char **handle,
+                              ci_error *err)
+{
+    return ci_files_provision(s->r, ci_dir_config(s->r), s->st->owner, c,
+                              s->st->upstream_files, handle, err) == OK
+         ? APR_SUCCESS : APR_EGENERAL;
+}
+
 /* The first call of a container's session: its record (made now when the
  * container is new), and the box pointed at its sandbox. */
 static apr_status_t attach_container(ci_session *s, ci_error *err)
 {
     ci_container c;
     const ci_sandbox_def *tiered = s->def;
+    int made_now = !s->st->container_exists;
     apr_status_t rv = ci_containers_ensure(s->r, s->st, &c, err);
+    const char *handle;
     if (rv != APR_SUCCESS)
+        return rv;
+    handle = ci_containers_unseal(s->r, c.handle);
+    /* file_ids: put into the container this request makes (a container a
+     * chain reuses has them already, and later changes stand) */
+    if (made_now && s->st->upstream_files &&
+        (rv = provision(s, &c, &handle, err)) != APR_SUCCESS)
         return rv;
     /* the container's tier (checked when it was asked for) */
     if (c.memory_limit)
         ci_sandbox_def_tier(s->root, s->def, c.memory_limit, &tiered);
     s->def = tiered;
-    ci_box_set_container(s->box, tiered, s->container_id,
-                         ci_containers_unseal(s->r, c.handle),
+    ci_box_set_container(s->box, tiered, s->container_id, handle,
                          c.idle_seconds > 0 ? c.idle_seconds : tiered->idle);
-    s->has_handle = c.handle != NULL;
+    s->has_handle = handle != NULL;
     s->attached = 1;
     return APR_SUCCESS;
 }
@@ -324,6 +342,10 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         return APR_EGENERAL;
     }
     *res = s->res;
+    /* A request's own sandbox ends with it: its files are not the model's
+     * to link to (only a container's are cited). */
+    if (!s->container)
+        res->files = NULL;
     ci_registry_touch(s->slot);
     ci_registry_execution(s->def->name, res->outcome, res->duration);
     return APR_SUCCESS;

@@ -22,6 +22,9 @@ typedef struct ci_req_state {
                                   explicit, or made at the first call) */
     const char *container_lost;/* the context's container, expired: the
                                   model is told its state is gone */
+    apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
+                                  (ci_filesapi_file): put into the container
+                                  when this request makes it */
     apr_time_t started;
     apr_interval_time_t module_time;   /* time spent in the module's own work */
 } ci_req_state;

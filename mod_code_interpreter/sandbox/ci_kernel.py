@@ -165,6 +165,7 @@ FILE_CHUNK = 48 * 1024          # raw bytes per data line (64 KiB of base64)
 MAX_LISTED = 10000
 MAX_LISTING = 900 * 1024        # bytes of the listing's line (the server reads 1 MiB)
 MAX_NAME = 255
+MAX_CHANGED = 100
 
 
 def file_name_ok(name):
@@ -179,29 +180,78 @@ def file_name_ok(name):
     return True
 
 
+# Files put here by an upload: name -> (size, mtime_ns) as written. A file
+# still so is the user's (source "user"); once code changes it, it is the
+# assistant's. Kept in this process, as the container's state is.
+UPLOADS = {}
+
+
+def open_data_dir():
+    return os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def regular_files(dfd):
+    """name -> stat of each regular file directly under the directory (no
+    symlink followed), at most MAX_LISTED, in name order."""
+    found = {}
+    for name in sorted(os.listdir(dfd)):
+        if len(found) >= MAX_LISTED:
+            break
+        if not file_name_ok(name):
+            continue
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            found[name] = st
+    return found
+
+
+def is_upload(name, st):
+    return UPLOADS.get(name) == (st.st_size, st.st_mtime_ns)
+
+
 def file_list(channel):
     files = []
     size = 0
-    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dfd = open_data_dir()
     try:
-        for name in sorted(os.listdir(dfd)):
-            if len(files) >= MAX_LISTED:
-                break
-            if not file_name_ok(name):
-                continue
-            try:
-                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                entry = {"name": name, "bytes": st.st_size, "mtime": int(st.st_mtime)}
-                size += len(json.dumps(entry)) + 2
-                if size > MAX_LISTING:
-                    break
-                files.append(entry)
+        found = regular_files(dfd)
     finally:
         os.close(dfd)
+    for name, st in found.items():
+        entry = {"name": name, "bytes": st.st_size, "mtime": int(st.st_mtime)}
+        if is_upload(name, st):
+            entry["source"] = "user"
+        size += len(json.dumps(entry)) + 2
+        if size > MAX_LISTING:
+            break
+        files.append(entry)
     channel.line({"type": "files", "files": files})
+
+
+def snapshot():
+    """name -> (size, mtime_ns, inode) of the container's files, to see
+    what an execution changed; {} when /mnt/data cannot be read."""
+    try:
+        dfd = open_data_dir()
+    except OSError:
+        return {}
+    try:
+        return {name: (st.st_size, st.st_mtime_ns, st.st_ino)
+                for name, st in regular_files(dfd).items()}
+    except OSError:
+        return {}
+    finally:
+        os.close(dfd)
+
+
+def send_changed(channel, before):
+    after = snapshot()
+    changed = [name for name, sig in after.items() if before.get(name) != sig]
+    if changed:
+        channel.line({"type": "files", "changed": changed[:MAX_CHANGED]})
 
 
 def open_regular(name, dfd):
@@ -220,7 +270,7 @@ def open_regular(name, dfd):
 
 
 def file_get(channel, name, limit):
-    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dfd = open_data_dir()
     try:
         fd = open_regular(name, dfd)
     finally:
@@ -249,7 +299,7 @@ def file_get(channel, name, limit):
 
 
 def file_delete(channel, name):
-    dfd = os.open(DATA_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dfd = open_data_dir()
     try:
         st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode):
@@ -262,18 +312,99 @@ def file_delete(channel, name):
         os.close(dfd)
 
 
-def file_op(channel, req):
+# An upload: after the request line, the server sends chunks, each a
+# length line ("N\n") then N bytes; "0\n" ends it (commit), "-1\n"
+# abandons it. The bytes go to a new file beside the target, renamed over
+# it at the end: a failed upload leaves nothing, and the rename replaces a
+# symlink of that name instead of writing through it.
+def read_chunks(requests, out_fd, room):
+    """Copy the chunks to OUT_FD: "done", "abandoned", "too_large" (past
+    ROOM bytes, -1: no bound) or "no_space"; the stream is read to its end
+    whatever happens, so the next request line is where it should be."""
+    written, outcome = 0, None
+    while True:
+        n = int(requests.readline().strip() or b"-1")
+        if n <= 0:
+            return outcome or ("done" if n == 0 else "abandoned")
+        data = requests.read(n)
+        if len(data) != n:
+            raise EOFError("the upload was cut short")
+        written += n
+        if outcome:
+            continue
+        if 0 <= room < written:
+            outcome = "too_large"
+            continue
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(out_fd, view):]
+        except OSError:
+            outcome = "no_space"
+
+
+def upload_room(found, name, req):
+    """Why the upload of NAME cannot start ("too_many"), or None, and the
+    bytes it may have (-1: no bound)."""
+    others = {k: st for k, st in found.items() if k != name}
+    max_files, max_bytes = int(req.get("max_files", 0)), int(req.get("max_bytes", 0))
+    if max_files and name not in found and len(others) + 1 > max_files:
+        return "too_many", 0
+    room = [int(req["max_file"])] if req.get("max_file") else []
+    if max_bytes:
+        room.append(max(max_bytes - sum(st.st_size for st in others.values()), 0))
+    return None, min(room) if room else -1
+
+
+def file_put(channel, requests, req):
+    name = req["name"]
+    dfd = open_data_dir()
+    tmp = None
+    try:
+        refused, room = upload_room(regular_files(dfd), name, req)
+        if refused:
+            channel.line({"type": refused})
+            return
+        tmp = ".upload-%s" % os.urandom(8).hex()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=dfd)
+        try:
+            channel.line({"type": "ready", "room": room})
+            outcome = read_chunks(requests, fd, room)
+        finally:
+            os.close(fd)
+        if outcome == "done":
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            tmp = None
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            UPLOADS[name] = (st.st_size, st.st_mtime_ns)
+            channel.line({"type": "stored", "bytes": st.st_size,
+                          "mtime": int(st.st_mtime)})
+        else:
+            channel.line({"type": outcome})
+    finally:
+        if tmp:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+        os.close(dfd)
+
+
+def file_op(channel, req, requests):
     op = req.get("op")
     name = req.get("name")
     try:
         if op == "list":
             file_list(channel)
-        elif op in ("get", "delete") and not file_name_ok(name):
+        elif op in ("get", "delete", "put") and not file_name_ok(name):
             channel.line({"type": "refused", "value": "not a file name"})
         elif op == "get":
             file_get(channel, name, int(req.get("max", 0)))
         elif op == "delete":
             file_delete(channel, name)
+        elif op == "put":
+            file_put(channel, requests, req)
         else:
             channel.line({"type": "refused", "value": "unknown operation"})
     except BaseException as exc:   # KeyboardInterrupt (the deadline) too
@@ -300,13 +431,17 @@ def main():
     for module in filter(None, CONFIG.get("preload", "").split(",")):
         exec("import " + module, namespace)
     channel.line({"type": "ready"})
-    for raw in requests:
+    while True:
+        raw = requests.readline()
+        if not raw:
+            break
         req = json.loads(raw)
         if "op" in req:
-            file_op(channel, req)
+            file_op(channel, req, requests)
             continue
         code = req.get("code", "")
         channel.line({"type": "number_of_executions", "execution_count": 1})
+        before = snapshot()
         run_cell(code, namespace, channel)
         sys.stdout.flush()
         try:
@@ -314,6 +449,7 @@ def main():
         except Exception as exc:
             channel.text("stderr", "could not render a figure: %s\n" % exc)
         send_fd_output(channel, capture)
+        send_changed(channel, before)
         channel.finish()
 
 

@@ -48,7 +48,9 @@ const char *ci_provider_names(apr_pool_t *p)
 
 /* ---- definitions --------------------------------------------------------- */
 
-#define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention, tiers"
+#define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention, tiers, " \
+                    "max_file, max_files, max_bytes"
+#define MAX_FILES_LIMIT 10000            /* a container's listing shows as many */
 #define MAX_IDLE (30 * 86400)
 
 ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
@@ -62,6 +64,9 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
     d->idle = 20 * 60;
     d->max_idle = 24 * 3600;
     d->retention = 3600;
+    d->files.max_file = (apr_uint64_t)512 << 20;     /* OpenAI's own per-file cap */
+    d->files.max_files = 1000;
+    d->files.max_bytes = 0;                          /* the sandbox's disk bounds it */
     if (provider->defaults)
         provider->defaults(d);
     return d;
@@ -85,6 +90,15 @@ static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
         return ci_parse_duration(p, v, MAX_IDLE, &d->max_idle);
     if (!strcmp(key, "retention"))
         return ci_parse_duration(p, v, MAX_IDLE, &d->retention);
+    if (!strcmp(key, "max_file"))
+        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &d->files.max_file);
+    if (!strcmp(key, "max_bytes"))
+        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &d->files.max_bytes);
+    if (!strcmp(key, "max_files")) {
+        if (!(e = ci_parse_count(p, v, MAX_FILES_LIMIT, 0, &s)))
+            d->files.max_files = (apr_uint64_t)s;
+        return e;
+    }
     if (!strcmp(key, "tiers")) {
         d->tiers = v;
         return NULL;              /* checked once the provider's keys are in */
@@ -252,6 +266,7 @@ const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
 {
     return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%s|%"
                         APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s|%s|%"
+                        APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%"
                         APR_UINT64_T_FMT,
                         d->provider->name, d->timeout, d->max_output,
                         d->python ? d->python : "", d->memory, d->processes, d->disk,
@@ -259,7 +274,8 @@ const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
                         d->api_base ? d->api_base : "",
                         d->template_id ? d->template_id : "", d->lifetime,
                         d->internet, d->sandbox_url ? d->sandbox_url : "",
-                        d->tiers ? d->tiers : "", d->rss_bound);
+                        d->tiers ? d->tiers : "", d->rss_bound, d->files.max_file,
+                        d->files.max_files, d->files.max_bytes);
 }
 
 /* ---- the box ------------------------------------------------------------- */

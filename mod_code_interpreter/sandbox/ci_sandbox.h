@@ -93,6 +93,7 @@ typedef struct ci_sandbox_def {
      * in tiers= ("1g:768M,4g:3G"); NULL: the one tier "1g", the tool as
      * declared. The provider's tier entry applies a value to a def. */
     const char *tiers;
+    ci_file_limits files;          /* uploads: max_file=, max_files=, max_bytes= */
     apr_uint64_t rss_bound;        /* local: resident memory of the whole
                                       sandbox, enforced by the supervisor;
                                       0: none */

@@ -72,6 +72,7 @@
  * json.dumps; a name inside a line is escaped, never this line). */
 #define FILEOP_END "\n{\"type\": \"end_of_execution\"}\n"
 #define FILEOP_END_LEN (sizeof(FILEOP_END) - 1)
+#define RAW_PUT 2                               /* queued: a put (see queued) */
 
 /* ---- an output queue ----------------------------------------------------- */
 
@@ -143,7 +144,8 @@ typedef struct queued {
     conn *from;
     char *code;
     apr_size_t len;
-    int raw;                    /* a FILEOP: CODE is the kernel's whole line */
+    int raw;                    /* a FILEOP: CODE is the kernel's whole line
+                                   (RAW_PUT: a put, data to follow) */
     struct queued *next;
 } queued;
 
@@ -181,6 +183,8 @@ typedef struct box {
     int nprocs;
     apr_time_t procs_at;        /* when (0: never) */
     int fileop;                 /* the run in progress is a file operation */
+    int upload;                 /* ... a put whose data is still coming from
+                                   its runner */
     char tail[FILEOP_END_LEN + 1];  /* a file operation's last output bytes */
     apr_size_t tail_len;
     struct box *next;
@@ -406,6 +410,25 @@ static box *owned(conn *c, apr_uint32_t id)
 static void stop_run(box *b, ci_exec_outcome outcome);
 static void interrupt_kernel(box *b, ci_exec_outcome why);
 
+/* Queue one chunk of a put's data for B's kernel (ci_kernel.py's
+ * read_chunks): a length line, then the bytes. -1 when it cannot. */
+static int queue_chunk(box *b, const char *data, apr_size_t len)
+{
+    char line[24];
+    int n = snprintf(line, sizeof(line), "%" APR_SIZE_T_FMT "\n", len);
+    return outq_add(&b->input, line, (apr_size_t)n) < 0 ||
+           outq_add(&b->input, data, len) < 0 ? -1 : 0;
+}
+
+/* The end of B's put: committed, or abandoned (the kernel removes what it
+ * wrote). Always at a chunk's boundary: chunks are queued whole. */
+static void end_upload(box *b, int commit)
+{
+    b->upload = 0;
+    if (outq_add(&b->input, commit ? "0\n" : "-1\n", commit ? 2 : 3) < 0)
+        box_kill(b);
+}
+
 /* C goes: its place in its container's queue, and its run in progress. */
 static void detach(conn *c)
 {
@@ -434,6 +457,8 @@ static void detach(conn *c)
         else
             wp = &w->next;
     }
+    if (b->runner == c && b->upload)
+        end_upload(b, 0);             /* nothing half-written */
     if (b->runner == c) {
         /* Its child left mid-run (it died, or gave up): the run is
          * interrupted as a timeout is, and the container lives on for the
@@ -730,7 +755,8 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw
     b->state = BOX_RUNNING;
     b->deadline = apr_time_now() + (raw ? FILEOP_TIMEOUT : b->def->timeout);
     b->interrupted = CI_EXEC_COMPLETED;
-    b->fileop = raw;
+    b->fileop = raw != 0;
+    b->upload = raw == RAW_PUT;
     /* The line before the first one is as good as a newline. */
     b->tail[0] = '\n';
     b->tail_len = 1;
@@ -896,7 +922,7 @@ static void handle_fileop(conn *c, const ci_sup_frame *f)
     op = ci_json_get(req, "op", json_type_object);
     kind = ci_json_str(op, "op");
     if (!id || !kind || (strcmp(kind, "list") && strcmp(kind, "get") &&
-                         strcmp(kind, "delete")))
+                         strcmp(kind, "delete") && strcmp(kind, "put")))
         send_text(c, CI_SUP_ERROR, 0, "a file operation not understood");
     else if (!(b = container_box(id)) || b->state == BOX_DEAD)
         send_frame(c, CI_SUP_NONE, 0, NULL, 0);
@@ -904,11 +930,28 @@ static void handle_fileop(conn *c, const ci_sup_frame *f)
         detach(c);
         c->attached = b;
         line = ci_json_pstr(p, op, &len);   /* one line: json-c escapes newlines */
-        if (enqueue(b, c, line, len, 1) < 0)
+        if (enqueue(b, c, line, len, strcmp(kind, "put") ? 1 : RAW_PUT) < 0)
             send_end(c, b->id, CI_EXEC_LOST);
         next_run(b);
     }
     apr_pool_destroy(p);
+}
+
+/* A put's data from C, or its end: relayed while C's put is the run in
+ * progress and its data still open; anything else is a broken client. */
+static void handle_filedata(conn *c, const ci_sup_frame *f)
+{
+    box *b = c->attached;
+    if (!b || b->runner != c || !b->upload || b->state != BOX_RUNNING ||
+        (f->type == CI_SUP_FILEDATA && !f->len) ||
+        (f->type == CI_SUP_FILEEND && f->len != 1)) {
+        c->closing = 2;               /* detach abandons any put of C's */
+        return;
+    }
+    if (f->type == CI_SUP_FILEEND)
+        end_upload(b, f->data[0] == 1);
+    else if (queue_chunk(b, f->data, f->len) < 0)
+        box_kill(b);
 }
 
 /* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
@@ -1205,6 +1248,8 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     case CI_SUP_ATTACH:    handle_attach(c, f); break;
     case CI_SUP_DIR:       handle_dir(c, f); break;
     case CI_SUP_FILEOP:    handle_fileop(c, f); break;
+    case CI_SUP_FILEDATA:
+    case CI_SUP_FILEEND:   handle_filedata(c, f); break;
     case CI_SUP_INTERRUPT:
         if ((b = owned(c, f->id)) && b->container) {
             if (b->runner == c && b->state == BOX_RUNNING &&
@@ -1422,6 +1467,14 @@ static int poll_timeout(void)
     return next <= now ? 0 : (int)apr_time_as_msec(next - now) + 1;
 }
 
+/* C is sending a put's data faster than the kernel takes it: C is not read
+ * until the kernel catches up (the socket's buffer then holds C back). */
+static int uploading_ahead(const conn *c)
+{
+    const box *b = c->attached;
+    return b && b->upload && b->runner == c && outq_len(&b->input) >= BACKLOG_MAX;
+}
+
 static int build_pollset(apr_array_header_t *pfds, apr_array_header_t *refs)
 {
     conn *c;
@@ -1433,7 +1486,8 @@ static int build_pollset(apr_array_header_t *pfds, apr_array_header_t *refs)
     pfds->nelts = refs->nelts = 0;
     ADD(sup.cfg->listen_fd, POLLIN, REF_LISTEN, NULL);
     for (c = sup.conns; c; c = c->next)
-        ADD(c->fd, POLLIN | (outq_len(&c->out) ? POLLOUT : 0), REF_CONN, c);
+        ADD(c->fd, (uploading_ahead(c) ? 0 : POLLIN) | (outq_len(&c->out) ? POLLOUT : 0),
+            REF_CONN, c);
     for (b = sup.boxes; b; b = b->next) {
         /* Back-pressure: a slow reader stops the sandbox's output. */
         if (b->out_fd >= 0 && (!client_of(b) || outq_len(&client_of(b)->out) < BACKLOG_MAX))

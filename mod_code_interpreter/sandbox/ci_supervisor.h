@@ -59,6 +59,25 @@ typedef int (*ci_fileop_line_fn)(void *baton, const char *line, apr_size_t len);
 int ci_supervisor_fileop(apr_pool_t *p, const char *req, apr_size_t len,
                          ci_fileop_line_fn fn, void *baton, const char **err);
 
+/* A put's data: once FN returns 1 for a line (the kernel's "ready"), READ
+ * is drained into FILEDATA frames, at most MAX bytes in all, then FILEEND:
+ * commit when READ reached its end within MAX, else abandon. *OUTCOME says
+ * which (CI_UPLOAD_SENT, CI_UPLOAD_SOURCE_FAILED, CI_UPLOAD_TOO_LARGE). */
+typedef enum {
+    CI_UPLOAD_NOT_STARTED = 0, CI_UPLOAD_SENT, CI_UPLOAD_SOURCE_FAILED,
+    CI_UPLOAD_TOO_LARGE
+} ci_upload_outcome;
+typedef struct ci_fileop_upload {
+    apr_ssize_t (*read)(void *baton, char *buf, apr_size_t len);
+    void *baton;
+    apr_int64_t max;             /* -1: no bound */
+    ci_upload_outcome outcome;   /* out */
+    apr_uint64_t sent;           /* out: bytes sent */
+} ci_fileop_upload;
+int ci_supervisor_fileop_put(apr_pool_t *p, const char *req, apr_size_t len,
+                             ci_fileop_line_fn fn, void *baton, ci_fileop_upload *up,
+                             const char **err);
+
 /* Send one frame on FD (blocking). 0 or -1. */
 int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t len);
 

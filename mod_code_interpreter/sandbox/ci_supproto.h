@@ -28,10 +28,20 @@
  *   DIR (json, ci_supdir.h)         DIR_ANSWER (json)
  *   FILEOP (json {container: ID,    NONE when the container has no sandbox;
  *           op: {op: list|get|      else OUTPUT (0, NDJSON lines of the
- *           delete, name?, max?}})  kernel's file operation)* then END
+ *           delete|put, name?,      kernel's file operation)* then END
+ *           max?, max_file?,
+ *           max_files?,
+ *           max_bytes?}})
+ *   FILEDATA (payload: bytes)       (a put's data, once the kernel's OUTPUT
+ *                                   said {"type":"ready"})
+ *   FILEEND (payload: 1 byte,       (the kernel answers, then END)
+ *            1 commit, 0 abandon)
  *
  * A FILEOP takes its turn in the container's run queue like a RUN: no code
- * runs while the kernel reads, lists or deletes files under /mnt/data.
+ * runs while the kernel reads, writes, lists or deletes files under
+ * /mnt/data. A put's data is relayed to the kernel as chunks; while the
+ * kernel is behind, the supervisor stops reading the connection. A
+ * connection that goes before FILEEND abandons its put: nothing is written.
  *
  * A container's sandbox (ATTACH) is not the connection's: it stays when the
  * connection closes, any connection may attach to it, and their RUNs take
@@ -46,7 +56,7 @@
 
 struct ci_sandbox_def;
 
-#define CI_SUP_VERSION 3
+#define CI_SUP_VERSION 4
 #define CI_SUP_HEADER 9
 #define CI_SUP_END_KEPT 1                   /* END's second byte */                     /* length + type + id */
 #define CI_SUP_MAX_FRAME ((apr_size_t)64 * 1024 * 1024)
@@ -63,6 +73,8 @@ typedef enum {
     CI_SUP_ATTACH = 9,
     CI_SUP_DIR = 10,
     CI_SUP_FILEOP = 11,
+    CI_SUP_FILEDATA = 12,
+    CI_SUP_FILEEND = 13,
     CI_SUP_OK = 16,
     CI_SUP_ERROR = 17,
     CI_SUP_NONE = 18,

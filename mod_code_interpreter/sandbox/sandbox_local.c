@@ -30,6 +30,7 @@
 #include "ci_json.h"
 #include "ci_sandbox.h"
 #include "ci_supervisor.h"
+#include "files_local.h"
 #include "ci_supproto.h"
 #include "ci_workers.h"
 
@@ -480,77 +481,117 @@ int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)
 #define FILEOP_WAIT apr_time_from_sec(330)       /* the supervisor's 300 s, and more */
 #define FILEOP_MAX_LINE ((apr_size_t)1024 * 1024)
 
+#define UPLOAD_CHUNK ((apr_size_t)64 * 1024)
+
+/* Drain UP's source into FILEDATA frames on FD, then FILEEND. 0, or -1 when
+ * the supervisor went away. */
+static int send_upload(int fd, ci_fileop_upload *up, char *buf)
+{
+    char commit;
+    for (;;) {
+        apr_ssize_t n = up->read(up->baton, buf, UPLOAD_CHUNK);
+        if (n < 0) {
+            up->outcome = CI_UPLOAD_SOURCE_FAILED;
+            break;
+        }
+        if (n == 0) {
+            up->outcome = CI_UPLOAD_SENT;
+            break;
+        }
+        if (up->max >= 0 && up->sent + (apr_uint64_t)n > (apr_uint64_t)up->max) {
+            up->outcome = CI_UPLOAD_TOO_LARGE;
+            break;
+        }
+        if (ci_sup_send(fd, CI_SUP_FILEDATA, 0, buf, (apr_size_t)n) < 0)
+            return -1;
+        up->sent += (apr_uint64_t)n;
+    }
+    commit = up->outcome == CI_UPLOAD_SENT;
+    return ci_sup_send(fd, CI_SUP_FILEEND, 0, &commit, 1);
+}
+
 /* Hand each whole line of BUF (LEN bytes after *HAVE kept ones) to FN; the
- * rest stays. -1 when FN stops or a line is too long. */
+ * rest stays. -1 when FN stops or a line is too long; 1 when FN said the
+ * kernel waits for an upload's data. */
 static int fileop_lines(char *buf, apr_size_t *have, ci_fileop_line_fn fn, void *baton)
 {
     apr_size_t start = 0;
     char *nl;
+    int rc = 0, said;
     while ((nl = memchr(buf + start, '\n', *have - start))) {
         *nl = '\0';
-        if (fn(baton, buf + start, (apr_size_t)(nl - buf - start)) < 0)
+        if ((said = fn(baton, buf + start, (apr_size_t)(nl - buf - start))) < 0)
             return -1;
+        rc |= said == 1;
         start = (apr_size_t)(nl - buf) + 1;
     }
     memmove(buf, buf + start, *have - start);
     *have -= start;
-    return *have >= FILEOP_MAX_LINE ? -1 : 0;
+    return *have >= FILEOP_MAX_LINE ? -1 : rc;
 }
 
-int ci_supervisor_fileop(apr_pool_t *p, const char *req, apr_size_t len,
-                         ci_fileop_line_fn fn, void *baton, const char **err)
+/* The answer frames of a file operation on FD, lines to FN, until END (1)
+ * or NONE (0); -1 with *ERR. An upload's data goes when FN asks for it. */
+static int fileop_answer(apr_pool_t *p, int fd, ci_sup_reader *r, char *buf,
+                         ci_fileop_line_fn fn, void *baton, ci_fileop_upload *up,
+                         const char **err)
+{
+    apr_time_t deadline = apr_time_now() + FILEOP_WAIT;
+    apr_size_t have = 0;
+    ci_sup_frame f;
+    int said;
+    for (;;) {
+        if (read_frame(fd, r, deadline, &f) != 1)
+            return *err = "the sandbox supervisor did not answer", -1;
+        if (f.type == CI_SUP_NONE)
+            return 0;
+        if (f.type == CI_SUP_END)
+            return 1;
+        if (f.type == CI_SUP_ERROR)
+            return *err = apr_pstrmemdup(p, f.data, f.len), -1;
+        if (f.type != CI_SUP_OUTPUT)
+            continue;
+        while (f.len) {
+            apr_size_t take = f.len < 65536 ? f.len : 65536;
+            memcpy(buf + have, f.data, take);
+            have += take;
+            f.data += take;
+            f.len -= take;
+            if ((said = fileop_lines(buf, &have, fn, baton)) < 0)
+                return *err = "the file operation's answer was cut short", -1;
+            if (said == 1 && up && up->outcome == CI_UPLOAD_NOT_STARTED &&
+                send_upload(fd, up, buf + FILEOP_MAX_LINE + 65536) < 0)
+                return *err = "the sandbox supervisor went away", -1;
+        }
+    }
+}
+
+int ci_supervisor_fileop_put(apr_pool_t *p, const char *req, apr_size_t len,
+                             ci_fileop_line_fn fn, void *baton, ci_fileop_upload *up,
+                             const char **err)
 {
     ci_sup_reader *r = ci_sup_reader_create(p);
-    ci_sup_frame f;
-    apr_time_t deadline = apr_time_now() + FILEOP_WAIT;
     int fd = dial(p, err), rc = -1;
     char *buf = NULL;
-    apr_size_t have = 0;
     if (fd < 0)
         return -1;
     *err = NULL;
     if (send_hello(fd, p) < 0 || ci_sup_send(fd, CI_SUP_FILEOP, 0, req, len) < 0)
         *err = "the sandbox supervisor went away";
     else if (check_hello(fd, r, p, err) == 0 &&
-             !(buf = malloc(FILEOP_MAX_LINE + 65536)))
+             !(buf = malloc(FILEOP_MAX_LINE + 65536 + (up ? UPLOAD_CHUNK : 0))))
         *err = "out of memory";
-    else if (buf) {
-        for (;;) {
-            if (read_frame(fd, r, deadline, &f) != 1) {
-                *err = "the sandbox supervisor did not answer";
-                break;
-            }
-            if (f.type == CI_SUP_NONE) {
-                rc = 0;
-                break;
-            }
-            if (f.type == CI_SUP_END) {
-                rc = 1;
-                break;
-            }
-            if (f.type == CI_SUP_ERROR) {
-                *err = apr_pstrmemdup(p, f.data, f.len);
-                break;
-            }
-            if (f.type != CI_SUP_OUTPUT)
-                continue;
-            while (f.len) {
-                apr_size_t take = f.len < 65536 ? f.len : 65536;
-                memcpy(buf + have, f.data, take);
-                have += take;
-                f.data += take;
-                f.len -= take;
-                if (fileop_lines(buf, &have, fn, baton) < 0) {
-                    *err = "the file operation's answer was cut short";
-                    goto done;
-                }
-            }
-        }
-    }
-done:
+    else if (buf)
+        rc = fileop_answer(p, fd, r, buf, fn, baton, up, err);
     free(buf);
     close(fd);
     return rc;
+}
+
+int ci_supervisor_fileop(apr_pool_t *p, const char *req, apr_size_t len,
+                         ci_fileop_line_fn fn, void *baton, const char **err)
+{
+    return ci_supervisor_fileop_put(p, req, len, fn, baton, NULL, err);
 }
 
 static apr_status_t sandbox_cleanup(void *data)
@@ -868,4 +909,8 @@ const ci_provider ci_provider_local = {
     .attach = local_attach,
     .release = local_release,
     .tier = local_tier,
+    .files_list = ci_local_files_list,
+    .file_get = ci_local_file_get,
+    .file_delete = ci_local_file_delete,
+    .file_put = ci_local_file_put,
 };

@@ -1197,10 +1197,15 @@ static void test_reject_container(void **state)
     assert_rejected(p, "{'tools':[" F_TOOL ",{'type':'code_interpreter','container':7}]}",
                     "tools[1].container", "invalid_type",
                     TYPE_ERR("tools[1].container", "an object"));
+    /* file_ids are checked at the upstream by the glue; their shape here */
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
-                       "'file_ids':['file_1']}}]}",
-                    "tools[0].container.file_ids", "unsupported_parameter",
-                    CONTAINER_ERR("Container files", "tools[0].container.file_ids"));
+                       "'file_ids':'file_1'}}]}",
+                    "tools[0].container.file_ids", "invalid_type",
+                    TYPE_ERR("tools[0].container.file_ids", "an array of file ids"));
+    assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
+                       "'file_ids':['file_1','']}}]}",
+                    "tools[0].container.file_ids[1]", "invalid_type",
+                    TYPE_ERR("tools[0].container.file_ids[1]", "a file id"));
     /* a tier is the glue's to judge against the tool; its type is ours */
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
                        "'memory_limit':4}}]}",
@@ -2754,8 +2759,8 @@ static void test_sandbox_local_keys(void **state)
     DEF_BAD(p, "py", "preload: 'os;rm' is not a valid module list: expected "
                      "comma-separated Python module names", "preload=os;rm");
     DEF_BAD(p, "py", "unknown key 'foo' for provider local"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
-    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, python, memory, processes, disk, warm, preload", "api_key=sk-x");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
+    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, python, memory, processes, disk, warm, preload", "api_key=sk-x");
     DEF_BAD(p, "py", "unknown provider 'docker': expected local or e2b", "provider=docker");
     DEF_BAD(p, "py", "'timeout' is not valid: expected key=value", "timeout");
     DEF_BAD(p, "py", "'=5' is not valid: expected key=value", "=5");
@@ -2799,7 +2804,7 @@ static void test_sandbox_e2b_keys(void **state)
     DEF_BAD(p, "cloud", "lifetime: '0' is not a valid duration: expected whole seconds "
                         "from 1 to 86400", "provider=e2b", "lifetime=0");
     DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
             "memory=1G");
 }
 
@@ -2815,7 +2820,7 @@ static void test_sandbox_errors_hide_key(void **state)
     e = ci_sandbox_def_parse(p, "cloud", 3, (const char *const[]){
         "provider=e2b", "api_key=sk-SECRET-0001", "bogus=1"}, &d);
     assert_str(e, "unknown key 'bogus' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, api_key, api_base, template, lifetime, internet, sandbox_url");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, api_key, api_base, template, lifetime, internet, sandbox_url");
     assert_null(strstr(e, "SECRET"));
 }
 
