@@ -399,8 +399,12 @@ static json_object *record_item(apr_int64_t size, const char *mtime)
 
 /* ---- uploads ---------------------------------------------------------------- */
 
-/* An upload's body, counted as the source gives it: abandoned past the
- * limits or when the source fails (WHY). */
+/* An upload's body, counted as the source gives it. Past the limits or
+ * when the source fails (WHY), it ends there, cleanly: the upload then
+ * completes with what was sent, and the temporary file is removed once
+ * envd has answered. Aborting the transfer instead would race: envd may
+ * still be writing the bytes it had received when the removal arrives on
+ * another connection, and the file would come back. */
 typedef struct feed {
     const ci_file_source *src;
     apr_uint64_t got;
@@ -413,17 +417,17 @@ typedef struct feed {
 static size_t on_feed(char *buf, size_t size, size_t nitems, void *baton)
 {
     feed *f = baton;
-    apr_ssize_t n = f->src->read(f->src->baton, buf, size * nitems);
+    apr_ssize_t n = f->why != CI_FILE_OK ? 0 : f->src->read(f->src->baton, buf, size * nitems);
     if (n < 0) {
         f->why = CI_FILE_SOURCE_FAILED;
-        return CURL_READFUNC_ABORT;
+        return 0;
     }
     f->got += (apr_uint64_t)n;
     if (f->max_file && f->got > f->max_file)
         f->why = CI_FILE_TOO_LARGE;
     else if (f->bounded && f->got > f->room)
         f->why = CI_FILE_NO_ROOM;
-    return f->why != CI_FILE_OK ? CURL_READFUNC_ABORT : (size_t)n;
+    return f->why != CI_FILE_OK ? 0 : (size_t)n;
 }
 
 /* POST /files?path=PATH: one multipart part "file", streamed from F's
@@ -447,7 +451,7 @@ static ci_file_status upload(ci_sandbox *sb, apr_pool_t *p, const char *path, fe
         rc = envd_perform(sb, &c, &status);
     curl_mime_free(c.mime);
     if (f->why != CI_FILE_OK)
-        return f->why;
+        return f->why;          /* what was sent is removed (put_via_temp) */
     if (rc == CURLE_OK && status == 200)
         return CI_FILE_OK;
     if (rc == CURLE_OK && status == 507) {
