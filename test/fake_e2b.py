@@ -7,6 +7,12 @@ One HTTP/1.1 server on loopback speaks both halves of the E2B protocol:
   ``DELETE /sandboxes/{id}``, ``POST /sandboxes/{id}/timeout``,
   ``GET /sandboxes/{id}``, ``GET /sandboxes``, ``GET /v2/sandboxes``),
   authenticated by ``X-API-Key``;
+* envd, the sandbox's agent (port 49983; see "envd" below): ``GET /files``,
+  ``POST /files`` (multipart/form-data, written as it streams in) and the
+  Connect service ``/filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}``
+  (JSON codec), over a real directory per sandbox that stands for its "/"
+  (``root`` in ``/_state``); executed code sees that sandbox's ``/mnt/data``
+  there, so a test can make files by running code;
 * the code-interpreter data plane (``POST /execute``, ``POST /contexts``,
   ``GET /contexts``, ``DELETE /contexts/{id}``, ``POST /contexts/{id}/restart``,
   ``GET /health``), authenticated by the sandbox's ``X-Access-Token`` /
@@ -36,7 +42,8 @@ Test control (no authentication):
   others, every control-plane, execute and context request with the client's
   address:port (``peer``): ``creates``, ``deletes``, ``timeouts`` (each
   ``POST /sandboxes/{id}/timeout``), ``executes``, ``contexts`` (each
-  ``POST /contexts``), ``restarts`` (each ``POST /contexts/{id}/restart``);
+  ``POST /contexts``), ``restarts`` (each ``POST /contexts/{id}/restart``),
+  ``envd`` (each envd call);
   and ``closed``, the client addresses of the connections that have ended
   since (a client that drops its connection after a request shows there).
 
@@ -51,15 +58,19 @@ import builtins
 import io
 import json
 import linecache
+import mimetypes
 import os
 import queue
 import secrets
 import select
+import shutil
 import signal
 import socket
+import stat
 import string
 import struct
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -267,6 +278,343 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
 
+# ---------------------------------------------------------------------------
+# envd, the sandbox's own agent (e2b-dev/infra packages/envd), on port 49983:
+# GET and POST /files, and the Connect service filesystem.Filesystem (JSON
+# codec) - Stat, ListDir, MakeDir, Move, Remove. A real host directory
+# stands for the sandbox's "/": every path envd is given is resolved inside
+# it, symlinks included (an absolute link target means the sandbox's root,
+# never the host's), so a test can plant links, directories and large files.
+
+ENVD_PORT = "49983"
+# The users the fake's sandboxes have (envd looks the Basic user up).
+SANDBOX_USERS = {"user": "/home/user", "root": "/root"}
+MAX_LINKS = 255
+FAKE_PASSWD = ("root:x:0:0:root:/root:/bin/bash\n"
+               "user:x:1000:1000::/home/user:/bin/bash\n")
+ENVD_UNAUTHORIZED = ("unauthorized access, please provide a valid access token or "
+                     "method signing if supported")
+# Connect error codes -> HTTP statuses (the Connect protocol's table).
+CONNECT_STATUS = {"canceled": 499, "unknown": 500, "invalid_argument": 400,
+                  "deadline_exceeded": 504, "not_found": 404, "already_exists": 409,
+                  "permission_denied": 403, "resource_exhausted": 429,
+                  "failed_precondition": 400, "aborted": 409, "out_of_range": 400,
+                  "unimplemented": 404, "internal": 500, "unavailable": 503,
+                  "data_loss": 500, "unauthenticated": 401}
+# Each method's request fields (protojson refuses any other).
+FILESYSTEM_METHODS = {"Stat": ("path",), "ListDir": ("path", "depth"),
+                      "MakeDir": ("path",), "Remove": ("path",),
+                      "Move": ("source", "destination")}
+UPLOAD_PIECE = 64 * 1024
+
+
+class EnvdError(Exception):
+    """A Connect error: its code (not_found, ...) and message."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+def _go_json(obj):
+    """JSON as Go writes it (no spaces)."""
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _proto_time(ns):
+    """A google.protobuf.Timestamp as protojson writes it (UTC, 0/3/6/9
+    fractional digits)."""
+    secs, nanos = divmod(ns, 1_000_000_000)
+    text = datetime.fromtimestamp(secs, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    if nanos:
+        frac = "%09d" % nanos
+        while frac.endswith("000"):
+            frac = frac[:-3]
+        text += "." + frac
+    return text + "Z"
+
+
+def _go_mode_string(mode):
+    """Go's os.FileMode.String() of an lstat mode ("-rw-r--r--",
+    "drwxr-xr-x", "Lrwxrwxrwx", "prw-r--r--")."""
+    kind = ""
+    for test, letter in ((stat.S_ISDIR, "d"), (stat.S_ISLNK, "L"), (stat.S_ISBLK, "D"),
+                         (stat.S_ISCHR, "Dc"), (stat.S_ISFIFO, "p"), (stat.S_ISSOCK, "S")):
+        if test(mode):
+            kind = letter
+    bits = "".join(c if mode & (1 << (8 - i)) else "-" for i, c in enumerate("rwxrwxrwx"))
+    return (kind or "-") + bits
+
+
+def _file_type(mode):
+    if stat.S_ISREG(mode):
+        return "FILE_TYPE_FILE"
+    if stat.S_ISDIR(mode):
+        return "FILE_TYPE_DIRECTORY"
+    return None   # FILE_TYPE_UNSPECIFIED: protojson leaves it out
+
+
+class SandboxFiles:
+    """One sandbox's filesystem, as envd sees it."""
+
+    def __init__(self):
+        self.root = tempfile.mkdtemp(prefix="fake-e2b-")
+        for d in ("home/user", "root", "etc", "tmp"):
+            os.makedirs(os.path.join(self.root, d), exist_ok=True)
+        with open(os.path.join(self.root, "etc", "passwd"), "w") as f:
+            f.write(FAKE_PASSWD)
+
+    def discard(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def data_names(self):
+        """Every name under /mnt/data (None: it does not exist)."""
+        try:
+            return sorted(os.listdir(os.path.join(self.root, "mnt", "data")))
+        except OSError:
+            return None
+
+    def host(self, path, follow=True):
+        """(host path, sandbox path) of absolute sandbox PATH, its symlinks
+        resolved inside the sandbox (the last component's only if FOLLOW)."""
+        todo = [p for p in path.split("/") if p]
+        done = []
+        hops = 0
+        while todo:
+            name = todo.pop(0)
+            if name in (".", ""):
+                continue
+            if name == "..":
+                if done:
+                    done.pop()
+                continue
+            here = os.path.join(self.root, *done, name)
+            if os.path.islink(here) and (todo or follow):
+                hops += 1
+                if hops > MAX_LINKS:
+                    raise EnvdError("failed_precondition",
+                                    "cyclic symlink or chain >255 links at %r" % path)
+                target = os.readlink(here)
+                if target.startswith("/"):
+                    done = []
+                todo = [p for p in target.split("/") if p] + todo
+                continue
+            done.append(name)
+        return os.path.join(self.root, *done), "/" + "/".join(done)
+
+    def entry(self, path, shown=None):
+        """EntryInfo of PATH as protojson writes it (GetEntryFromPath: lstat;
+        a symlink has its target's type and mode, its own size, times and
+        permissions, and symlinkTarget, the resolved target or, when that
+        does not resolve, the link's own path)."""
+        hostp, _ = self.host(path, follow=False)
+        try:
+            st = os.lstat(hostp)
+        except FileNotFoundError:
+            raise EnvdError("not_found", "file not found: lstat %s: no such file or "
+                                         "directory" % path)
+        ftype, perm, target = _file_type(st.st_mode), stat.S_IMODE(st.st_mode) & 0o777, None
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                thost, target = self.host(path)
+                tst = os.stat(thost)
+                ftype, perm = _file_type(tst.st_mode), stat.S_IMODE(tst.st_mode) & 0o777
+            except (OSError, EnvdError):
+                ftype, perm, target = None, 0, path
+        info = {"name": os.path.basename(path.rstrip("/")) or "/"}
+        if ftype:
+            info["type"] = ftype
+        info["path"] = shown or path
+        if st.st_size:
+            info["size"] = str(st.st_size)        # int64: a JSON string
+        if perm:
+            info["mode"] = perm
+        info["permissions"] = _go_mode_string(st.st_mode)
+        info["owner"] = "user"
+        info["group"] = "user"
+        info["modifiedTime"] = _proto_time(st.st_mtime_ns)
+        if target is not None:
+            info["symlinkTarget"] = target
+        return info
+
+    def list_dir(self, path, depth):
+        """ListDir: PATH (followed when a link) must be a directory; its
+        entries to DEPTH (links not followed), in lexical order, each named
+        under PATH as asked."""
+        try:
+            hostp, resolved = self.host(path)
+        except EnvdError:
+            raise
+        if not os.path.lexists(hostp):
+            raise EnvdError("not_found", "path not found: lstat %s: no such file or "
+                                         "directory" % path)
+        if not os.path.isdir(hostp):
+            raise EnvdError("invalid_argument", "path is not a directory: %s" % resolved)
+        entries = []
+
+        def walk(hdir, rel):
+            for name in sorted(os.listdir(hdir)):
+                sub = rel + [name]
+                try:
+                    entries.append(self.entry(resolved.rstrip("/") + "/" + "/".join(sub),
+                                              shown=path.rstrip("/") + "/" + "/".join(sub)))
+                except EnvdError:
+                    continue        # gone meanwhile: skipped, as envd does
+                h = os.path.join(hdir, name)
+                if len(sub) < depth and os.path.isdir(h) and not os.path.islink(h):
+                    walk(h, sub)
+
+        walk(hostp, [])
+        return {"entries": entries}
+
+    def make_dir(self, path):
+        hostp, _ = self.host(path)
+        if os.path.exists(hostp):
+            if os.path.isdir(hostp):
+                raise EnvdError("already_exists", "directory already exists: %s" % path)
+            raise EnvdError("invalid_argument",
+                            "path already exists but it is not a directory: %s" % path)
+        self.ensure_dirs(path)
+        return {"entry": self.entry(path)}
+
+    def ensure_dirs(self, path):
+        hostp, _ = self.host(path)
+        try:
+            os.makedirs(hostp, exist_ok=True)
+        except OSError as exc:
+            raise EnvdError("internal", "failed to create directory: %s" % exc.strerror)
+
+    def remove(self, path):
+        """os.RemoveAll: the link itself, never its target; nothing there is
+        no error."""
+        hostp, _ = self.host(path, follow=False)
+        if os.path.isdir(hostp) and not os.path.islink(hostp):
+            shutil.rmtree(hostp, ignore_errors=True)
+        elif os.path.lexists(hostp):
+            os.unlink(hostp)
+        return {}
+
+    def move(self, source, destination):
+        """os.Rename of the names themselves (a link is moved, or replaced,
+        as a link)."""
+        src, _ = self.host(source, follow=False)
+        self.ensure_dirs(os.path.dirname(destination) or "/")
+        dst, _ = self.host(destination, follow=False)
+        try:
+            os.rename(src, dst)
+        except FileNotFoundError:
+            raise EnvdError("not_found", "source file not found: rename %s %s: no such "
+                                         "file or directory" % (source, destination))
+        except OSError as exc:
+            raise EnvdError("internal", "error renaming: rename %s %s: %s"
+                            % (source, destination, exc.strerror.lower()))
+        return {"entry": self.entry(destination)}
+
+    def stat(self, path):
+        return {"entry": self.entry(path)}
+
+
+def _absolute(path, user):
+    """envd's ExpandAndResolve: "~" and relative paths from the user's home."""
+    home = SANDBOX_USERS[user]
+    if path.startswith("~"):
+        if len(path) > 1 and path[1] != "/":
+            raise ValueError("cannot expand user-specific home dir")
+        path = home + path[1:]
+    if not path.startswith("/"):
+        path = home + "/" + path
+    return os.path.normpath(path).replace("//", "/")
+
+
+class MultipartWriter:
+    """A multipart/form-data body parsed as it streams in: the data of each
+    part goes to the file open_part(headers) returns (None: dropped) as it
+    arrives, so that a body cut mid-way leaves a partial file, as envd's
+    streaming copy does."""
+
+    def __init__(self, boundary, open_part):
+        self.delim = b"\r\n--" + boundary
+        self.first = b"--" + boundary
+        self.open_part = open_part
+        self.buf = b""
+        self.state = "preamble"
+        self.out = None
+        self.done = False
+
+    def feed(self, data):
+        self.buf += data
+        while self._step():
+            pass
+
+    def _step(self):
+        if self.state == "preamble":
+            i = self.buf.find(self.first)
+            if i < 0 or len(self.buf) < i + len(self.first) + 2:
+                return False
+            rest = self.buf[i + len(self.first):]
+            self.buf = rest[2:]
+            self.state = "end" if rest.startswith(b"--") else "headers"
+            self.done = self.state == "end"
+            return not self.done
+        if self.state == "headers":
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return False
+            head, self.buf = self.buf[:i].decode("utf-8", "replace"), self.buf[i + 4:]
+            headers = {}
+            for line in head.split("\r\n"):
+                if ":" in line:
+                    k, v = line.split(":", 1)
+                    headers[k.strip().lower()] = v.strip()
+            self.out = self.open_part(headers)
+            self.state = "data"
+            return True
+        if self.state == "data":
+            i = self.buf.find(self.delim)
+            if i < 0:
+                keep = len(self.delim) + 2
+                if len(self.buf) > keep:
+                    self._write(self.buf[:-keep])
+                    self.buf = self.buf[-keep:]
+                return False
+            if len(self.buf) < i + len(self.delim) + 2:
+                return False
+            self._write(self.buf[:i])
+            self._close()
+            rest = self.buf[i + len(self.delim):]
+            self.buf = rest[2:]
+            self.done = rest.startswith(b"--")
+            self.state = "end" if self.done else "headers"
+            return not self.done
+        return False
+
+    def _write(self, data):
+        if self.out is not None and data:
+            self.out.write(data)
+            self.out.flush()
+
+    def _close(self):
+        if self.out is not None:
+            self.out.close()
+            self.out = None
+
+    def abandon(self):
+        self._close()
+
+
+def _disposition(value):
+    """name and filename of a Content-Disposition value."""
+    params = {}
+    for item in value.split(";")[1:]:
+        if "=" in item:
+            k, v = item.split("=", 1)
+            v = v.strip()
+            if len(v) >= 2 and v[0] == v[-1] == '"':
+                v = v[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+            params[k.strip().lower()] = v
+    return params.get("name"), params.get("filename")
+
+
 class Sandbox:
     def __init__(self, sandbox_id, api_key, body, timeout, with_token):
         now = time.time()
@@ -280,6 +628,7 @@ class Sandbox:
         self.expires_at = now + timeout
         self.envd_token = secrets.token_hex(16) if with_token else None
         self.traffic_token = secrets.token_hex(16)
+        self.files = SandboxFiles()
         self.execution_count = 0   # in all its contexts
         # The server starts a default Python context (its id is a kernel id
         # like any other); "default" names it too.
@@ -338,6 +687,8 @@ class FakeE2BServer(ThreadingHTTPServer):
             self.hold_expired = []
             self.closed = []
             self.switches = {}
+            for sb in getattr(self, "sandboxes", {}).values():
+                sb.files.discard()
             self.sandboxes = {}
             self.created = 0
             self.deleted = 0
@@ -348,6 +699,7 @@ class FakeE2BServer(ThreadingHTTPServer):
             self.timeouts = []
             self.contexts = []
             self.restarts = []
+            self.envd = []
             self.leaks = []
             self.expired_ids = []
             self.issued_tokens = {}  # token -> kind, kept after the sandbox is gone
@@ -414,7 +766,7 @@ class FakeE2BServer(ThreadingHTTPServer):
         now = time.time()
         with self.lock:
             for sid in [s.id for s in self.sandboxes.values() if s.expires_at <= now]:
-                del self.sandboxes[sid]
+                self.sandboxes.pop(sid).files.discard()
                 self.expired += 1
                 self.expired_ids.append(sid)
 
@@ -445,6 +797,7 @@ class FakeE2BServer(ThreadingHTTPServer):
                 "timeouts": list(self.timeouts),
                 "contexts": list(self.contexts),
                 "restarts": list(self.restarts),
+                "envd": list(self.envd),
                 "leaks": list(self.leaks),
                 "held": [dict(h) for h in self.held],
                 "hold_expired": list(self.hold_expired),
@@ -465,6 +818,8 @@ class FakeE2BServer(ThreadingHTTPServer):
                                      for cid, ctx in sb.contexts.items()},
                         "envdAccessToken": sb.envd_token,
                         "trafficAccessToken": sb.traffic_token,
+                        "root": sb.files.root,
+                        "data": sb.files.data_names(),
                     }
                     for sb in self.sandboxes.values()
                 },
@@ -473,6 +828,9 @@ class FakeE2BServer(ThreadingHTTPServer):
     def stop(self):
         self.shutdown()
         self.server_close()
+        with self.lock:
+            for sb in self.sandboxes.values():
+                sb.files.discard()
 
     # -- code execution ----------------------------------------------------
     def replace_context(self, sb, context_id, remove=False):
@@ -516,6 +874,10 @@ class FakeE2BServer(ThreadingHTTPServer):
                          "value": "gate %s was not opened within %g s" % (gate, HOLD_LIMIT),
                          "traceback": ""})
                     return
+                # The code runs in this process: the sandbox's /mnt/data is
+                # its directory on the host (the literal path in the code's
+                # text is mapped), so that code can make files envd serves.
+                code = code.replace("/mnt/data", sb.files.root + "/mnt/data")
                 env = dict(sb.env_vars)
                 env.update(env_vars or {})
                 if env:
@@ -671,17 +1033,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self):
         try:
-            try:
-                self.body = self._read_body()
-            except ValueError:
-                self.close_connection = True
-                self._text(400, "bad request body")
-                return
             parsed = urllib.parse.urlsplit(self.path)
             self.route = parsed.path
             self.query = parsed.query
             parts = [p for p in parsed.path.split("/") if p]
-            if parts and parts[0].startswith("_"):
+            self.body = b""
+            if not (parts == ["files"] and self.command == "POST"):
+                try:
+                    self.body = self._read_body()
+                except ValueError:
+                    self.close_connection = True
+                    self._text(400, "bad request body")
+                    return
+            if parts == ["files"] or parts[:1] == ["filesystem.Filesystem"]:
+                self._envd(parts)
+            elif parts and parts[0].startswith("_"):
                 self._test_control(parts)
             elif parts[:1] == ["sandboxes"] or parts[:2] == ["v2", "sandboxes"]:
                 self._control_plane(parts)
@@ -895,7 +1261,7 @@ class Handler(BaseHTTPRequestHandler):
             if forced is not None:
                 status = forced
             elif sid in srv.sandboxes:
-                del srv.sandboxes[sid]
+                srv.sandboxes.pop(sid).files.discard()
                 srv.deleted += 1
                 status = 204
             else:
@@ -979,6 +1345,20 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, [sb.details() for sb in page], extra)
 
     # -- data plane ----------------------------------------------------------
+    def _note_key_leaks(self, plane, headers, sid):
+        """Record the API key anywhere in a sandbox-bound request (under the
+        server's lock)."""
+        srv = self.server
+        for name, value in headers.items():
+            if name == "x-api-key" or any(key in value for key in srv.api_keys):
+                srv.leaks.append({"plane": plane, "what": "api_key", "header": name,
+                                  "method": self.command, "path": self.route,
+                                  "sandbox_id": sid})
+        if any(key in self.path for key in srv.api_keys) or \
+                any(key in self.body.decode("utf-8", "replace") for key in srv.api_keys):
+            srv.leaks.append({"plane": plane, "what": "api_key", "header": None,
+                              "method": self.command, "path": self.route, "sandbox_id": sid})
+
     def _data_plane(self, parts):
         srv = self.server
         headers = self._lower_headers()
@@ -988,15 +1368,7 @@ class Handler(BaseHTTPRequestHandler):
         with srv.lock:
             if parts == ["execute"]:
                 srv.executes.append(record)
-            for name, value in headers.items():
-                if name == "x-api-key" or any(key in value for key in srv.api_keys):
-                    srv.leaks.append({"plane": "data", "what": "api_key", "header": name,
-                                      "method": self.command, "path": self.route,
-                                      "sandbox_id": sid})
-            if any(key in self.path for key in srv.api_keys) or \
-                    any(key in self.body.decode("utf-8", "replace") for key in srv.api_keys):
-                srv.leaks.append({"plane": "data", "what": "api_key", "header": None,
-                                  "method": self.command, "path": self.route, "sandbox_id": sid})
+            self._note_key_leaks("data", headers, sid)
         sb = srv.live_sandbox(sid) if sid else None
         if sb is None:
             record["status"] = 502
@@ -1122,6 +1494,274 @@ class Handler(BaseHTTPRequestHandler):
         else:
             record["status"] = 404
             self._json(404, {"detail": "Not Found"})
+
+    # -- envd (port 49983) -------------------------------------------------------
+    def _envd(self, parts):
+        """envd's /files and filesystem.Filesystem calls, routed by
+        E2b-Sandbox-Id (and E2b-Sandbox-Port: another port is another
+        server, which knows none of these paths)."""
+        srv = self.server
+        headers = self._lower_headers()
+        sid = headers.get("e2b-sandbox-id")
+        rpc = parts[0] == "filesystem.Filesystem"
+        record = {"sandbox_id": sid, "method": self.command, "path": self.route,
+                  "query": self.query, "headers": headers,
+                  "body": self._json_body() if rpc else None, "status": None,
+                  "peer": self._peer()}
+        with srv.lock:
+            srv.envd.append(record)
+            self._note_key_leaks("envd", headers, sid)
+        sb = srv.live_sandbox(sid) if sid else None
+        if sb is None:
+            self._envd_answer(record, 502, text="sandbox not found")
+        elif headers.get("e2b-sandbox-port", ENVD_PORT) != ENVD_PORT:
+            self._envd_answer(record, 404, {"detail": "Not Found"})
+        elif rpc:
+            self._envd_rpc(sb, parts, headers, record)
+        elif self.command in ("GET", "POST"):
+            self._envd_files(sb, headers, record)
+        else:
+            self._envd_answer(record, 405, text="Method Not Allowed")
+
+    def _envd_answer(self, record, status, obj=None, text=None, envd_error=None):
+        """Answer STATUS with OBJ (JSON), TEXT, or envd's jsonError body
+        ({"code": status, "message": ...} and a newline)."""
+        record["status"] = status
+        if envd_error is not None:
+            body = (_go_json({"code": status, "message": envd_error}) + "\n").encode()
+            self._send(status, body, "application/json; charset=utf-8",
+                       {"X-Content-Type-Options": "nosniff"})
+        elif text is not None:
+            self._text(status, text)
+        else:
+            self._send(status, _go_json(obj).encode(), "application/json")
+
+    def _connect_error(self, record, err):
+        """A Connect unary error: {"code": "not_found", "message": ...}."""
+        record["status"] = CONNECT_STATUS[err.code]
+        record["error"] = err.code
+        self._send(CONNECT_STATUS[err.code],
+                   _go_json({"code": err.code, "message": str(err)}).encode(), "application/json")
+
+    def _rpc_user(self, headers):
+        """The Basic user of a Connect call (envd 0.2: no default user)."""
+        auth = headers.get("authorization", "")
+        if not auth.lower().startswith("basic "):
+            raise EnvdError("unauthenticated", "no user specified")
+        try:
+            user = base64.b64decode(auth[6:].strip(), validate=True).decode().split(":", 1)[0]
+        except (ValueError, UnicodeDecodeError):
+            raise EnvdError("unauthenticated", "invalid authorization header")
+        if user not in SANDBOX_USERS:
+            raise EnvdError("unauthenticated", "invalid username: '%s'" % user)
+        return user
+
+    def _envd_rpc(self, sb, parts, headers, record):
+        if sb.envd_token and headers.get("x-access-token") != sb.envd_token:
+            self._envd_answer(record, 401, envd_error=ENVD_UNAUTHORIZED)
+            return
+        method = parts[1] if len(parts) == 2 else None
+        if method not in FILESYSTEM_METHODS:
+            self._connect_error(record, EnvdError("unimplemented", "%s is not implemented"
+                                                  % self.route))
+            return
+        if self.command != "POST":
+            record["status"] = 405
+            self._send(405, b"", None, {"Allow": "POST"})
+            return
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        if ctype != "application/json":
+            record["status"] = 415
+            self._send(415, b"", None, {"Accept-Post": "application/json, application/proto"})
+            return
+        try:
+            user = self._rpc_user(headers)
+            req = record["body"]
+            if not isinstance(req, dict):
+                raise EnvdError("invalid_argument", "unmarshal into filesystem.%sRequest: "
+                                                    "syntax error" % method)
+            for key in req:
+                if key not in FILESYSTEM_METHODS[method]:
+                    raise EnvdError("invalid_argument", "unmarshal into filesystem.%sRequest: "
+                                    "proto: unknown field \"%s\"" % (method, key))
+            answer = self._filesystem_call(sb.files, method, req, user)
+        except EnvdError as err:
+            self._connect_error(record, err)
+            return
+        record["status"] = 200
+        self._send(200, _go_json(answer).encode(), "application/json")
+
+    @staticmethod
+    def _filesystem_call(files, method, req, user):
+        def path(key="path"):
+            value = req.get(key, "")
+            if not isinstance(value, str):
+                raise EnvdError("invalid_argument", "invalid value for string field %s" % key)
+            try:
+                return _absolute(value, user)
+            except ValueError as exc:
+                raise EnvdError("invalid_argument", str(exc))
+        if method == "ListDir":
+            depth = req.get("depth", 0)
+            if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
+                raise EnvdError("invalid_argument", "invalid value for uint32 field depth")
+            return files.list_dir(path(), depth or 1)
+        if method == "Move":
+            return files.move(path("source"), path("destination"))
+        return {"Stat": files.stat, "MakeDir": files.make_dir,
+                "Remove": files.remove}[method](path())
+
+    def _envd_files(self, sb, headers, record):
+        """GET /files?path=&username= (the file, symlinks followed) and
+        POST /files (multipart/form-data, each "file" part streamed to the
+        path, or to its filename when there is no path)."""
+        params = urllib.parse.parse_qs(self.query, keep_blank_values=True)
+        path = params.get("path", [""])[0]
+        user = params.get("username", [None])[0]
+        token = headers.get("x-access-token")
+        if sb.envd_token and token is not None and token != sb.envd_token:
+            self._envd_answer(record, 401, envd_error="access token present in header but "
+                                                      "does not match")
+            return
+        if sb.envd_token and token is None:
+            self._envd_answer(record, 401, envd_error="missing signature query parameter"
+                              if "signature" not in params else "invalid signature")
+            return
+        if not user:
+            self._envd_answer(record, 400, envd_error="no user specified")
+            return
+        if user not in SANDBOX_USERS:
+            self._envd_answer(record, 401, envd_error="error looking up user '%s': user: "
+                                                      "unknown user %s" % (user, user))
+            return
+        if self.command == "GET":
+            self._envd_download(sb.files, path, user, record)
+        else:
+            self._envd_upload(sb.files, path, user, headers, record)
+
+    def _envd_download(self, files, path, user, record):
+        try:
+            path = _absolute(path, user)
+            hostp, _ = files.host(path)
+        except (ValueError, EnvdError) as exc:
+            self._envd_answer(record, 400, envd_error="error expanding and resolving path "
+                                                      "'%s': %s" % (path, exc))
+            return
+        if not os.path.exists(hostp):
+            self._envd_answer(record, 404, envd_error="path '%s' does not exist" % path)
+            return
+        if os.path.isdir(hostp):
+            self._envd_answer(record, 400, envd_error="path '%s' is a directory" % path)
+            return
+        with open(hostp, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            ctype = mimetypes.guess_type(path)[0] or "application/octet-stream"
+            record["status"] = 200
+            self.send_response(200)
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Disposition", 'inline; filename="%s"'
+                             % os.path.basename(path).replace('"', '\\"'))
+            self.send_header("Content-Length", str(size))
+            self.send_header("Content-Type", ctype)
+            self.send_header("Last-Modified", time.strftime(
+                "%a, %d %b %Y %H:%M:%S GMT", time.gmtime(os.fstat(f.fileno()).st_mtime)))
+            self.send_header("Vary", "Accept-Encoding")
+            self.end_headers()
+            left = size
+            while left > 0:
+                piece = f.read(min(left, UPLOAD_PIECE))
+                if not piece:
+                    break
+                self.wfile.write(piece)
+                left -= len(piece)
+
+    def _body_pieces(self):
+        """The request body as it arrives (chunked or Content-Length);
+        ConnectionError when it ends early."""
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            while True:
+                line = self.rfile.readline(65537)
+                if not line:
+                    raise ConnectionError("truncated chunked body")
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(65537) not in (b"\r\n", b"\n", b""):
+                        pass
+                    return
+                while size > 0:
+                    piece = self.rfile.read(min(size, UPLOAD_PIECE))
+                    if not piece:
+                        raise ConnectionError("truncated chunk")
+                    size -= len(piece)
+                    yield piece
+                self.rfile.readline(65537)
+        left = int(self.headers.get("Content-Length") or 0)
+        while left > 0:
+            piece = self.rfile.read(min(left, UPLOAD_PIECE))
+            if not piece:
+                raise ConnectionError("truncated body")
+            left -= len(piece)
+            yield piece
+
+    def _envd_upload(self, files, path, user, headers, record):
+        ctype = headers.get("content-type", "")
+        boundary = None
+        for item in ctype.split(";")[1:]:
+            k, _, v = item.strip().partition("=")
+            if k.lower() == "boundary":
+                boundary = v.strip('"').encode()
+        if not ctype.lower().startswith("multipart/") or not boundary:
+            self.close_connection = True
+            self._envd_answer(record, 400, envd_error="unsupported content type: %s, expected "
+                              "multipart/form-data or application/octet-stream" % ctype)
+            return
+        written, failure = [], []
+
+        def open_part(part_headers):
+            name, filename = _disposition(part_headers.get("content-disposition", ""))
+            if name != "file" or failure:
+                return None
+            try:
+                target = _absolute(path or filename or "", user)
+            except ValueError as exc:
+                failure.append((400, "error resolving path: %s" % exc))
+                return None
+            if any(w["path"] == target for w in written):
+                failure.append((400, "you cannot upload multiple files to the same path "
+                                     "'%s' in one upload request, only the first specified "
+                                     "file was uploaded" % target))
+                return None
+            try:
+                files.ensure_dirs(os.path.dirname(target))
+                hostp, _ = files.host(target)
+            except EnvdError as exc:
+                failure.append((500, "error ensuring directories: %s" % exc))
+                return None
+            if os.path.isdir(hostp):
+                failure.append((400, "path is a directory: %s" % target))
+                return None
+            written.append({"name": os.path.basename(target), "path": target, "type": "file"})
+            return open(hostp, "wb")   # O_TRUNC, through a link, as envd's OpenFile
+
+        parser = MultipartWriter(boundary, open_part)
+        try:
+            for piece in self._body_pieces():
+                parser.feed(piece)
+        except (ConnectionError, ValueError, OSError):
+            # what arrived stays written, as with envd's streaming copy
+            parser.abandon()
+            record["status"] = "cut"
+            self.close_connection = True
+            return
+        parser.abandon()
+        record["uploaded"] = [w["path"] for w in written]
+        if failure:
+            self._envd_answer(record, failure[0][0], envd_error=failure[0][1])
+        elif not parser.done:
+            self._envd_answer(record, 500, envd_error="error reading form: multipart: "
+                                                      "NextPart: EOF")
+        else:
+            self._envd_answer(record, 200, written)
 
     def _execute(self, sb, ctx, code, env_vars):
         srv = self.server

@@ -736,3 +736,194 @@ def test_switch_context_status(fake):
     st = fake.state()
     assert [c["status"] for c in st["contexts"]] == [200, 503]
     assert [r["status"] for r in st["restarts"]] == [503]
+
+
+# ---- envd (port 49983): /files and the filesystem service --------------------
+
+USER_AUTH = "Basic " + base64.b64encode(b"user:").decode()
+
+
+def envd_headers(sb, **extra):
+    h = {"E2b-Sandbox-Id": sb["sandboxID"], "E2b-Sandbox-Port": "49983",
+         "X-Access-Token": sb["envdAccessToken"]}
+    h.update(extra)
+    return h
+
+
+def fs_call(fake, sb, method, body, headers=None):
+    """One Connect call (JSON codec): (status, parsed body)."""
+    h = headers if headers is not None else envd_headers(
+        sb, **{"Connect-Protocol-Version": "1", "Authorization": USER_AUTH})
+    resp, raw = fake.request("POST", "/filesystem.Filesystem/" + method, body, headers=h)
+    return resp.status, json.loads(raw) if raw else None
+
+
+def sandbox_root(server, sb):
+    return server.sandboxes[sb["sandboxID"]].files.root
+
+
+def multipart(name, data, boundary="b0undary"):
+    return (("--%s\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
+             "Content-Type: application/octet-stream\r\n\r\n" % (boundary, name)).encode()
+            + data + ("\r\n--%s--\r\n" % boundary).encode())
+
+
+def upload(fake, sb, path, data, chunked=False):
+    h = envd_headers(sb, **{"Content-Type": "multipart/form-data; boundary=b0undary"})
+    resp, raw = fake.request("POST", "/files?path=%s&username=user" % path,
+                             multipart(path, data), headers=h, chunked=chunked)
+    return resp, raw
+
+
+def test_envd_list_dir_reports_links_with_their_targets_type(fake, server):
+    sb = fake.create()
+    assert fs_call(fake, sb, "ListDir", {"path": "/mnt/data", "depth": 1}) == (
+        404, {"code": "not_found",
+              "message": "path not found: lstat /mnt/data: no such file or directory"})
+    status, made = fs_call(fake, sb, "MakeDir", {"path": "/mnt/data"})
+    assert status == 200
+    assert made["entry"]["type"] == "FILE_TYPE_DIRECTORY"
+    assert made["entry"]["path"] == "/mnt/data"
+    assert fs_call(fake, sb, "MakeDir", {"path": "/mnt/data"}) == (
+        409, {"code": "already_exists", "message": "directory already exists: /mnt/data"})
+    root = sandbox_root(server, sb)
+    with open(root + "/mnt/data/a.txt", "wb") as f:
+        f.write(b"hello")
+    os.symlink("/etc/passwd", root + "/mnt/data/link")
+    os.symlink("/nowhere", root + "/mnt/data/dangling")
+    os.mkdir(root + "/mnt/data/sub")
+    os.utime(root + "/mnt/data/a.txt", ns=(1767322800123456789, 1767322800123456789))
+    status, listing = fs_call(fake, sb, "ListDir", {"path": "/mnt/data", "depth": 1})
+    assert status == 200
+    entries = {e["name"]: e for e in listing["entries"]}
+    assert [e["name"] for e in listing["entries"]] == ["a.txt", "dangling", "link", "sub"]
+    assert entries["a.txt"] == {"name": "a.txt", "type": "FILE_TYPE_FILE",
+                                "path": "/mnt/data/a.txt", "size": "5", "mode": 0o644,
+                                "permissions": "-rw-r--r--", "owner": "user", "group": "user",
+                                "modifiedTime": "2026-01-02T03:00:00.123456789Z"}
+    link = entries["link"]
+    assert (link["type"], link["symlinkTarget"], link["size"], link["permissions"]) == \
+        ("FILE_TYPE_FILE", "/etc/passwd", "11", "Lrwxrwxrwx")
+    dangling = entries["dangling"]
+    assert "type" not in dangling and "mode" not in dangling
+    assert dangling["symlinkTarget"] == "/mnt/data/dangling"
+    assert entries["sub"]["type"] == "FILE_TYPE_DIRECTORY"
+    status, st = fs_call(fake, sb, "Stat", {"path": "/mnt/data/link"})
+    assert status == 200 and st["entry"]["symlinkTarget"] == "/etc/passwd"
+    assert fs_call(fake, sb, "Stat", {"path": "/mnt/data/none"}) == (
+        404, {"code": "not_found",
+              "message": "file not found: lstat /mnt/data/none: no such file or directory"})
+
+
+def test_envd_move_remove_and_connect_errors(fake, server):
+    sb = fake.create()
+    fs_call(fake, sb, "MakeDir", {"path": "/mnt/data"})
+    root = sandbox_root(server, sb)
+    with open(root + "/mnt/data/a", "w") as f:
+        f.write("x")
+    os.symlink("/etc/passwd", root + "/mnt/data/link")
+    status, moved = fs_call(fake, sb, "Move", {"source": "/mnt/data/a",
+                                               "destination": "/mnt/data/link"})
+    assert status == 200 and moved["entry"]["type"] == "FILE_TYPE_FILE"
+    assert "symlinkTarget" not in moved["entry"]
+    with open(root + "/etc/passwd") as f:
+        assert f.read() == fake_e2b.FAKE_PASSWD          # replaced, not written through
+    assert fs_call(fake, sb, "Move", {"source": "/mnt/data/a", "destination": "/mnt/data/b"}) \
+        == (404, {"code": "not_found", "message": "source file not found: rename /mnt/data/a "
+                                                  "/mnt/data/b: no such file or directory"})
+    assert fs_call(fake, sb, "Remove", {"path": "/mnt/data/link"}) == (200, {})
+    assert fs_call(fake, sb, "Remove", {"path": "/mnt/data/link"}) == (200, {})
+    assert os.listdir(root + "/mnt/data") == []
+    assert fs_call(fake, sb, "Stat", {"path": "/x", "extra": 1}) == (
+        400, {"code": "invalid_argument", "message": "unmarshal into filesystem.StatRequest: "
+                                                     "proto: unknown field \"extra\""})
+    assert fs_call(fake, sb, "Stat", {"path": "/"}, headers=envd_headers(sb)) == (
+        401, {"code": "unauthenticated", "message": "no user specified"})
+    assert fs_call(fake, sb, "Stat", {"path": "/"}, headers=envd_headers(
+        sb, Authorization="Basic " + base64.b64encode(b"nobody:").decode())) == (
+        401, {"code": "unauthenticated", "message": "invalid username: 'nobody'"})
+    status, body = fs_call(fake, sb, "Stat", {"path": "/"}, headers=envd_headers(
+        sb, Authorization=USER_AUTH, **{"X-Access-Token": "wrong"}))
+    assert (status, body) == (401, {"code": 401, "message": fake_e2b.ENVD_UNAUTHORIZED})
+    assert fs_call(fake, sb, "Chmod", {"path": "/"}) == (
+        404, {"code": "unimplemented",
+              "message": "/filesystem.Filesystem/Chmod is not implemented"})
+    resp, _ = fake.request("POST", "/filesystem.Filesystem/Stat", b"{}",
+                           headers=envd_headers(sb, **{"Content-Type": "text/plain"}))
+    assert resp.status == 415
+    status, _ = fs_call(fake, sb, "Stat", {"path": "/"},
+                        headers=envd_headers(sb, **{"E2b-Sandbox-Port": "49999",
+                                                    "Authorization": USER_AUTH}))
+    assert status == 404
+    calls = fake.state()["envd"]
+    assert all(c["sandbox_id"] == sb["sandboxID"] for c in calls)
+
+
+def test_envd_files_download_follows_links_and_upload_streams(fake, server):
+    sb = fake.create()
+    root = sandbox_root(server, sb)
+    data = bytes(range(256)) * 4096
+    resp, raw = upload(fake, sb, "/mnt/data/blob.bin", data, chunked=True)
+    assert (resp.status, json.loads(raw)) == (
+        200, [{"name": "blob.bin", "path": "/mnt/data/blob.bin", "type": "file"}])
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/blob.bin&username=user",
+                             headers=envd_headers(sb))
+    assert resp.status == 200 and raw == data
+    assert resp.getheader("Content-Length") == str(len(data))
+    assert resp.getheader("Content-Disposition") == 'inline; filename="blob.bin"'
+    os.symlink("/etc/passwd", root + "/mnt/data/link")
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/link&username=user",
+                             headers=envd_headers(sb))
+    assert (resp.status, raw) == (200, fake_e2b.FAKE_PASSWD.encode())
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/none&username=user",
+                             headers=envd_headers(sb))
+    assert (resp.status, raw) == (
+        404, b'{"code":404,"message":"path \'/mnt/data/none\' does not exist"}\n')
+    resp, raw = fake.request("GET", "/files?path=/mnt/data&username=user",
+                             headers=envd_headers(sb))
+    assert (resp.status, raw) == (
+        400, b'{"code":400,"message":"path \'/mnt/data\' is a directory"}\n')
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/blob.bin&username=user",
+                             headers=envd_headers(sb, **{"X-Access-Token": "wrong"}))
+    assert (resp.status, raw) == (
+        401, b'{"code":401,"message":"access token present in header but does not match"}\n')
+    h = envd_headers(sb)
+    del h["X-Access-Token"]
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/blob.bin&username=user", headers=h)
+    assert (resp.status, raw) == (
+        401, b'{"code":401,"message":"missing signature query parameter"}\n')
+    resp, raw = fake.request("GET", "/files?path=/mnt/data/blob.bin", headers=envd_headers(sb))
+    assert (resp.status, raw) == (400, b'{"code":400,"message":"no user specified"}\n')
+
+
+def test_envd_cut_upload_leaves_what_arrived(fake, server):
+    sb = fake.create()
+    root = sandbox_root(server, sb)
+    head = multipart("/mnt/data/cut.bin", b"")[:-len("\r\n--b0undary--\r\n")]
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=30)
+    conn.putrequest("POST", "/files?path=/mnt/data/cut.bin&username=user")
+    for k, v in envd_headers(sb, **{"Content-Type": "multipart/form-data; boundary=b0undary",
+                                    "Transfer-Encoding": "chunked"}).items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    piece = head + b"z" * 100000
+    conn.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    conn.close()
+    wait_state(fake, lambda st: any(c["status"] == "cut" for c in st["envd"]), "the cut upload")
+    assert os.path.getsize(root + "/mnt/data/cut.bin") > 0
+
+
+def test_execute_writes_into_the_sandbox_data_dir(fake, server):
+    sb = fake.create()
+    lines = fake.execute(sb, "import os\nos.makedirs('/mnt/data', exist_ok=True)\n"
+                             "open('/mnt/data/x.csv', 'w').write('a,b\\n')\n"
+                             "print(sorted(os.listdir('/mnt/data')))")
+    assert [l["text"] for l in lines if l["type"] == "stdout"] == ["['x.csv']\n"]
+    with open(sandbox_root(server, sb) + "/mnt/data/x.csv") as f:
+        assert f.read() == "a,b\n"
+    assert fake.state()["sandboxes"][sb["sandboxID"]]["data"] == ["x.csv"]
+    status, listing = fs_call(fake, sb, "ListDir", {"path": "/mnt/data"})
+    assert status == 200 and [e["name"] for e in listing["entries"]] == ["x.csv"]
+    root = sandbox_root(server, sb)
+    fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert not os.path.exists(root)

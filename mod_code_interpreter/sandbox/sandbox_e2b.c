@@ -38,8 +38,8 @@
 #include "ci_log.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
+#include "e2b_internal.h"
 
-#define E2B_PORT "49999"
 #define E2B_DEFAULT_DOMAIN "e2b.app"
 #define CONTROL_CONNECT_MS 10000L
 #define CONTROL_TOTAL_MS 30000L
@@ -62,23 +62,6 @@
                       "variables and imports are gone (its files are kept)."
 #define MSG_HANDLE "the container's E2B handle is not usable"
 
-struct ci_sandbox {
-    apr_pool_t *p;
-    const ci_sandbox_def *def;
-    CURL *curl;               /* reused: keeps both planes' connections warm */
-    char *id;                 /* the provider's sandbox id */
-    char *api_key;            /* the key this sandbox was created with */
-    const char *api_base;     /* without a trailing slash */
-    const char *data_base;    /* without a trailing slash */
-    char *envd_token;         /* X-Access-Token */
-    char *traffic_token;      /* E2B-Traffic-Access-Token, or NULL */
-    volatile apr_uint32_t interrupted;
-    /* a container's (attach) */
-    int container;
-    int idle;                 /* seconds it lives unused */
-    char *context_id;         /* the execution context its code runs in */
-};
-
 /* ---- secrets ------------------------------------------------------------ */
 
 static void wipe(char *s)
@@ -96,8 +79,7 @@ static char *wiped_free(char *s)
 
 /* Add "NAME: VALUE" to *LIST without leaving a copy of VALUE behind. An
  * empty VALUE ("NAME:") stops libcurl from sending a header of its own. */
-static int add_header(struct curl_slist **list, const char *name,
-                      const char *value)
+int e2b_add_header(struct curl_slist **list, const char *name, const char *value)
 {
     apr_size_t n = strlen(name) + strlen(value) + 3;
     char *line = malloc(n);
@@ -113,7 +95,7 @@ static int add_header(struct curl_slist **list, const char *name,
     return 0;
 }
 
-static void free_headers(struct curl_slist *list)
+void e2b_free_headers(struct curl_slist *list)
 {
     struct curl_slist *h;
     for (h = list; h; h = h->next)
@@ -220,8 +202,8 @@ static int interrupted_cb(void *sb)
 
 /* Transport options of every call. SB: abort when it is interrupted. T must
  * outlive the call. */
-static void set_transport(CURL *h, ci_curl_transport *t, long connect_ms,
-                          long total_ms, ci_sandbox *sb)
+void e2b_set_transport(CURL *h, ci_curl_transport *t, long connect_ms, long total_ms,
+                       ci_sandbox *sb)
 {
     memset(t, 0, sizeof(*t));
     t->connect_timeout = apr_time_from_msec(connect_ms);
@@ -233,24 +215,28 @@ static void set_transport(CURL *h, ci_curl_transport *t, long connect_ms,
     ci_curl_set_transport(h, t);
 }
 
-static void set_body(CURL *h, const char *body, apr_size_t len)
+void e2b_set_body(CURL *h, const char *body, apr_size_t len)
 {
     curl_easy_setopt(h, CURLOPT_POST, 1L);
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
     curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
 }
 
-/* The headers of every data-plane call: the sandbox's tokens, never the
- * key. */
+int e2b_sandbox_headers(ci_sandbox *sb, const char *port, struct curl_slist **hdrs)
+{
+    return e2b_add_header(hdrs, "Expect", "") ||
+           e2b_add_header(hdrs, "X-Access-Token", sb->envd_token) ||
+           (sb->traffic_token &&
+            e2b_add_header(hdrs, "E2B-Traffic-Access-Token", sb->traffic_token)) ||
+           e2b_add_header(hdrs, "E2b-Sandbox-Id", sb->id) ||
+           e2b_add_header(hdrs, "E2b-Sandbox-Port", port);
+}
+
+/* The headers of every call to the code-interpreter server. */
 static int data_headers(ci_sandbox *sb, struct curl_slist **hdrs)
 {
-    return add_header(hdrs, "Content-Type", "application/json") ||
-           add_header(hdrs, "Expect", "") ||
-           add_header(hdrs, "X-Access-Token", sb->envd_token) ||
-           (sb->traffic_token &&
-            add_header(hdrs, "E2B-Traffic-Access-Token", sb->traffic_token)) ||
-           add_header(hdrs, "E2b-Sandbox-Id", sb->id) ||
-           add_header(hdrs, "E2b-Sandbox-Port", E2B_PORT);
+    return e2b_add_header(hdrs, "Content-Type", "application/json") ||
+           e2b_sandbox_headers(sb, E2B_PORT, hdrs);
 }
 
 /* One control-plane call (METHOD is POST with BODY, or DELETE). *STATUS is
@@ -266,16 +252,16 @@ static CURLcode control_call(CURL *h, const char *method, const char *url,
 
     *status = 0;
     curl_easy_reset(h);
-    if (add_header(&hdrs, "X-API-Key", key) ||
-        add_header(&hdrs, "Accept", "application/json") ||
-        add_header(&hdrs, "Expect", "") ||
-        (body && add_header(&hdrs, "Content-Type", "application/json")))
+    if (e2b_add_header(&hdrs, "X-API-Key", key) ||
+        e2b_add_header(&hdrs, "Accept", "application/json") ||
+        e2b_add_header(&hdrs, "Expect", "") ||
+        (body && e2b_add_header(&hdrs, "Content-Type", "application/json")))
         goto leave;
-    set_transport(h, &t, CONTROL_CONNECT_MS, CONTROL_TOTAL_MS, sb);
+    e2b_set_transport(h, &t, CONTROL_CONNECT_MS, CONTROL_TOTAL_MS, sb);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
     if (body)
-        set_body(h, body, strlen(body));
+        e2b_set_body(h, body, strlen(body));
     else
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_answer);
@@ -285,7 +271,7 @@ static CURLcode control_call(CURL *h, const char *method, const char *url,
 leave:
     /* The handle keeps pointers to the list: drop them before freeing it. */
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    free_headers(hdrs);
+    e2b_free_headers(hdrs);
     return rc;
 }
 
@@ -636,19 +622,19 @@ static CURLcode data_call(ci_sandbox *sb, apr_pool_t *p, const char *path,
 
     *status = 0;
     curl_easy_reset(sb->curl);
-    if (data_headers(sb, &hdrs) || add_header(&hdrs, "Accept", "application/json"))
+    if (data_headers(sb, &hdrs) || e2b_add_header(&hdrs, "Accept", "application/json"))
         goto leave;
-    set_transport(sb->curl, &t, DATA_CONNECT_MS, CONTEXT_TOTAL_MS, NULL);
+    e2b_set_transport(sb->curl, &t, DATA_CONNECT_MS, CONTEXT_TOTAL_MS, NULL);
     curl_easy_setopt(sb->curl, CURLOPT_URL, apr_pstrcat(p, sb->data_base, path, NULL));
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, hdrs);
-    set_body(sb->curl, body, strlen(body));
+    e2b_set_body(sb->curl, body, strlen(body));
     curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, on_answer);
     curl_easy_setopt(sb->curl, CURLOPT_WRITEDATA, ans ? ans : &drop);
     rc = curl_easy_perform(sb->curl);
     curl_easy_getinfo(sb->curl, CURLINFO_RESPONSE_CODE, status);
 leave:
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, NULL);
-    free_headers(hdrs);
+    e2b_free_headers(hdrs);
     return rc;
 }
 
@@ -807,22 +793,22 @@ static ci_exec_outcome execute(ci_sandbox *sb, apr_pool_t *p, const char *code,
     body = ci_json_pstr(p, req, &len);
     curl_easy_reset(sb->curl);
     if (data_headers(sb, &hdrs)) {
-        free_headers(hdrs);
+        e2b_free_headers(hdrs);
         *msg = "The sandbox request could not be prepared (out of memory).";
         return CI_EXEC_LOST;
     }
-    set_transport(sb->curl, &t, DATA_CONNECT_MS, total_ms > 0 ? total_ms : 1L, sb);
+    e2b_set_transport(sb->curl, &t, DATA_CONNECT_MS, total_ms > 0 ? total_ms : 1L, sb);
     curl_easy_setopt(sb->curl, CURLOPT_URL,
                      apr_pstrcat(p, sb->data_base, "/execute", NULL));
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, hdrs);
-    set_body(sb->curl, body, len);
+    e2b_set_body(sb->curl, body, len);
     curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, on_stream);
     curl_easy_setopt(sb->curl, CURLOPT_WRITEDATA, &st);
     rc = curl_easy_perform(sb->curl);
     if (!st.status)
         curl_easy_getinfo(sb->curl, CURLINFO_RESPONSE_CODE, &st.status);
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, NULL);
-    free_headers(hdrs);
+    e2b_free_headers(hdrs);
     return stream_failure(sb, p, &st, rc, apr_time_now() - began, msg);
 }
 
@@ -854,6 +840,7 @@ static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     int sent = 0;
     apr_pool_t *tmp;
     ci_ndjson *nd;
+    apr_hash_t *files = NULL;
 
     /* The reader and its line buffer live only as long as this execution. */
     apr_pool_create(&tmp, p);
@@ -865,10 +852,15 @@ static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     else if (!is_interrupted(sb) &&
              (why = extend_lifetime(sb, tmp, &msg)) == CI_EXEC_COMPLETED) {
         sent = 1;
+        /* a container's files before, to tell which ones the run changed */
+        if (sb->container)
+            files = e2b_files_snapshot(sb, tmp);
         why = execute(sb, tmp, code, nd, &msg);
     }
     ci_ndjson_result(nd, why, why == CI_EXEC_COMPLETED ? NULL : msg, &got);
     *res = *ci_exec_result_copy(p, &got);
+    if (files)
+        e2b_files_changed(sb, p, files, res);
     if (sb->container && sent && ci_exec_failed(res)) {
         res->failure = recover(sb, p, tmp, res->failure);
         res->failure_says_all = 1;     /* it says what became of the state */
@@ -988,8 +980,32 @@ static const char *take_handle(ci_sandbox *sb, apr_pool_t *tmp, const char *hand
     return why;
 }
 
+apr_status_t e2b_open(apr_pool_t *p, const ci_sandbox_def *def, const char *handle,
+                      ci_sandbox **out, const char **err)
+{
+    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
+    apr_status_t rv;
+    apr_pool_t *tmp;
+    const char *why;
+
+    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
+        return rv;
+    sb->container = 1;
+    apr_pool_create(&tmp, p);
+    why = take_handle(sb, tmp, handle);
+    apr_pool_destroy(tmp);
+    if (why) {
+        *err = why;
+        sandbox_cleanup(sb);
+        sb->id = NULL;
+        return APR_EINVAL;
+    }
+    *out = sb;
+    return APR_SUCCESS;
+}
+
 /* A container's sandbox. Without HANDLE: a new sandbox living IDLE_SECONDS
- * unused, with an execution context of its own. With HANDLE: the sandbox it
+ * unused, with an execution context of its own and /mnt/data. With HANDLE: the sandbox it
  * names, whose life is set to IDLE_SECONDS from now (the one call made;
  * APR_NOTFOUND when the service says it is gone). */
 static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
@@ -1013,6 +1029,8 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
         sb->idle = idle_seconds;
         apr_pool_create(&tmp, p);
         why = create_context(sb, tmp);
+        if (!why)
+            why = e2b_files_prepare(sb, tmp);
         if (why) {
             *err = apr_pstrdup(p, why);
             delete_sandbox(sb);
@@ -1026,25 +1044,20 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
         return rv;
     }
 
-    sb = apr_pcalloc(p, sizeof(*sb));
-    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
+    if ((rv = e2b_open(p, def, handle, &sb, err)) != APR_SUCCESS)
         return rv;
-    sb->container = 1;
     sb->idle = idle_seconds;
     apr_pool_create(&tmp, p);
-    if ((why = take_handle(sb, tmp, handle)) != NULL)
-        rv = APR_EINVAL;
-    else
-        switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
-        case TIMEOUT_SET:
-            *out = sb;
-            break;
-        case TIMEOUT_GONE:
-            rv = APR_NOTFOUND;
-            break;
-        default:
-            rv = APR_EGENERAL;
-        }
+    switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
+    case TIMEOUT_SET:
+        *out = sb;
+        break;
+    case TIMEOUT_GONE:
+        rv = APR_NOTFOUND;
+        break;
+    default:
+        rv = APR_EGENERAL;
+    }
     if (rv != APR_SUCCESS) {
         *err = apr_pstrdup(p, why);
         sandbox_cleanup(sb);
@@ -1219,4 +1232,8 @@ const ci_provider ci_provider_e2b = {
     .keep_alive = e2b_keep_alive,
     .release = e2b_release,
     .tier = e2b_tier,
+    .files_list = e2b_files_list,
+    .file_get = e2b_file_get,
+    .file_delete = e2b_file_delete,
+    .file_put = e2b_file_put,
 };

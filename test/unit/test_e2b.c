@@ -27,6 +27,7 @@
 #include <apr_thread_proc.h>
 #include <json-c/json.h>
 
+#include "ci_cfiles.h"
 #include "ci_config.h"
 #include "ci_exec.h"
 #include "ci_log.h"
@@ -1480,6 +1481,535 @@ static void test_container_restart_refused(void **state)
     wait_deletes(1);
 }
 
+/* ---- container files (envd) ------------------------------------------------ */
+
+/* A container's sandbox for the file tests: *T names it by its handle. */
+static ci_sandbox *file_container(apr_pool_t *p, const ci_sandbox_def *def,
+                                  ci_file_target *t, apr_pool_t **sbpool)
+{
+    ci_sandbox *sb = attach_ok(p, def, NULL, IDLE, sbpool);
+    t->def = def;
+    t->container = TAG;
+    t->handle = E2B->handle(sb, p);
+    assert_non_null(t->handle);
+    return sb;
+}
+
+/* Run CODE, which must succeed. */
+static ci_exec_result run_ok(ci_sandbox *sb, apr_pool_t *p, const char *code)
+{
+    ci_exec_result r = run(sb, p, code);
+    if (r.outcome != CI_EXEC_COMPLETED)
+        fail_msg("the code failed: %s %s", r.failure ? r.failure : "", r.text);
+    return r;
+}
+
+/* Every name under the sandbox's /mnt/data, as the fake sees it ("a,b";
+ * "-" when /mnt/data does not exist). */
+static const char *data_names(apr_pool_t *p, const char *id)
+{
+    json_object *st = fake_state();
+    json_object *data = member(member(member(st, "sandboxes"), id), "data");
+    const char *out = data ? "" : "-";
+    size_t i;
+    for (i = 0; data && i < json_object_array_length(data); i++)
+        out = apr_pstrcat(p, out, i ? "," : "",
+                          json_object_get_string(json_object_array_get_idx(data, i)), NULL);
+    json_object_put(st);
+    return out;
+}
+
+/* The text of the file PATH in sandbox ID (read on the fake's side). */
+static const char *sandbox_text(apr_pool_t *p, const char *id, const char *path)
+{
+    json_object *st = fake_state();
+    const char *host = apr_pstrcat(p, str_member(member(member(st, "sandboxes"), id), "root"),
+                                   path, NULL);
+    char text[4096];
+    size_t n;
+    FILE *f = fopen(host, "rb");
+    json_object_put(st);
+    assert_non_null(f);
+    n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    return apr_pstrmemdup(p, text, n);
+}
+
+/* The envd calls of the fake whose path is PATH. */
+static int envd_calls(const char *path)
+{
+    json_object *st = fake_state(), *calls = member(st, "envd");
+    int n = 0;
+    size_t i;
+    for (i = 0; i < json_object_array_length(calls); i++)
+        n += !strcmp(str_member(json_object_array_get_idx(calls, i), "path"), path);
+    json_object_put(st);
+    return n;
+}
+
+static apr_array_header_t *list_ok(apr_pool_t *p, const ci_file_target *t)
+{
+    apr_array_header_t *files = NULL;
+    const char *err = NULL;
+    if (E2B->files_list(p, t, &files, &err) != CI_FILE_OK)
+        fail_msg("files_list failed: %s", err ? err : "(no message)");
+    return files;
+}
+
+static int by_text(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The listing as "name:bytes:user,..." by name (files made in the same
+ * second have no order of time). */
+static const char *listed(apr_pool_t *p, const ci_file_target *t)
+{
+    apr_array_header_t *files = list_ok(p, t);
+    const char **items = apr_pcalloc(p, sizeof(char *) * (size_t)(files->nelts + 1));
+    const char *out = "";
+    int i;
+    for (i = 0; i < files->nelts; i++) {
+        const ci_cfile *f = &APR_ARRAY_IDX(files, i, ci_cfile);
+        items[i] = apr_psprintf(p, "%s:%" APR_INT64_T_FMT ":%d", f->name, f->bytes, f->user);
+    }
+    qsort(items, (size_t)files->nelts, sizeof(char *), by_text);
+    for (i = 0; i < files->nelts; i++)
+        out = apr_pstrcat(p, out, i ? "," : "", items[i], NULL);
+    return out;
+}
+
+/* A sink that keeps what it is given. */
+typedef struct got {
+    apr_int64_t size;
+    int sizes, pieces;
+    buf data;
+} got;
+
+static int got_size(void *baton, apr_int64_t bytes)
+{
+    got *g = baton;
+    assert_int_equal(g->pieces, 0);
+    g->size = bytes;
+    g->sizes++;
+    return 0;
+}
+
+static int got_data(void *baton, const char *data, apr_size_t len)
+{
+    got *g = baton;
+    assert_int_equal(g->sizes, 1);
+    g->pieces++;
+    return collect((char *)data, 1, len, &g->data) == len ? 0 : -1;
+}
+
+static ci_file_status get_file(apr_pool_t *p, const ci_file_target *t, const char *name,
+                               apr_int64_t max, got *g)
+{
+    ci_file_sink sink = { got_size, got_data, g };
+    const char *err = NULL;
+    memset(g, 0, sizeof(*g));
+    return E2B->file_get(p, t, name, max, &sink, &err);
+}
+
+/* A source of LEN bytes (byte i is i % 251) in pieces of at most PIECE,
+ * failing once FAIL_AT bytes are given (0: never). */
+typedef struct src {
+    apr_size_t len, at, piece, fail_at;
+    int reads;
+} src;
+
+static apr_ssize_t src_read(void *baton, char *out, apr_size_t len)
+{
+    src *s = baton;
+    apr_size_t n = s->len - s->at, i;
+    s->reads++;
+    if (s->fail_at && s->at >= s->fail_at)
+        return -1;
+    if (n > len)
+        n = len;
+    if (n > s->piece)
+        n = s->piece;
+    for (i = 0; i < n; i++)
+        out[i] = (char)((s->at + i) % 251);
+    s->at += n;
+    return (apr_ssize_t)n;
+}
+
+static ci_file_status put_file(apr_pool_t *p, const ci_file_target *t, const char *name,
+                               apr_size_t len, const ci_file_limits *limits, apr_size_t fail_at)
+{
+    static const ci_file_limits none = { 0, 0, 0 };
+    src s = { len, 0, 65536, fail_at, 0 };
+    ci_file_source source = { src_read, &s };
+    const char *err = NULL;
+    ci_file_status st = E2B->file_put(p, t, name, limits ? limits : &none, &source, &err);
+    if (st == CI_FILE_FAILED)
+        fail_msg("file_put failed: %s", err ? err : "(no message)");
+    return st;
+}
+
+/* The bytes put_file sends: LEN of them. */
+static void assert_source_bytes(const buf *b, apr_size_t len)
+{
+    apr_size_t i;
+    assert_int_equal(b->len, len);
+    for (i = 0; i < len; i++)
+        if ((unsigned char)b->data[i] != i % 251)
+            fail_msg("byte %lu differs", (unsigned long)i);
+}
+
+#define MAKE_FILES "import os\n" \
+    "open('/mnt/data/a.csv', 'w').write('1,2\\n')\n" \
+    "open('/mnt/data/b.bin', 'wb').write(bytes([0, 255, 10, 13, 0]))\n" \
+    "os.symlink('/etc/passwd', '/mnt/data/link')\n" \
+    "os.mkdir('/mnt/data/sub')\n" \
+    "open('/mnt/data/sub/inner.txt', 'w').write('x')\n"
+
+/* A new container's sandbox has an empty /mnt/data (MakeDir at its start,
+ * with the user's credentials and envd's port). */
+static void test_files_dir_made_at_start(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    const char *id = created_id(p);
+    json_object *st, *call, *hdrs, *sbx;
+
+    assert_string_equal(data_names(p, id), "");
+    st = fake_state();
+    sbx = member(member(st, "sandboxes"), id);
+    assert_int_equal(json_object_array_length(member(st, "envd")), 1);
+    call = json_object_array_get_idx(member(st, "envd"), 0);
+    assert_string_equal(str_member(call, "path"), "/filesystem.Filesystem/MakeDir");
+    assert_int_equal(json_object_get_int(member(call, "status")), 200);
+    assert_string_equal(json_object_to_json_string_ext(member(call, "body"),
+                                                       JSON_C_TO_STRING_PLAIN),
+                        "{\"path\":\"\\/mnt\\/data\"}");
+    hdrs = member(call, "headers");
+    assert_string_equal(str_member(hdrs, "content-type"), "application/json");
+    assert_string_equal(str_member(hdrs, "connect-protocol-version"), "1");
+    assert_string_equal(str_member(hdrs, "authorization"), "Basic dXNlcjo=");
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-port"), "49983");
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-id"), id);
+    assert_string_equal(str_member(hdrs, "x-access-token"), str_member(sbx, "envdAccessToken"));
+    assert_null(member(hdrs, "x-api-key"));
+    json_object_put(st);
+    assert_string_equal(listed(p, &t), "");
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* files_list: the regular files directly under /mnt/data; a symlink (envd
+ * reports a link to a file as FILE_TYPE_FILE with symlinkTarget), a
+ * directory and what is inside it are left out. */
+static void test_files_list_regular_only(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    apr_array_header_t *files;
+    apr_int64_t now = apr_time_sec(apr_time_now());
+    const ci_cfile *a, *b;
+
+    run_ok(sb, p, MAKE_FILES);
+    files = list_ok(p, &t);
+    assert_int_equal(files->nelts, 2);
+    a = ci_cfiles_find(files, ci_cfile_id(p, TAG, "a.csv"));
+    b = ci_cfiles_find(files, ci_cfile_id(p, TAG, "b.bin"));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_string_equal(a->name, "a.csv");
+    assert_int_equal(a->bytes, 4);
+    assert_int_equal(a->user, 0);
+    assert_string_equal(b->name, "b.bin");
+    assert_int_equal(b->bytes, 5);
+    assert_int_equal(b->user, 0);
+    assert_true(a->created_at >= now - 5 && a->created_at <= now + 5);
+    assert_true(b->created_at >= now - 5 && b->created_at <= now + 5);
+    assert_string_equal(data_names(p, created_id(p)), "a.csv,b.bin,link,sub");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* file_get: the bytes as they are (binary), the size first; a 3 MB file
+ * comes in several pieces. */
+static void test_files_get_binary_and_large(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    static const char small[] = { 0, (char)255, 10, 13, 0 };
+    got g;
+
+    run_ok(sb, p, MAKE_FILES "open('/mnt/data/big.bin', 'wb').write("
+                  "bytes(i % 251 for i in range(3 * 1024 * 1024)))\n");
+    assert_int_equal(get_file(p, &t, "b.bin", 100, &g), CI_FILE_OK);
+    assert_int_equal(g.sizes, 1);
+    assert_int_equal(g.size, 5);
+    assert_int_equal(g.data.len, 5);
+    assert_memory_equal(g.data.data, small, 5);
+    free(g.data.data);
+    assert_int_equal(get_file(p, &t, "big.bin", 4 * 1024 * 1024, &g), CI_FILE_OK);
+    assert_int_equal(g.size, 3 * 1024 * 1024);
+    assert_true(g.pieces > 1);
+    assert_source_bytes(&g.data, 3 * 1024 * 1024);
+    free(g.data.data);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A symlink (to the sandbox's /etc/passwd), a directory, a name that is not
+ * there or not acceptable: NOT_FOUND, nothing sent, no download asked. */
+static void test_files_get_refuses_links(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    got g;
+
+    run_ok(sb, p, MAKE_FILES);
+    assert_int_equal(get_file(p, &t, "link", 1 << 20, &g), CI_FILE_NOT_FOUND);
+    assert_int_equal(g.sizes + g.pieces, 0);
+    assert_int_equal(get_file(p, &t, "sub", 1 << 20, &g), CI_FILE_NOT_FOUND);
+    assert_int_equal(get_file(p, &t, "nothing", 1 << 20, &g), CI_FILE_NOT_FOUND);
+    assert_int_equal(get_file(p, &t, "../etc/passwd", 1 << 20, &g), CI_FILE_NOT_FOUND);
+    assert_int_equal(g.sizes + g.pieces, 0);
+    assert_int_equal(envd_calls("/files"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* Past MAX bytes: TOO_LARGE before anything is sent; at MAX: the file. */
+static void test_files_get_too_large(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    got g;
+
+    run_ok(sb, p, MAKE_FILES);
+    assert_int_equal(get_file(p, &t, "b.bin", 4, &g), CI_FILE_TOO_LARGE);
+    assert_int_equal(g.sizes + g.pieces, 0);
+    assert_int_equal(envd_calls("/files"), 0);
+    assert_int_equal(get_file(p, &t, "b.bin", 5, &g), CI_FILE_OK);
+    assert_int_equal(g.size, 5);
+    free(g.data.data);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* file_delete: a regular file goes; a symlink or directory is no file (and
+ * stays), nor is a name already gone. */
+static void test_files_delete(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    const char *err = NULL, *id = created_id(p);
+
+    run_ok(sb, p, MAKE_FILES);
+    assert_int_equal(E2B->file_delete(p, &t, "a.csv", &err), CI_FILE_OK);
+    assert_string_equal(listed(p, &t), "b.bin:5:0");
+    assert_int_equal(E2B->file_delete(p, &t, "a.csv", &err), CI_FILE_NOT_FOUND);
+    assert_int_equal(E2B->file_delete(p, &t, "link", &err), CI_FILE_NOT_FOUND);
+    assert_int_equal(E2B->file_delete(p, &t, "sub", &err), CI_FILE_NOT_FOUND);
+    assert_string_equal(data_names(p, id), "b.bin,link,sub");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* file_put: the file is the user's (source) until the code changes it; a
+ * 3 MB upload is streamed in pieces and comes back byte for byte; nothing
+ * temporary is left under /mnt/data. */
+static void test_files_put_then_list(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    const char *id = created_id(p);
+    got g;
+
+    assert_int_equal(put_file(p, &t, "up.txt", 5, NULL, 0), CI_FILE_OK);
+    assert_string_equal(listed(p, &t), "up.txt:5:1");
+    assert_int_equal(put_file(p, &t, "big.bin", 3 * 1024 * 1024, NULL, 0), CI_FILE_OK);
+    assert_string_equal(data_names(p, id), "big.bin,up.txt");
+    assert_int_equal(get_file(p, &t, "big.bin", 3 * 1024 * 1024, &g), CI_FILE_OK);
+    assert_source_bytes(&g.data, 3 * 1024 * 1024);
+    free(g.data.data);
+    run_ok(sb, p, "open('/mnt/data/up.txt', 'a').write('more')\n");
+    assert_int_equal(ci_cfiles_find(list_ok(p, &t), ci_cfile_id(p, TAG, "big.bin"))->user, 1);
+    assert_int_equal(ci_cfiles_find(list_ok(p, &t), ci_cfile_id(p, TAG, "up.txt"))->user, 0);
+    assert_int_equal(ci_cfiles_find(list_ok(p, &t), ci_cfile_id(p, TAG, "up.txt"))->bytes, 9);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* A put replaces a file of that name (not counted against the limits), and
+ * a symlink of that name is replaced, never written through. */
+static void test_files_put_replaces(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    ci_file_limits one = { 5, 2, 8 };
+
+    run_ok(sb, p, MAKE_FILES);
+    assert_int_equal(put_file(p, &t, "a.csv", 3, &one, 0), CI_FILE_OK);
+    assert_string_equal(listed(p, &t), "a.csv:3:1,b.bin:5:0");
+    assert_int_equal(put_file(p, &t, "link", 2, NULL, 0), CI_FILE_OK);
+    assert_string_equal(sandbox_text(p, created_id(p), "/etc/passwd"),
+                        "root:x:0:0:root:/root:/bin/bash\n"
+                        "user:x:1000:1000::/home/user:/bin/bash\n");
+    assert_int_equal(ci_cfiles_find(list_ok(p, &t), ci_cfile_id(p, TAG, "link"))->bytes, 2);
+    assert_string_equal(data_names(p, created_id(p)), "a.csv,b.bin,link,sub");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* Each limit refuses with its status and leaves the files as they were. */
+static void test_files_put_limits(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    const char *id = created_id(p), *before, *names;
+    ci_file_limits max_file = { 100000, 0, 0 }, max_files = { 0, 2, 0 },
+                   max_bytes = { 0, 0, 200000 };
+
+    run_ok(sb, p, MAKE_FILES);
+    before = listed(p, &t);
+    names = data_names(p, id);
+    assert_int_equal(put_file(p, &t, "new.bin", 100001, &max_file, 0), CI_FILE_TOO_LARGE);
+    assert_int_equal(put_file(p, &t, "a.csv", 300000, &max_file, 0), CI_FILE_TOO_LARGE);
+    assert_int_equal(put_file(p, &t, "new.bin", 1, &max_files, 0), CI_FILE_TOO_MANY);
+    /* 9 bytes are there; 199992 more fit */
+    assert_int_equal(put_file(p, &t, "new.bin", 199992, &max_bytes, 0), CI_FILE_NO_ROOM);
+    assert_string_equal(listed(p, &t), before);
+    assert_string_equal(data_names(p, id), names);
+    assert_int_equal(put_file(p, &t, "new.bin", 199991, &max_bytes, 0), CI_FILE_OK);
+    assert_int_equal(put_file(p, &t, "a.csv", 1, &max_files, 0), CI_FILE_OK);
+    assert_string_equal(listed(p, &t), "a.csv:1:1,b.bin:5:0,new.bin:199991:1");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A source that fails mid-way: SOURCE_FAILED, and what envd wrote of it is
+ * removed; the file it would have replaced is untouched. */
+static void test_files_put_source_fails(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    const char *id = created_id(p);
+    json_object *st, *calls;
+    size_t i;
+    int uploads = 0, removes = 0;
+
+    run_ok(sb, p, MAKE_FILES);
+    assert_int_equal(put_file(p, &t, "a.csv", 1 << 20, NULL, 300000), CI_FILE_SOURCE_FAILED);
+    assert_int_equal(put_file(p, &t, "c.bin", 1 << 20, NULL, 300000), CI_FILE_SOURCE_FAILED);
+    /* what came before the failure was written, then removed */
+    st = fake_state();
+    calls = member(st, "envd");
+    for (i = 0; i < json_object_array_length(calls); i++) {
+        json_object *c = json_object_array_get_idx(calls, i);
+        if (!strcmp(str_member(c, "path"), "/files")) {
+            uploads++;
+            assert_string_equal(str_member(c, "method"), "POST");
+            assert_int_equal(json_object_get_int(member(c, "status")), 200);
+            assert_int_equal(strncmp(json_object_get_string(json_object_array_get_idx(
+                                 member(c, "uploaded"), 0)), "/mnt/data/.upload-", 18), 0);
+        }
+        removes += !strcmp(str_member(c, "path"), "/filesystem.Filesystem/Remove");
+    }
+    json_object_put(st);
+    assert_int_equal(uploads, 2);
+    assert_int_equal(removes, 2);
+    assert_string_equal(listed(p, &t), "a.csv:4:0,b.bin:5:0");
+    assert_string_equal(data_names(p, id), "a.csv,b.bin,link,sub");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* No sandbox (no handle, or gone at E2B): NO_SANDBOX from every entry. */
+static void test_files_no_sandbox(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target none = { def, TAG, NULL }, t;
+    apr_array_header_t *files = NULL;
+    const char *err = NULL;
+    ci_sandbox *sb;
+    got g;
+
+    assert_int_equal(E2B->files_list(p, &none, &files, &err), CI_FILE_NO_SANDBOX);
+    assert_int_equal(get_file(p, &none, "a", 10, &g), CI_FILE_NO_SANDBOX);
+    assert_int_equal(E2B->file_delete(p, &none, "a", &err), CI_FILE_NO_SANDBOX);
+    assert_int_equal(put_file(p, &none, "a", 1, NULL, 0), CI_FILE_NO_SANDBOX);
+    sb = file_container(p, def, &t, &sbpool);
+    let_go(sb, sbpool);
+    json_object_put(fake_call("POST", "/_expire", "{}"));
+    err = NULL;
+    assert_int_equal(E2B->files_list(p, &t, &files, &err), CI_FILE_NO_SANDBOX);
+    assert_string_equal(err, "the E2B sandbox no longer exists (HTTP 502)");
+    assert_int_equal(get_file(p, &t, "a", 10, &g), CI_FILE_NO_SANDBOX);
+    assert_int_equal(E2B->file_delete(p, &t, "a", &err), CI_FILE_NO_SANDBOX);
+    assert_int_equal(put_file(p, &t, "a", 1, NULL, 0), CI_FILE_NO_SANDBOX);
+    assert_no_leaks();
+}
+
+static const char *changed(apr_pool_t *p, const ci_exec_result *r)
+{
+    const char *out = "";
+    int i;
+    for (i = 0; r->files && i < r->files->nelts; i++)
+        out = apr_pstrcat(p, out, i ? "," : "", APR_ARRAY_IDX(r->files, i, const char *),
+                          NULL);
+    return out;
+}
+
+/* A container's run reports the regular files under /mnt/data it made or
+ * changed; a request's own sandbox lists nothing. */
+static void test_run_reports_changed_files(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_file_target t;
+    ci_sandbox *sb = file_container(p, def, &t, &sbpool);
+    ci_exec_result r;
+
+    r = run_ok(sb, p, MAKE_FILES "open('/mnt/data/x.csv', 'w').write('a,b\\n')\n");
+    assert_string_equal(changed(p, &r), "a.csv,b.bin,x.csv");
+    r = run_ok(sb, p, "y = 1");
+    assert_string_equal(changed(p, &r), "");
+    r = run_ok(sb, p, "open('/mnt/data/x.csv', 'w').write('a,b,c\\n')\n"
+                      "open('/mnt/data/sub/deeper.txt', 'w').write('no')\n");
+    assert_string_equal(changed(p, &r), "x.csv");
+    stop(sb, sbpool);
+    wait_deletes(1);
+
+    fake_reset();
+    sb = start_ok(p, def, &sbpool);
+    r = run(sb, p, "print(1)");
+    assert_string_equal(changed(p, &r), "");
+    assert_int_equal(state_len("envd"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
 static const struct CMUnitTest tests[] = {
     TEST(test_round_trip),
     TEST(test_create_body),
@@ -1519,6 +2049,18 @@ static const struct CMUnitTest tests[] = {
     TEST(test_container_interrupt_restarts_context),
     TEST(test_container_lost_run_restarts),
     TEST(test_container_restart_refused),
+    TEST(test_files_dir_made_at_start),
+    TEST(test_files_list_regular_only),
+    TEST(test_files_get_binary_and_large),
+    TEST(test_files_get_refuses_links),
+    TEST(test_files_get_too_large),
+    TEST(test_files_delete),
+    TEST(test_files_put_then_list),
+    TEST(test_files_put_replaces),
+    TEST(test_files_put_limits),
+    TEST(test_files_put_source_fails),
+    TEST(test_files_no_sandbox),
+    TEST(test_run_reports_changed_files),
 };
 
 int main(int argc, char **argv)
