@@ -58,8 +58,15 @@ Timeout 600
     ProxyPass $UPSTREAM/v1/responses
     CodeInterpreter On
 </Location>
+# OpenAI's Containers API and container files; file_ids are read from the
+# upstream's Files API beside its Responses API
+<Location /v1/containers>
+    CodeInterpreterContainers On
+    CodeInterpreterUpstream $UPSTREAM/v1/responses
+</Location>
 CONF
 [ -f "$ROOT/httpd.pid" ] && ctl stop 2>/dev/null && sleep 1
 ctl start
 echo "httpd is listening on http://127.0.0.1:$PORT/v1/responses -> $UPSTREAM"
+echo "and serves the Containers API at http://127.0.0.1:$PORT/v1/containers"
 echo "logs: $ROOT/logs; stop with: scripts/run.sh stop"

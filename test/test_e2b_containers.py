@@ -31,6 +31,7 @@ CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url
 <Location /e2b/v1/containers>
   CodeInterpreterContainers On
   CodeInterpreter cloud
+  CodeInterpreterUpstream http://127.0.0.1:{port}/v1/responses
 </Location>
 """.format(url=fake.url, port=model.port)
     server = Httpd("e2b-containers", base_conf(model.port, extra),
@@ -183,19 +184,54 @@ def test_the_plans_lifetime_cap_reads_as_expired(server, model):
     assert len(st["creates"]) == 2
 
 
-def test_files_of_an_e2b_container_are_not_served_yet(server, model):
-    """Container files are the local provider's for now: an E2B container's
-    file endpoints say so (501), and the owner check comes first."""
+def test_files_of_an_e2b_container(server, model):
+    """The same files as a local container's, through envd: an upload (and a
+    file of the upstream's Files API) the code reads, a file the code writes
+    cited in the answer, listed, downloaded byte-identical and deleted; the
+    owner checked first on every endpoint."""
+    from test_container_files import cfile_id
+    from test_container_uploads import CSV, model_file, multipart
     status, _, c = server.post("/e2b/v1/containers", {"name": "files"}, headers=ME)
     assert status == 200, c
-    base = "/e2b/v1/containers/%s/files" % c["id"]
-    want = {"message": "Container files are not available for containers of the e2b "
-                       "provider.", "type": "server_error", "param": None,
-            "code": "not_implemented"}
-    for method, path in (("GET", base), ("GET", base + "/cfile_0"),
-                         ("DELETE", base + "/cfile_0"), ("GET", base + "/cfile_0/content")):
-        status, _, body = server.request(method, path, headers=ME)
-        assert (status, json.loads(body)["error"]) == (501, want), path
+    cid = c["id"]
+    base = "/e2b/v1/containers/%s/files" % cid
+    body, ctype = multipart("prices.csv", CSV)
+    status, _, f = server.request("POST", base, body, dict(ME, **{"Content-Type": ctype}))
+    f = json.loads(f)
+    assert (status, f["id"], f["path"], f["bytes"], f["source"]) == (
+        200, cfile_id(cid, "prices.csv"), "/mnt/data/prices.csv", len(CSV), "user")
+    up = model_file(model, ME, "more.txt", b"from the files api")
+    status, _, g = server.post(base, {"file_id": up["id"]}, headers=ME)
+    assert (status, g["path"], g["source"]) == (200, "/mnt/data/more.txt", "user")
+    write = ("print(open('/mnt/data/prices.csv').read().count('\\n'), "
+             "open('/mnt/data/more.txt').read())\n"
+             "_ = open('/mnt/data/out.csv', 'w').write('x,y\\n')")
+    link = "sandbox:/mnt/data/out.csv"
+    tool = {"type": "code_interpreter", "container": cid}
+    body = {"model": "m", "tools": [tool], "include": [OUTPUTS],
+            "input": script_input([[{"call": write}], [{"text": "[out](%s)" % link}]])}
+    status, _, out = server.post("/e2b/v1/responses", body, headers=ME)
+    assert status == 200, out
+    assert calls_of(out)[0]["outputs"] == [{"type": "logs",
+                                            "logs": "3 from the files api\n"}]
+    assert out["output"][-1]["content"][0]["annotations"] == [{
+        "type": "container_file_citation", "container_id": cid,
+        "end_index": 6 + len(link), "file_id": cfile_id(cid, "out.csv"),
+        "filename": "out.csv", "start_index": 6}]
+    status, _, listing = server.request("GET", base + "?order=asc", headers=ME)
+    assert status == 200
+    assert sorted((x["path"], x["source"]) for x in json.loads(listing)["data"]) == [
+        ("/mnt/data/more.txt", "user"), ("/mnt/data/out.csv", "assistant"),
+        ("/mnt/data/prices.csv", "user")]
+    fid = cfile_id(cid, "out.csv")
+    status, _, data = server.request("GET", "%s/%s/content" % (base, fid), headers=ME)
+    assert (status, data) == (200, b"x,y\n")
+    for method, path in (("GET", base), ("POST", base), ("GET", base + "/" + fid),
+                         ("DELETE", base + "/" + fid), ("GET", base + "/" + fid + "/content")):
         status, _, body = server.request(method, path,
                                          headers={"Authorization": "Bearer sk-other"})
         assert (status, json.loads(body)["error"]["code"]) == (404, "container_not_found")
+    status, _, gone = server.request("DELETE", "%s/%s" % (base, fid), headers=ME)
+    assert (status, json.loads(gone)["deleted"]) == (200, True)
+    status, _, body = server.request("GET", "%s/%s/content" % (base, fid), headers=ME)
+    assert (status, json.loads(body)["error"]["code"]) == (404, "container_file_not_found")

@@ -4,7 +4,7 @@ id; every answer against the published OpenAPI document; then a two-turn
 conversation through client.responses.create in a container the client made
 and names in the tool, the second turn using what the first defined.
 Then container files through client.containers.files (list, retrieve,
-content, delete), from test/node/container_files.mjs.
+content, delete, create from toFile), from test/node/container_files.mjs.
 
 test/node/containers_api.mjs drives the SDK (installed as for
 test_node_sdk.py). It calls with a key of its own, so the listings hold only
@@ -249,5 +249,9 @@ def test_container_files_through_the_sdk(httpd, model, node_modules):
     schema = report["schema"]
     require("skipped" not in schema, "the OpenAPI document is absent: %s" %
             schema.get("skipped"))
-    assert len(schema["checked"]) == 2 + 3 and all(c["ok"] for c in schema["checked"]), \
+    assert len(schema["checked"]) == 2 + 3 + 1 and all(c["ok"] for c in schema["checked"]), \
         json.dumps(schema["checked"], indent=1)
+    up = steps["uploaded"]
+    assert (up["object"], up["path"], up["bytes"], up["source"], up["container_id"]) == (
+        "container.file", "/mnt/data/up.csv", 15, "user", cid)
+    assert steps["uploaded_back"] is True

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ANONYMOUS, TOOL, Httpd, base_conf, sanitizer_reports, script_input
+from conftest import ANONYMOUS, API_KEY, TOOL, Httpd, base_conf, sanitizer_reports, script_input
 from procstat import proc_table
 
 # The code runs once a "sleep" process exists below the sandbox.
@@ -482,3 +482,33 @@ def test_restarts_keep_the_supervisor(model, mpm, action):
         assert supervisors(server) == [sup]
     finally:
         server.stop()
+
+
+def test_child_killed_mid_upload_leaves_nothing(server, model):
+    """The child dies while the kernel writes an upload: the supervisor
+    abandons the put for it, and the kernel removes what it wrote."""
+    from test_container_uploads import multipart
+    status, _, c = server.post("/slow/v1/containers", {"name": "upload"})
+    assert status == 200, c
+    tool = {"type": "code_interpreter", "container": c["id"]}
+    status, _, body = post(server, "x = 1", tool=tool)
+    assert status == 200, body
+    sup = supervisor(server)
+    [box] = [p for p, comm in sandboxes_of(sup).items() if comm == "bwrap"]
+    [kernel] = [p for p in descendants(box) if proc_table()[p][1] == "python3"]
+    data = "/proc/%d/root/mnt/data" % kernel      # the sandbox's own view
+    payload, ctype = multipart("partial.bin", b"p" * (8 * 1024 * 1024))
+    head = ("POST /slow/v1/containers/%s/files HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "Authorization: Bearer %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n"
+            % (c["id"], API_KEY, ctype, len(payload))).encode()
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(head + payload[:len(payload) // 2])
+        wait_for(lambda: any(n.startswith(".upload-") for n in os.listdir(data)),
+                 "the kernel to be writing the upload")
+        [child] = children(server)
+        os.kill(child, 9)
+        wait_for(lambda: os.listdir(data) == [], "the partial upload to be removed")
+    # the container goes on, its state and its queue intact
+    status, _, body = post(server, "import os; print(x, os.listdir('/mnt/data'))", tool=tool)
+    assert status == 200
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "1 []\n"}]

@@ -2,7 +2,8 @@
 // (client.containers.files): a container is made, one responses.create()
 // runs code in it that writes files, then the files are listed (the SDK's
 // auto-pagination, two a page), retrieved, downloaded (files.content), one
-// deleted and retrieved again, and another caller lists them; every JSON
+// deleted and retrieved again, another caller lists them, and one is
+// uploaded (files.create with toFile) and read back; every JSON
 // answer of the file endpoints is checked against the OpenAPI document.
 //
 // Usage: BASE_URL=http://127.0.0.1:PORT/v1 API_KEY=... OTHER_KEY=...
@@ -19,7 +20,7 @@ import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 
-import OpenAI from "openai";
+import OpenAI, { toFile } from "openai";
 import Ajv2020Module from "ajv/dist/2020.js";
 
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
@@ -106,6 +107,15 @@ await step("deleted", async () => {
                                                                       { container_id: cid })) };
 });
 await step("foreign", async () => refused(() => other.containers.files.list(cid)));
+// an upload: the SDK's multipart, from toFile
+const UPLOAD = Buffer.from("name,n\nup,1\n\u00e9\u0000\u00ff", "latin1");
+await step("uploaded", async () => client.containers.files.create(cid, {
+  file: await toFile(UPLOAD, "up.csv", { type: "text/csv" }) }));
+await step("uploaded_back", async () => {
+  const res = await client.containers.files.content.retrieve(steps.uploaded.id,
+                                                             { container_id: cid });
+  return Buffer.from(await res.arrayBuffer()).equals(UPLOAD);
+});
 
 let schema;
 if (!fs.existsSync(SPEC)) {
@@ -119,8 +129,10 @@ if (!fs.existsSync(SPEC)) {
   const checked = [];
   for (const ex of wire) {
     const p = ex.path.split("?")[0];
-    if (ex.method !== "GET" || ex.status !== 200 || !/\/files(\/[^/]+)?$/.test(p)) continue;
-    const name = p.endsWith("/files") ? "ContainerFileListResource" : "ContainerFileResource";
+    if (!["GET", "POST"].includes(ex.method) || ex.status !== 200 ||
+        !/\/files(\/[^/]+)?$/.test(p)) continue;
+    const name = p.endsWith("/files") && ex.method === "GET" ? "ContainerFileListResource"
+                                                             : "ContainerFileResource";
     const validate = ajv.compile({ $ref: `openai#/components/schemas/${name}` });
     const ok = validate(ex.body);
     checked.push({ what: `${ex.method} ${ex.path}`, schema: name, ok,
