@@ -2,7 +2,8 @@
 # Run httpd in one process (apache2 -X) under valgrind's memcheck with the
 # module loaded, drive a representative subset of requests against it (one
 # call, several rounds, a stream, a rejection, a timeout, an upstream error,
-# a client that leaves, a container's files listed, downloaded and deleted)
+# a client that leaves, a container's files listed, downloaded, deleted and
+# uploaded, an upload cited)
 # and exit non-zero on any memory error valgrind reports, or if a request
 # does not get its expected answer.
 #
@@ -217,6 +218,21 @@ def drive(server):
         check("a file deleted", status == 200, str(data)[:300])
         status, _, data = server.request("GET", base + "/" + fid, headers=me)
         check("a deleted file is gone", status == 404, str(data)[:300])
+        boundary = "valgrind-boundary-1"
+        upload = (b"--" + boundary.encode() + b"\r\nContent-Disposition: form-data; "
+                  b"name=\"file\"; filename=\"in.bin\"\r\n\r\n" + bytes(range(256)) * 900 +
+                  b"\r\n--" + boundary.encode() + b"--\r\n")
+        status, _, data = server.request("POST", base, upload, dict(me, **{
+            "Content-Type": "multipart/form-data; boundary=" + boundary}))
+        check("a file uploaded", status == 200 and json.loads(data)["bytes"] == 256 * 900,
+              str(data)[:300])
+        body = ci_body([[{"call": "print(len(open('/mnt/data/in.bin', 'rb').read()))"}],
+                        [{"text": "[it](sandbox:/mnt/data/in.bin)"}]])
+        body["tools"] = [tool]
+        status, _, out = server.post("/v1/responses", body, headers=me, timeout=timeout)
+        check("an upload used and cited", status == 200 and
+              out["output"][-1]["content"][0]["annotations"][0]["filename"] == "in.bin",
+              str(out)[:300])
         server.request("DELETE", "/v1/containers/" + c["id"], headers=me)
 
 
