@@ -172,18 +172,26 @@ int ci_files_check_ids(request_rec *r, const ci_dir_conf *d, json_object *ids,
 
 /* ---- the container's sandbox -------------------------------------------------- */
 
-/* Start C's sandbox (it has none yet) and record its handle: OK, or 503. */
-static int start_sandbox(request_rec *r, const char *owner, const ci_container *c,
+/* Reach C's sandbox through its provider: started when it has none yet
+ * (its handle recorded), else kept alive from now (a file operation is a
+ * use, and E2B ends a sandbox at its own timeout). OK, or 503 when it
+ * could not be started. */
+static int reach_sandbox(request_rec *r, const char *owner, const ci_container *c,
                          ci_file_target *t, ci_error *err)
 {
     const ci_provider *prov = t->def->provider;
     ci_sandbox *sb = NULL;
     const char *why = NULL, *handle;
     apr_pool_t *p;
+    apr_status_t rv;
     apr_pool_create(&p, r->pool);
-    if (prov->attach(p, t->def, c->id, NULL,
-                     c->idle_seconds > 0 ? c->idle_seconds : t->def->idle, &sb,
-                     &why) != APR_SUCCESS) {
+    rv = prov->attach(p, t->def, c->id, t->handle,
+                      c->idle_seconds > 0 ? c->idle_seconds : t->def->idle, &sb, &why);
+    if (rv != APR_SUCCESS && t->handle) {
+        apr_pool_destroy(p);         /* gone at the provider: the file entries say so */
+        return OK;
+    }
+    if (rv != APR_SUCCESS) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0823: the sandbox of container "
                       "%s could not start for its files: %s", c->id,
                       why ? why : "unknown reason");
@@ -192,8 +200,7 @@ static int start_sandbox(request_rec *r, const char *owner, const ci_container *
                      "The code sandbox could not be started; retry shortly.");
         return 503;
     }
-    handle = prov->handle ? prov->handle(sb, r->pool) : NULL;
-    if (handle) {
+    if (!t->handle && (handle = prov->handle ? prov->handle(sb, r->pool) : NULL)) {
         ci_containers_record_handle(r, r->pool, owner, c->id, handle);
         t->handle = handle;
     }
@@ -225,9 +232,11 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
     t->container = c->id;
     t->handle = ci_containers_unseal(r, c->handle);
     /* A local container's sandbox is found by its id: attaching is how
-     * it is started when it has none, and costs little when it has one. */
-    if (start && (!c->handle || !def->provider->handle))
-        return start_sandbox(r, owner, c, t, err);
+     * it is started when it has none, and costs little when it has one. A
+     * remote one with a handle is kept alive by attaching, for any use. */
+    if ((start && (!c->handle || !def->provider->handle)) ||
+        (c->handle && def->provider->handle))
+        return reach_sandbox(r, owner, c, t, err);
     return OK;
 }
 

@@ -30,8 +30,9 @@ int ci_files_check_ids(request_rec *r, const ci_dir_conf *d, json_object *ids,
 
 /* Where container C's files go (its tool in its tier, its sandbox's
  * handle); with START, its sandbox is started first when it has none (and
- * its handle recorded for OWNER). OK, or an HTTP status with ERR (501 for a
- * provider without files). */
+ * its handle recorded for OWNER). A remote sandbox with a handle is kept
+ * alive from now (any file operation is a use). OK, or an HTTP status with
+ * ERR (501 for a provider without files). */
 int ci_files_target(request_rec *r, const char *owner, const ci_container *c, int start,
                     ci_file_target *t, ci_error *err);
 

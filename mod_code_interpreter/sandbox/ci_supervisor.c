@@ -66,7 +66,7 @@
  * /proc (a few milliseconds of this single thread on a busy host); their
  * memory is read every second. */
 #define PROCS_RESCAN apr_time_from_sec(5)
-#define FILEOP_TIMEOUT apr_time_from_sec(300)
+#define FILEOP_TIMEOUT apr_time_from_sec(300)   /* without progress (fileop_progress) */
 #define FILEOP_DRAIN apr_time_from_sec(30)   /* then, the kernel's to end it */
 /* How a file operation's output ends: this exact line (the kernel's
  * json.dumps; a name inside a line is escaped, never this line). */
@@ -937,6 +937,15 @@ static void handle_fileop(conn *c, const ci_sup_frame *f)
     apr_pool_destroy(p);
 }
 
+/* A file operation moved bytes (a chunk of a put came, a piece of a get
+ * went out): its deadline counts from now, so that a large file at a slow
+ * but steady client is not cut, and a stalled one is. */
+static void fileop_progress(box *b)
+{
+    if (b->runner)            /* not once its client is dropped (draining) */
+        b->deadline = apr_time_now() + FILEOP_TIMEOUT;
+}
+
 /* A put's data from C, or its end: relayed while C's put is the run in
  * progress and its data still open; anything else is a broken client. */
 static void handle_filedata(conn *c, const ci_sup_frame *f)
@@ -952,6 +961,8 @@ static void handle_filedata(conn *c, const ci_sup_frame *f)
         end_upload(b, f->data[0] == 1);
     else if (queue_chunk(b, f->data, f->len) < 0)
         box_kill(b);
+    else
+        fileop_progress(b);
 }
 
 /* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
@@ -1384,6 +1395,7 @@ static void fileop_output(box *b, const char *buf, apr_size_t n)
 {
     conn *to = client_of(b);
     ci_exec_outcome why = b->interrupted;
+    fileop_progress(b);
     if (n >= FILEOP_END_LEN) {
         memcpy(b->tail, buf + n - FILEOP_END_LEN, FILEOP_END_LEN);
         b->tail_len = FILEOP_END_LEN;

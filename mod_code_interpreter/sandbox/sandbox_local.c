@@ -478,7 +478,8 @@ int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)
     return ask(p, CI_SUP_STATUS, NULL, 0, CI_SUP_STATUS, answer, err);
 }
 
-#define FILEOP_WAIT apr_time_from_sec(330)       /* the supervisor's 300 s, and more */
+#define FILEOP_WAIT apr_time_from_sec(330)       /* the supervisor's 300 s without
+                                                    progress, and more */
 #define FILEOP_MAX_LINE ((apr_size_t)1024 * 1024)
 
 #define UPLOAD_CHUNK ((apr_size_t)64 * 1024)
@@ -543,6 +544,7 @@ static int fileop_answer(apr_pool_t *p, int fd, ci_sup_reader *r, char *buf,
     for (;;) {
         if (read_frame(fd, r, deadline, &f) != 1)
             return *err = "the sandbox supervisor did not answer", -1;
+        deadline = apr_time_now() + FILEOP_WAIT;     /* a bound on silence */
         if (f.type == CI_SUP_NONE)
             return 0;
         if (f.type == CI_SUP_END)
@@ -559,9 +561,11 @@ static int fileop_answer(apr_pool_t *p, int fd, ci_sup_reader *r, char *buf,
             f.len -= take;
             if ((said = fileop_lines(buf, &have, fn, baton)) < 0)
                 return *err = "the file operation's answer was cut short", -1;
-            if (said == 1 && up && up->outcome == CI_UPLOAD_NOT_STARTED &&
-                send_upload(fd, up, buf + FILEOP_MAX_LINE + 65536) < 0)
-                return *err = "the sandbox supervisor went away", -1;
+            if (said == 1 && up && up->outcome == CI_UPLOAD_NOT_STARTED) {
+                if (send_upload(fd, up, buf + FILEOP_MAX_LINE + 65536) < 0)
+                    return *err = "the sandbox supervisor went away", -1;
+                deadline = apr_time_now() + FILEOP_WAIT;
+            }
         }
     }
 }
