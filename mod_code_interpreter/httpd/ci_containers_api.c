@@ -11,7 +11,6 @@
 #include <http_protocol.h>
 #include <http_request.h>
 #include <util_script.h>
-#include <apr_base64.h>
 #include "ci_cfiles.h"
 #include "ci_containers.h"
 #include "ci_dirconf.h"
@@ -20,7 +19,6 @@
 #include "ci_owner.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
-#include "ci_supervisor.h"
 #include "mod_code_interpreter.h"
 
 #define OWNER_KEY "ci-api-owner"
@@ -342,7 +340,7 @@ static int create(api_req *a)
     json_object *body = read_json(a), *req, *ans, *ids;
     apr_array_header_t *files = NULL;
     ci_container c;
-    int idle, status;
+    int idle;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
                      "The code interpreter is misconfigured on this server.");
@@ -353,7 +351,7 @@ static int create(api_req *a)
     /* file_ids: each checked at the upstream before anything is made */
     if ((ids = ci_json_get(body, "file_ids", json_type_array)) &&
         json_object_array_length(ids) > 0 &&
-        (status = ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err)) != OK)
+        ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err) != OK)
         return fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
                                        ci_json_str(body, "memory_limit"), NULL,
@@ -398,7 +396,6 @@ static int own_container(api_req *a, int start, ci_file_target *t, int *rc)
 {
     json_object *req = dir_request(a, "get"), *ans;
     ci_container c;
-    int status;
     json_object_object_add(req, "touch", json_object_new_boolean(1));   /* a use */
     if (!(ans = dir_ask(a, req)))
         return *rc = unavailable(a), -1;
@@ -410,7 +407,7 @@ static int own_container(api_req *a, int start, ci_file_target *t, int *rc)
                      "use a new container.", a->id);
         return *rc = fail(a), -1;
     }
-    if ((status = ci_files_target(a->r, a->owner, &c, start, t, &a->err)) != OK)
+    if (ci_files_target(a->r, a->owner, &c, start, t, &a->err) != OK)
         return *rc = fail(a), -1;
     return 0;
 }
