@@ -206,9 +206,12 @@ static void create_a(fx *f)
     json_object *o = both(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\","
                           "\"id\":\"" ID_A "\",\"name\":\"n\",\"tool\":\"local\","
                           "\"idle\":60}", T0);
+    ci_container c;
     assert_string_equal(status(o), "ok");
-    assert_string_equal(ci_json_str(member(o, "container"), "id"), ID_A);
-    assert_string_equal(ci_json_str(member(o, "container"), "node"), "n1");
+    assert_int_equal(ci_supdir_container_from(f->p, member(o, "container"), &c), 0);
+    assert_string_equal(c.id, ID_A);
+    assert_string_equal(c.node, "n1");
+    assert_true(c.created_at == T0);
 }
 
 /* ci_directory_expire here, claim_due in Redis: the same ids. */
