@@ -65,6 +65,44 @@ def free_port():
         return s.getsockname()[1]
 
 
+def c_test_names(source):
+    """The tests a cmocka program of test/unit runs, from its source's
+    TEST...(test_...) lines (so that collection needs no compiler)."""
+    with open(os.path.join(HERE, "unit", source)) as f:
+        return re.findall(r"^\s*TEST\w*\((test_\w+)\),$", f.read(), re.M)
+
+
+def build_c_test(tree, target, what):
+    """TARGET (test/unit/NAME) built by TREE's Makefile against the
+    httpd-free library; its path. WHAT names the tests in messages."""
+    if not os.path.exists(os.path.join(tree, "Makefile")):
+        pytest.fail("%s is not configured: run scripts/build.sh first" % tree)
+    # configure leaves the C tests out without cmocka
+    missing = [name for name, there in (
+        ("make", shutil.which("make")), ("pkg-config", shutil.which("pkg-config")),
+        ("cmocka (libcmocka-dev)", shutil.which("pkg-config") and subprocess.run(
+            ["pkg-config", "--exists", "cmocka"]).returncode == 0)) if not there]
+    require(not missing, "%s need %s" % (what, ", ".join(missing)))
+    out = subprocess.run(["make", "-C", tree, target], capture_output=True, text=True)
+    assert out.returncode == 0, "building %s failed:\n%s%s" % (target, out.stdout, out.stderr)
+    return os.path.join(tree, target)
+
+
+def run_c_test(binary, name, env):
+    """Run the one C test NAME of BINARY with ENV: it must pass."""
+    out = subprocess.run([binary, name], env=env, capture_output=True, text=True,
+                         timeout=120)
+    report = out.stdout + out.stderr
+    assert out.returncode == 0, report
+    assert "[  PASSED  ] 1 test(s)." in report, report
+
+
+def assert_lists_source(binary, source):
+    """BINARY --list names the tests its SOURCE holds, in order."""
+    out = subprocess.run([binary, "--list"], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == c_test_names(source)
+
+
 def start_helper(script, *args):
     """Start a test server script; returns (process, port)."""
     proc = subprocess.Popen([PYTHON, os.path.join(HERE, script), "--port", "0", *args],

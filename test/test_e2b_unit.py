@@ -2,12 +2,11 @@
 service: built against the httpd-free library, run once per C test, with
 deletes both on the worker pool and inline (no pool started)."""
 import os
-import shutil
-import subprocess
 
 import pytest
 
-from conftest import TOP, require, start_helper
+from conftest import (TOP, assert_lists_source, build_c_test, c_test_names, run_c_test,
+                      start_helper)
 
 # The configured tree whose test/unit/test_e2b is built and run: this one,
 # or another (CI_TREE: scripts/mutants.sh points it at a mutant's copy).
@@ -17,18 +16,7 @@ TREE = os.environ.get("CI_TREE") or TOP
 def binary():
     """test/unit/test_e2b, built by the project's Makefile against the
     httpd-free library (its one definition, CORE_SOURCES in Makefile.am)."""
-    if not os.path.exists(os.path.join(TREE, "Makefile")):
-        pytest.fail("%s is not configured: run scripts/build.sh first" % TREE)
-    # configure leaves the C tests out without cmocka
-    missing = [what for what, there in (
-        ("make", shutil.which("make")), ("pkg-config", shutil.which("pkg-config")),
-        ("cmocka (libcmocka-dev)", shutil.which("pkg-config") and subprocess.run(
-            ["pkg-config", "--exists", "cmocka"]).returncode == 0)) if not there]
-    require(not missing, "the E2B C tests need %s" % ", ".join(missing))
-    out = subprocess.run(["make", "-C", TREE, "test/unit/test_e2b"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, "building test/unit/test_e2b failed:\n" + out.stdout + out.stderr
-    return os.path.join(TREE, "test", "unit", "test_e2b")
+    return build_c_test(TREE, "test/unit/test_e2b", "the E2B C tests")
 
 
 @pytest.fixture(scope="module")
@@ -40,15 +28,7 @@ def fake_port():
 
 
 def c_tests():
-    """The names the C program runs (read from its source, so collection
-    needs no compiler)."""
-    names = []
-    with open(os.path.join(TOP, "test", "unit", "test_e2b.c")) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("TEST(test_") and line.endswith("),"):
-                names.append(line[len("TEST("):-len("),")])
-    return names
+    return c_test_names("test_e2b.c")
 
 
 @pytest.mark.parametrize("deletes", ["workers", "inline"])
@@ -58,13 +38,8 @@ def test_e2b_provider(binary, fake_port, name, deletes):
     env.pop("E2B_TEST_INLINE", None)
     if deletes == "inline":
         env["E2B_TEST_INLINE"] = "1"
-    out = subprocess.run([binary, name], env=env, capture_output=True, text=True,
-                         timeout=120)
-    report = out.stdout + out.stderr
-    assert out.returncode == 0, report
-    assert "[  PASSED  ] 1 test(s)." in report, report
+    run_c_test(binary, name, env)
 
 
 def test_list_matches_source(binary):
-    out = subprocess.run([binary, "--list"], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == c_tests()
+    assert_lists_source(binary, "test_e2b.c")

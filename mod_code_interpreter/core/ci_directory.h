@@ -43,6 +43,8 @@ typedef struct ci_container {
                                     nothing here, e.g. a remote sandbox) */
     ci_cntr_status status;
     int busy;                    /* an execution runs in it */
+    const char *node;            /* the node it was created on, in a shared
+                                    directory (ci_redis.h); NULL here */
 } ci_container;
 
 typedef struct ci_directory ci_directory;

@@ -49,6 +49,8 @@ json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c)
     json_object_object_add(o, "memory_bytes", json_object_new_int64(
                                (apr_int64_t)c->memory_bytes));
     add_str(o, "status", cntr_status_names[c->status]);
+    if (c->node)                                  /* a shared directory's */
+        add_str(o, "node", c->node);
     return o;
 }
 
@@ -76,6 +78,7 @@ int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out)
     out->tool = dup_str(p, j, "tool");
     out->memory_limit = dup_str(p, j, "memory_limit");
     out->handle = dup_str(p, j, "handle");
+    out->node = dup_str(p, j, "node");
     out->created_at = int_of(j, "created_at", 0);
     out->last_active_at = int_of(j, "last_active_at", 0);
     out->idle_seconds = (int)int_of(j, "idle_seconds", 0);

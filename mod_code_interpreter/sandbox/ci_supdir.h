@@ -22,7 +22,8 @@
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
  * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),
- * idle_seconds, status}: the handle is secret and never leaves httpd.
+ * idle_seconds, memory_bytes, status}, and node in a shared directory
+ * (ci_redis.h): the handle is secret and never leaves httpd.
  */
 #ifndef CI_SUPDIR_H
 #define CI_SUPDIR_H

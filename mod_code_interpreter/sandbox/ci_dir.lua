@@ -1,0 +1,600 @@
+--[[
+ci_dir.lua - the container directory in Redis: the operations of ci_supdir
+(ci_supdir.h) with the semantics of ci_directory (ci_directory.h), shared by
+several httpd nodes. One script, run with EVALSHA and no KEYS:
+
+  ARGV[1]  the request, JSON, as ci_supdir_apply takes it
+  ARGV[2]  now, in microseconds (the caller's clock)
+  ARGV[3]  48 hex digits from the caller's random source: the id of a
+           container created without one (Lua's PRNG is not a random source)
+
+It returns the answer, JSON, as ci_supdir_apply returns it, plus
+"gone": [ids]: the containers whose sandboxes must go now (deleted,
+evicted, claimed), which ci_supdir_apply hands back in an array instead.
+Every operation is one script run, so each is atomic.
+
+Keys are computed here, under the fixed prefix "ci:": Redis Cluster (which
+needs every key declared in KEYS and on one slot) is not supported.
+
+Time. Every logical decision (running or expired, when a retained record is
+forgotten, which containers are due) uses ARGV[2], never Redis' clock, so
+that nodes agree and tests pass any time. TTLs run on Redis' own clock: they
+are only a safety net that removes garbage nobody reads any more (a node
+that died, a record nobody asks for), set to what is left of a key's life
+at NOW plus a minute of grace for clocks that differ between nodes.
+
+Data model:
+  ci:c:ID      string  the record, JSON: the container's fields (id, owner,
+                       name, tool, memory_limit, handle, created_at,
+                       last_active_at, idle_seconds, memory_bytes, status,
+                       node) and busy, retention (seconds, from the create's
+                       limits: the container keeps it) and forget_at (when
+                       an expired or deleted record is forgotten).
+                       TTL: a running one's expiry plus retention, refreshed
+                       on every write (a touch moves it); a retired one's
+                       forget_at.
+  ci:o:OWNER   zset    created_at -> id: the owner's listed records (running
+                       and expired; a deleted one leaves it). Listing pages.
+  ci:l:OWNER   zset    last_active_at -> id: the owner's running ones: its
+                       cap and its least recently used.
+  ci:n:NODE    hash    id -> memory_bytes: the running containers created on
+                       NODE: the node's cap and memory budget. A container
+                       counts only on its own node.
+  ci:d         zset    expiry (last_active_at + idle) -> id: running
+                       containers' deadlines, for claim_due.
+  ci:r:RID     string  {c: container id, o: owner}: the container response
+                       RID used. TTL: its container's record's.
+  ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_..." ids, and
+                       "pending:RID" for a response's pending output).
+                       TTL: its container's record's.
+  ci:m:ID      set     the ci:r and ci:i keys of container ID: their TTLs
+                       follow the record's, and they go with it.
+  ci:ia        zset    sequence -> item id: every item, oldest first, for
+  ci:is        hash    item id -> bytes       the byte bound (counted as
+  ci:ib        string  total bytes             ci_directory counts them)
+  ci:iseq      string  the items' sequence
+The owner, node and index keys get the longest TTL of what they hold; ci:d
+and the item bookkeeping live on, and every reader drops an entry whose
+record is gone (a TTL ran out) or forgotten (by NOW).
+
+Operations (besides ci_supdir's; "node" names the httpd node asking):
+  create      also node (required): the container's node; the container
+              JSON has "node". limits.retention is kept in the record.
+              Eviction takes the owner's least recently used idle container
+              among those this node can destroy: its own node's, or (for the
+              owner's cap alone) one with a handle (a remote sandbox).
+  finish      also limits.items? (bytes; default 64 MiB): the items' bound.
+  claim_due   node, limit? (default 100): expires up to LIMIT running, not
+              busy containers whose expiry has passed, of NODE or with a
+              handle (any node) -> {status, containers: [container]}.
+              No owner. Each due container is claimed by exactly one caller.
+  busy        id, busy (boolean) -> {status}: an execution runs in it (or
+              no longer): eviction and expiry skip a busy one. No lease: a
+              node that dies mid-run leaves it busy until its TTL runs out.
+]]
+
+local P = 'ci:'
+local GRACE_MS = 60000
+local MEMO_OVERHEAD = 64           -- ci_directory's per-item bookkeeping
+local DEFAULT_ITEMS = 64 * 1024 * 1024
+local MAX_LIST = 100
+local NULL = cjson.null
+local now = tonumber(ARGV[2])
+local fresh_id = 'cntr_' .. (ARGV[3] or '')
+
+-- ---- JSON ----------------------------------------------------------------
+-- cjson writes numbers with 14 digits (microsecond times have 16) and
+-- empty arrays as {}: answers and records are written here.
+
+local ARRAY = {}
+local function array(t) return setmetatable(t or {}, ARRAY) end
+
+local encode
+local function encode_array(t)
+  local parts = {}
+  for i = 1, #t do parts[i] = encode(t[i]) end
+  return '[' .. table.concat(parts, ',') .. ']'
+end
+
+local function encode_object(t)
+  local keys, parts = {}, {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  for i, k in ipairs(keys) do parts[i] = cjson.encode(k) .. ':' .. encode(t[k]) end
+  return '{' .. table.concat(parts, ',') .. '}'
+end
+
+encode = function(v)
+  local ty = type(v)
+  if v == nil or v == NULL then return 'null' end
+  if ty == 'string' then return cjson.encode(v) end
+  if ty == 'number' then return string.format('%d', v) end   -- integers only
+  if ty == 'boolean' then return tostring(v) end
+  if getmetatable(v) == ARRAY then return encode_array(v) end
+  return encode_object(v)
+end
+
+-- Numbers go to Redis as integers written out (Lua would write 14 digits).
+local function num(n) return string.format('%d', n) end
+
+local function str_of(t, key)
+  local v = type(t) == 'table' and t[key] or nil
+  return type(v) == 'string' and v or nil
+end
+
+local function int_of(t, key, dflt)
+  local v = type(t) == 'table' and t[key] or nil
+  if type(v) == 'number' and v == math.floor(v) then return v end
+  return dflt
+end
+
+local function opt(v) if v == nil then return NULL end return v end
+
+local function decode(text)
+  if not text then return nil end
+  local ok, v = pcall(cjson.decode, text)
+  if ok and type(v) == 'table' then return v end
+  return nil
+end
+
+-- ---- keys and TTLs ---------------------------------------------------------
+
+local function k_rec(id) return P .. 'c:' .. id end
+local function k_listed(owner) return P .. 'o:' .. owner end
+local function k_live(owner) return P .. 'l:' .. owner end
+local function k_node(node) return P .. 'n:' .. node end
+local function k_memos(id) return P .. 'm:' .. id end
+local function k_resp(rid) return P .. 'r:' .. rid end
+local function k_item(item) return P .. 'i:' .. item end
+local K_DEADLINES = P .. 'd'
+local K_AGE, K_SIZES, K_BYTES, K_SEQ = P .. 'ia', P .. 'is', P .. 'ib', P .. 'iseq'
+
+local function deadline(r) return r.last_active_at + r.idle_seconds * 1000000 end
+
+-- When the record may go: a running one at its expiry plus retention.
+local function horizon(r)
+  if r.status == 'running' then return deadline(r) + r.retention * 1000000 end
+  return r.forget_at
+end
+
+local function ttl_ms(r)
+  return math.floor(math.max(horizon(r) - now, 0) / 1000) + GRACE_MS
+end
+
+-- An index key lives as long as the longest-lived thing it holds.
+local function extend(key, ms)
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, num(ms)) end
+end
+
+-- ---- records ---------------------------------------------------------------
+
+local function forgotten(r) return r.status ~= 'running' and r.forget_at <= now end
+
+local function save(r)
+  local ms = ttl_ms(r)
+  local memos = redis.call('SMEMBERS', k_memos(r.id))
+  redis.call('SET', k_rec(r.id), encode(r), 'PX', num(ms))
+  for _, key in ipairs(memos) do redis.call('PEXPIRE', key, num(ms)) end
+  if #memos > 0 then redis.call('PEXPIRE', k_memos(r.id), num(ms)) end
+end
+
+local drop_item
+
+-- Forget container ID and everything that leads to it (R: its record, or
+-- nil when the record is already gone; then only ID's own keys go).
+local function purge(id, r)
+  for _, key in ipairs(redis.call('SMEMBERS', k_memos(id))) do
+    local item = string.match(key, '^' .. P .. 'i:(.*)$')
+    if item then drop_item(item) else redis.call('DEL', key) end
+  end
+  redis.call('DEL', k_memos(id), k_rec(id))
+  redis.call('ZREM', K_DEADLINES, id)
+  if r then
+    redis.call('ZREM', k_listed(r.owner), id)
+    redis.call('ZREM', k_live(r.owner), id)
+    redis.call('HDEL', k_node(r.node), id)
+  end
+end
+
+-- The record of ID as stored, whatever NOW says (nil when gone).
+local function raw(id)
+  return decode(redis.call('GET', k_rec(id)))
+end
+
+-- The record of ID, unless gone or forgotten by NOW.
+local function load(id)
+  local r = raw(id)
+  if r and forgotten(r) then
+    purge(id, r)
+    return nil
+  end
+  return r
+end
+
+-- The record of ID when OWNER owns it: another owner's reads as unknown.
+local function rec_of(id, owner)
+  local r = id and load(id) or nil
+  if r and r.owner == owner then return r end
+  return nil
+end
+
+local function container_json(r)
+  return {
+    id = r.id, name = opt(r.name), tool = r.tool, memory_limit = r.memory_limit,
+    handle = opt(r.handle), created_at = r.created_at,
+    last_active_at = r.last_active_at, idle_seconds = r.idle_seconds,
+    memory_bytes = r.memory_bytes, status = r.status, node = r.node,
+  }
+end
+
+local function retire(r, status)
+  if r.status == 'running' then
+    redis.call('ZREM', k_live(r.owner), r.id)
+    redis.call('HDEL', k_node(r.node), r.id)
+    redis.call('ZREM', K_DEADLINES, r.id)
+  end
+  if status == 'deleted' then redis.call('ZREM', k_listed(r.owner), r.id) end
+  r.status = status
+  r.forget_at = now + r.retention * 1000000
+  save(r)
+end
+
+local function touch(r)
+  if now > r.last_active_at then
+    r.last_active_at = now
+    redis.call('ZADD', k_live(r.owner), num(now), r.id)
+    redis.call('ZADD', K_DEADLINES, num(deadline(r)), r.id)
+    extend(k_live(r.owner), ttl_ms(r))
+    extend(k_listed(r.owner), ttl_ms(r))
+    extend(k_node(r.node), ttl_ms(r))
+    save(r)
+  end
+end
+
+-- ---- admission -------------------------------------------------------------
+
+-- The running records of a set of ids; ids whose record is gone or no
+-- longer running are dropped from the set with DROP.
+local function running_of(ids, drop)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local r = raw(id)
+    if r and r.status == 'running' then out[#out + 1] = r else drop(id) end
+  end
+  return out
+end
+
+local function node_live(node)
+  local key = k_node(node)
+  local live = running_of(redis.call('HKEYS', key),
+                          function(id) redis.call('HDEL', key, id) end)
+  local memory = 0
+  for _, r in ipairs(live) do memory = memory + r.memory_bytes end
+  return #live, memory
+end
+
+local function owner_live(owner)
+  local key = k_live(owner)
+  return running_of(redis.call('ZRANGE', key, 0, -1),
+                    function(id) redis.call('ZREM', key, id) end)
+end
+
+local function older(a, b)
+  if a.last_active_at ~= b.last_active_at then return a.last_active_at < b.last_active_at end
+  if a.created_at ~= b.created_at then return a.created_at < b.created_at end
+  return a.id < b.id
+end
+
+-- The owner's least recently used idle container that evicting frees room
+-- for NODE: one of NODE's; for the owner's cap alone, also a remote one
+-- (a handle: any node can destroy it).
+local function idlest(live, node, local_only)
+  local best
+  for _, r in ipairs(live) do
+    local here = r.node == node or (not local_only and r.handle ~= nil and r.handle ~= NULL)
+    if here and not r.busy and (not best or older(r, best)) then best = r end
+  end
+  return best
+end
+
+-- Room under the caps and the budget, from the owner's own containers only:
+-- returns a status and the evicted record (nil when none).
+local function admit(owner, node, lim, memory)
+  local live = owner_live(owner)
+  local n, used = node_live(node)
+  local owner_full = lim.owner > 0 and #live >= lim.owner
+  local node_full = lim.node > 0 and n >= lim.node
+  local budget_full = lim.budget > 0 and used + memory > lim.budget
+  if not owner_full and not node_full and not budget_full then return 'ok' end
+  local victim = idlest(live, node, node_full or budget_full)
+  if not victim then
+    return owner_full and 'owner_full' or node_full and 'node_full' or 'budget_full'
+  end
+  if budget_full and used - victim.memory_bytes + memory > lim.budget then
+    return 'budget_full'
+  end
+  retire(victim, 'expired')
+  return 'ok', victim
+end
+
+local function limits_of(req)
+  local l = type(req.limits) == 'table' and req.limits or {}
+  return {
+    node = int_of(l, 'node', 0), owner = int_of(l, 'owner', 0),
+    retention = int_of(l, 'retention', 3600), items = int_of(l, 'items', DEFAULT_ITEMS),
+    budget = int_of(l, 'budget', 0),
+  }
+end
+
+local function new_rec(req, owner, id, node, lim, idle)
+  local r = {
+    id = id, owner = owner, name = opt(str_of(req, 'name')), tool = str_of(req, 'tool'),
+    memory_limit = str_of(req, 'memory_limit') or '1g', handle = NULL,
+    created_at = now, last_active_at = now, idle_seconds = idle,
+    memory_bytes = int_of(req, 'memory_bytes', 0), status = 'running', node = node,
+    busy = false, retention = lim.retention, forget_at = 0,
+  }
+  local ms = ttl_ms(r)
+  redis.call('ZADD', k_listed(owner), num(now), id)
+  redis.call('ZADD', k_live(owner), num(now), id)
+  redis.call('HSET', k_node(node), id, num(r.memory_bytes))
+  redis.call('ZADD', K_DEADLINES, num(deadline(r)), id)
+  extend(k_listed(owner), ms)
+  extend(k_live(owner), ms)
+  extend(k_node(node), ms)
+  save(r)
+  return r
+end
+
+-- ---- remembered items and response ids -----------------------------------
+
+-- Forget item ITEM (its bytes, its place in the age order, its container's
+-- list).
+drop_item = function(item)
+  local m = decode(redis.call('GET', k_item(item)))
+  local bytes = tonumber(redis.call('HGET', K_SIZES, item) or '0')
+  if m then redis.call('SREM', k_memos(m.c), k_item(item)) end
+  redis.call('DEL', k_item(item))
+  redis.call('ZREM', K_AGE, item)
+  redis.call('HDEL', K_SIZES, item)
+  if bytes > 0 then redis.call('DECRBY', K_BYTES, num(bytes)) end
+end
+
+-- Oldest items go first past the byte bound.
+local function bound_items(max)
+  while max > 0 and tonumber(redis.call('GET', K_BYTES) or '0') > max do
+    local oldest = redis.call('ZRANGE', K_AGE, 0, 0)[1]
+    if not oldest then break end
+    drop_item(oldest)
+  end
+end
+
+-- KEY (a ci:r or ci:i key) now leads to R, for as long as R is kept.
+local function attach(key, value, r)
+  local ms = ttl_ms(r)
+  redis.call('SET', key, encode(value), 'PX', num(ms))
+  redis.call('SADD', k_memos(r.id), key)
+  redis.call('PEXPIRE', k_memos(r.id), num(ms))
+end
+
+local function remember(item, r, text, max)
+  local bytes = MEMO_OVERHEAD + #item + 1 + #text + 1
+  if redis.call('EXISTS', k_item(item)) == 1 or redis.call('HEXISTS', K_SIZES, item) == 1 then
+    drop_item(item)
+  end
+  attach(k_item(item), { c = r.id, o = r.owner, t = text }, r)
+  redis.call('ZADD', K_AGE, redis.call('INCR', K_SEQ), item)
+  redis.call('HSET', K_SIZES, item, num(bytes))
+  redis.call('INCRBY', K_BYTES, num(bytes))
+  bound_items(max)
+end
+
+local function map_response(rid, r)
+  local old = decode(redis.call('GET', k_resp(rid)))
+  if old then redis.call('SREM', k_memos(old.c), k_resp(rid)) end
+  attach(k_resp(rid), { c = r.id, o = r.owner }, r)
+end
+
+-- What KEY (a ci:r or ci:i key) holds, for OWNER, while its container is kept.
+local function memo_of(key, owner)
+  local m = decode(redis.call('GET', key))
+  if m and m.o == owner and type(m.c) == 'string' and load(m.c) then return m end
+  return nil
+end
+
+-- ---- the operations ----------------------------------------------------------
+
+local function op_create(o)
+  local tool, idle, node = str_of(o.req, 'tool'), int_of(o.req, 'idle', 20 * 60),
+                           str_of(o.req, 'node')
+  local lim, id = limits_of(o.req), str_of(o.req, 'id')
+  if not tool or idle < 1 or not node or node == '' then
+    o.ans.status = 'bad_request'
+    return
+  end
+  if id and load(id) then
+    o.ans.status = 'not_found'
+    return
+  end
+  local st, evicted = admit(o.owner, node, lim, int_of(o.req, 'memory_bytes', 0))
+  o.ans.status = st
+  if evicted then
+    o.ans.evicted = container_json(evicted)
+    table.insert(o.ans.gone, evicted.id)
+  end
+  if st == 'ok' then
+    o.ans.container = container_json(new_rec(o.req, o.owner, id or fresh_id, node, lim, idle))
+  end
+end
+
+local function named(o)
+  local r = rec_of(str_of(o.req, 'id'), o.owner)
+  if not r then return 'not_found' end
+  return r.status == 'running' and 'ok' or 'expired', r
+end
+
+local function op_get(o)
+  local st, r = named(o)
+  if st == 'ok' and o.req.touch == true then touch(r) end
+  o.ans.status = st
+  if r then o.ans.container = container_json(r) end
+end
+
+-- FN applied to the named container when it runs; the status either way.
+local function when_running(o, fn)
+  local st, r = named(o)
+  if st == 'ok' then fn(r) end
+  o.ans.status = st
+end
+
+local function op_set_handle(o)
+  when_running(o, function(r)
+    r.handle = opt(str_of(o.req, 'handle'))
+    save(r)
+  end)
+end
+
+local function op_delete(o)
+  local st, r = named(o)
+  if r and r.status ~= 'deleted' then
+    o.ans.container = container_json(r)       -- as it was: its handle
+    retire(r, 'deleted')
+    table.insert(o.ans.gone, r.id)
+    st = 'ok'
+  end
+  o.ans.status = st
+end
+
+local function op_expire(o)
+  when_running(o, function(r)
+    retire(r, 'expired')
+    table.insert(o.ans.gone, r.id)
+  end)
+end
+
+local function op_busy(o)
+  when_running(o, function(r)
+    r.busy = o.req.busy == true
+    save(r)
+  end)
+end
+
+-- The owner's listed records in ORDER, named NAME when NAME is given.
+local function listed(owner, ascending, name)
+  local key = k_listed(owner)
+  local ids = redis.call(ascending and 'ZRANGE' or 'ZREVRANGE', key, 0, -1)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local r = load(id)
+    if not r or r.status == 'deleted' then
+      redis.call('ZREM', key, id)
+    elseif not name or r.name == name then
+      out[#out + 1] = r
+    end
+  end
+  return out
+end
+
+local function op_list(o)
+  local limit = int_of(o.req, 'limit', 20)
+  local after = str_of(o.req, 'after')
+  local all = listed(o.owner, str_of(o.req, 'order') == 'asc', str_of(o.req, 'name'))
+  local data, start = array(), 1
+  if limit < 1 or limit > MAX_LIST then limit = 20 end
+  if after then
+    start = #all + 1                          -- unknown: an empty page
+    for i, r in ipairs(all) do
+      if r.id == after then start = i + 1 break end
+    end
+  end
+  local i = start
+  while i <= #all and #data < limit do
+    data[#data + 1] = container_json(all[i])
+    i = i + 1
+  end
+  o.ans.status = 'ok'
+  o.ans.data = data
+  o.ans.has_more = i <= #all
+end
+
+local function op_response(o)
+  local rid = str_of(o.req, 'response_id')
+  local m = rid and memo_of(k_resp(rid), o.owner) or nil
+  o.ans.status = m and 'ok' or 'not_found'
+  if not m then return end
+  o.ans.container_id = m.c
+  local pending = memo_of(k_item('pending:' .. rid), o.owner)
+  o.ans.pending = pending and pending.t or NULL
+end
+
+local function op_finish(o)
+  local rid, pending = str_of(o.req, 'response_id'), str_of(o.req, 'pending')
+  local r = rec_of(str_of(o.req, 'container_id'), o.owner)
+  local max = limits_of(o.req).items
+  o.ans.status = r and (r.status == 'running' and 'ok' or 'expired') or 'not_found'
+  if not r then return end
+  -- An expired one is still what the response led to: the next turn is
+  -- told its state is gone rather than nothing.
+  if r.status == 'running' then touch(r) end
+  for _, it in ipairs(type(o.req.items) == 'table' and o.req.items or {}) do
+    local id, text = str_of(it, 'id'), str_of(it, 'text')
+    if id and text and string.sub(id, 1, 3) == 'ci_' then remember(id, r, text, max) end
+  end
+  if not rid then return end
+  map_response(rid, r)
+  if pending then remember('pending:' .. rid, r, pending, max) end
+end
+
+local function op_recall(o)
+  local id = str_of(o.req, 'item_id')
+  local m = id and string.sub(id, 1, 3) == 'ci_' and memo_of(k_item(id), o.owner) or nil
+  o.ans.status = m and 'ok' or 'not_found'
+  o.ans.text = m and m.t or NULL
+  if m then o.ans.container_id = m.c end
+end
+
+local function op_claim_due(o)
+  local node, limit = str_of(o.req, 'node'), int_of(o.req, 'limit', 100)
+  local claimed = array()
+  if not node or node == '' then
+    o.ans.status = 'bad_request'
+    return
+  end
+  if limit < 1 then limit = 100 end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', K_DEADLINES, '-inf', num(now))) do
+    if #claimed >= limit then break end
+    local r = raw(id)
+    if not r or r.status ~= 'running' then
+      redis.call('ZREM', K_DEADLINES, id)
+    elseif not r.busy and (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
+      retire(r, 'expired')
+      claimed[#claimed + 1] = container_json(r)
+      table.insert(o.ans.gone, id)
+    end
+  end
+  o.ans.status = 'ok'
+  o.ans.containers = claimed
+end
+
+local ops = {
+  create = op_create, get = op_get, set_handle = op_set_handle, delete = op_delete,
+  expire = op_expire, list = op_list, response = op_response, finish = op_finish,
+  recall = op_recall, busy = op_busy,
+}
+
+local function apply()
+  local req = decode(ARGV[1])
+  local o = { req = req, ans = { gone = array() } }
+  local name = str_of(req, 'op')
+  if name == 'claim_due' then
+    op_claim_due(o)
+  elseif name and ops[name] then
+    o.owner = str_of(req, 'owner')
+    if not o.owner or o.owner == '' then o.ans.status = 'no_owner' else ops[name](o) end
+  else
+    o.ans.status = 'bad_request'
+  end
+  return encode(o.ans)
+end
+
+return apply()
