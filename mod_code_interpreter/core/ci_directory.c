@@ -348,6 +348,21 @@ void ci_directory_expire_now(ci_directory *d, ci_container *c, apr_time_t now)
         retire(d, rec_from(c), CI_CNTR_EXPIRED, now);
 }
 
+void ci_directory_revive(ci_directory *d, ci_container *c, int idle_seconds,
+                         apr_time_t now)
+{
+    rec *r = rec_from(c);
+    if (c->status != CI_CNTR_RUNNING) {
+        d->live++;
+        r->owner->live++;
+        d->memory_live += c->memory_bytes;
+        c->status = CI_CNTR_RUNNING;
+        r->forget_at = 0;
+    }
+    c->idle_seconds = idle_seconds;
+    ci_directory_touch(d, c, now);
+}
+
 void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now)
 {
     retire(d, rec_from(c), CI_CNTR_DELETED, now);

@@ -109,6 +109,12 @@ void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now);
 /* It expired where its sandbox lives (a provider's lifetime cap). */
 void ci_directory_expire_now(ci_directory *d, ci_container *c, apr_time_t now);
 
+/* It runs again (after expiry), idle IDLE_SECONDS from NOW: a shadow of a
+ * shared directory's container, made running again when that container is
+ * used again (ci_supdir's adopt). */
+void ci_directory_revive(ci_directory *d, ci_container *c, int idle_seconds,
+                         apr_time_t now);
+
 /* Delete it (the host destroys the sandbox first). */
 void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
 

@@ -11,6 +11,7 @@
 #include "ci_crypto.h"
 #include "ci_json.h"
 #include "ci_owner.h"
+#include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
@@ -37,6 +38,8 @@ json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req)
     apr_size_t len;
     const char *text = ci_json_text(req, &len), *answer = NULL, *err = NULL, *perr;
     json_object *ans;
+    if (ci_server_directory(r->server))
+        return ci_shared_ask(r, p, req);
     if (ci_supervisor_dir(p, text, len, &answer, &err) != 0 ||
         !(ans = ci_json_parse(p, answer, strlen(answer), &perr))) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0801: the container directory "

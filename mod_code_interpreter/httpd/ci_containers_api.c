@@ -17,6 +17,7 @@
 #include "ci_files_in.h"
 #include "ci_json.h"
 #include "ci_owner.h"
+#include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
 #include "mod_code_interpreter.h"
@@ -145,25 +146,13 @@ static int get_one(api_req *a)
     return send_json(a->r, 200, resource(a->r->pool, &c));
 }
 
-/* A remote container's sandbox is deleted at its provider (a local one is
- * gone with the directory's record: the supervisor holds it). */
-static void destroy_remote(api_req *a, const ci_container *c)
+/* A deleted container's sandbox goes: with a shared directory, its answer
+ * did that already (ci_shared_ask); on one node, the supervisor ends a
+ * local one with its record, and a remote one is ended at its provider. */
+static void destroy_sandbox(api_req *a, const ci_container *c)
 {
-    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(a->r->server, c->tool) : NULL;
-    ci_sandbox *sb = NULL;
-    const char *err = NULL;
-    apr_pool_t *p;
-    if (!def || !c->handle || !def->provider->attach)
-        return;
-    apr_pool_create(&p, a->r->pool);
-    if (def->provider->attach(p, def, c->id, ci_containers_unseal(a->r, c->handle), 60,
-                              &sb, &err) == APR_SUCCESS)
-        def->provider->destroy(sb);
-    else
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, a->r, "CI0813: the sandbox of "
-                      "container %s could not be reached to delete it: %s", c->id,
-                      err ? err : "unknown reason");
-    apr_pool_destroy(p);
+    if (!ci_server_directory(a->r->server))
+        ci_shared_destroy(a->r->server, a->r->pool, c);
 }
 
 static int delete_one(api_req *a)
@@ -174,7 +163,7 @@ static int delete_one(api_req *a)
         return unavailable(a);
     if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c))
         return not_found(a);
-    destroy_remote(a, &c);
+    destroy_sandbox(a, &c);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0814: container %s deleted",
                   a->id);
     o = ci_json_own(a->r->pool, json_object_new_object());
@@ -328,7 +317,7 @@ static int provision(api_req *a, const ci_container *c, const apr_array_header_t
     /* the record as deleted: its handle, when the sandbox got one */
     if ((ans = dir_ask(a, dir_request(a, "delete"))) &&
         !container_of(a, ans, "container", &gone))
-        destroy_remote(a, &gone);
+        destroy_sandbox(a, &gone);
     a->id = NULL;
     return -1;
 }

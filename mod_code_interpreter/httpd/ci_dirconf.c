@@ -70,6 +70,8 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->memory_budget = add->memory_budget ? add->memory_budget : base->memory_budget;
     c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
     c->secret = add->secret ? add->secret : base->secret;
+    c->directory = add->directory ? add->directory : base->directory;
+    c->directory_at = add->directory ? add->directory_at : base->directory_at;
     return c;
 }
 
@@ -264,6 +266,24 @@ static const char *set_per_owner(cmd_parms *cmd, void *dummy, const char *v)
     return NULL;
 }
 
+/* CodeInterpreterDirectory redis://[user:password@]HOST:PORT[/DB]: the
+ * container directory shared by several nodes. Main server only: one
+ * directory per httpd. */
+static const char *set_directory(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    (void)dummy;
+    if (err)
+        return err;
+    c->directory = apr_pcalloc(cmd->pool, sizeof(*c->directory));
+    if ((err = ci_redis_parse_url(cmd->pool, v, c->directory)))
+        return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
+    c->directory_at = apr_psprintf(cmd->pool, "%s:%d", cmd->directive->filename,
+                                   cmd->directive->line_num);
+    return NULL;
+}
+
 /* CodeInterpreterMemoryBudget SIZE: what the running containers' tiers may
  * hold on this server together. */
 static const char *set_memory_budget(cmd_parms *cmd, void *dummy, const char *v)
@@ -410,6 +430,9 @@ const command_rec ci_directives[] = {
     AP_INIT_TAKE1("CodeInterpreterMaxContainersPerOwner", set_per_owner, NULL,
                   RSRC_CONF,
                   "live containers one caller may hold (0: no bound of its own)"),
+    AP_INIT_TAKE1("CodeInterpreterDirectory", set_directory, NULL, RSRC_CONF,
+                  "redis://[user:password@]HOST:PORT[/DB]: the container directory "
+                  "several nodes share"),
     AP_INIT_TAKE1("CodeInterpreterMemoryBudget", set_memory_budget, NULL, RSRC_CONF,
                   "memory the running containers' tiers may hold together"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
@@ -459,7 +482,17 @@ void ci_dirconf_pre_config(apr_pool_t *pconf)
 
 int ci_dirconf_check(server_rec *s)
 {
+    ci_server_conf *c = ci_server_config(s);
     int i;
+    if (c->directory && !c->secret) {
+        /* Every node must seal and hash with the same key: a secret made
+         * here would be this node's alone. */
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s,
+                     "CI0006: CodeInterpreterDirectory (%s) needs CodeInterpreterSecret: "
+                     "the nodes sharing a directory must share the secret that hashes "
+                     "owners and seals handles", c->directory_at);
+        return HTTP_INTERNAL_SERVER_ERROR;
+    }
     for (i = 0; i < sandbox_uses->nelts; i++) {
         ci_use *u = &APR_ARRAY_IDX(sandbox_uses, i, ci_use);
         /* The server's configuration is merged with the main server's by
@@ -495,4 +528,9 @@ const char *ci_dir_upstream_url(request_rec *r, const ci_dir_conf *d)
         (!strncasecmp(fn + 6, "http://", 7) || !strncasecmp(fn + 6, "https://", 8)))
         return fn + 6;
     return NULL;
+}
+
+const ci_redis_conf *ci_server_directory(server_rec *s)
+{
+    return ci_server_config(s)->directory;
 }

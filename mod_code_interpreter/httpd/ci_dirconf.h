@@ -13,6 +13,7 @@
 #include <ap_expr.h>
 #include "ci_config.h"
 #include "ci_crypto.h"
+#include "ci_redis.h"
 #include "ci_sandbox.h"
 
 #define CI_UNSET -1
@@ -28,6 +29,8 @@ typedef struct ci_server_conf {
     apr_uint64_t memory_budget; /* CodeInterpreterMemoryBudget, 0: none */
     const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
     ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
+    ci_redis_conf *directory;  /* CodeInterpreterDirectory, or NULL: this node's */
+    const char *directory_at;  /* where it was set ("file:line"), for messages */
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */
@@ -59,7 +62,8 @@ void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
 
 /* pre_config: forget the previous generation's CodeInterpreter uses. */
 void ci_dirconf_pre_config(apr_pool_t *pconf);
-/* check_config: every CodeInterpreter NAME names a declared sandbox. */
+/* check_config: every CodeInterpreter NAME names a declared sandbox; a
+ * shared directory has CodeInterpreterSecret beside it. */
 int ci_dirconf_check(server_rec *s);
 /* The sandbox tool NAME of S when a CodeInterpreter location uses it, else
  * NULL (the start-up probe checks only the tools in use). */
@@ -80,6 +84,9 @@ const char *ci_dir_function_name(const ci_dir_conf *d);
 /* The upstream's Responses URL for R: CodeInterpreterUpstream, else the URL
  * R is proxied to; NULL when neither. */
 const char *ci_dir_upstream_url(request_rec *r, const ci_dir_conf *d);
+/* The shared directory (CodeInterpreterDirectory), or NULL: this node's,
+ * in the sandbox supervisor. */
+const ci_redis_conf *ci_server_directory(server_rec *s);
 int ci_server_workers(const ci_server_conf *c);
 int ci_server_queue_limit(const ci_server_conf *c);
 int ci_server_max_sandboxes(const ci_server_conf *c);

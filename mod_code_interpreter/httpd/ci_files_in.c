@@ -11,6 +11,7 @@
 
 #include "ci_files_in.h"
 #include "ci_containers.h"
+#include "ci_shared.h"
 #include "ci_json.h"
 #include "ci_multipart.h"
 #include "mod_code_interpreter.h"
@@ -184,6 +185,11 @@ static int reach_sandbox(request_rec *r, const char *owner, const ci_container *
     const char *why = NULL, *handle;
     apr_pool_t *p;
     apr_status_t rv;
+    if (ci_shared_adopt(r, owner, c, t->def) < 0) {
+        ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", r->pool,
+                     "The code sandbox could not be started; retry shortly.");
+        return 503;
+    }
     apr_pool_create(&p, r->pool);
     rv = prov->attach(p, t->def, c->id, t->handle,
                       c->idle_seconds > 0 ? c->idle_seconds : t->def->idle, &sb, &why);

@@ -21,6 +21,7 @@
 #include "ci_sandbox.h"
 #include "ci_session.h"
 #include "ci_files_in.h"
+#include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supervisor.h"
 #include "ci_workers.h"
@@ -264,6 +265,11 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     if (c.memory_limit)
         ci_sandbox_def_tier(s->root, s->def, c.memory_limit, &tiered);
     s->def = tiered;
+    if (ci_shared_adopt(s->r, s->st->owner, &c, tiered) < 0) {
+        ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
+                     "The code sandbox could not be started; retry shortly.");
+        return APR_EGENERAL;
+    }
     ci_box_set_container(s->box, tiered, s->container_id, handle,
                          c.idle_seconds > 0 ? c.idle_seconds : tiered->idle);
     s->has_handle = handle != NULL;
@@ -314,8 +320,12 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         return rv;
     s->code = apr_pstrdup(s->root, code);
     s->err = NULL;
+    if (s->container)
+        ci_shared_busy(s->r, s->st->owner, s->container_id, 1);
     rv = ci_job_submit(s->r->pool, run_job, s, &s->job);
     if (rv != APR_SUCCESS) {
+        if (s->container)
+            ci_shared_busy(s->r, s->st->owner, s->container_id, 0);
         s->job = NULL;
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_busy", s->r->pool,
                      "All code execution slots of this server are busy; retry "
@@ -326,6 +336,8 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         if (wait_tick && wait_tick(baton))
             ci_box_interrupt(s->box);
     s->job = NULL;
+    if (s->container)
+        ci_shared_busy(s->r, s->st->owner, s->container_id, 0);
     if (s->rv == APR_ECONNABORTED) {
         ci_error_set(err, 499, CI_SERVER, NULL, NULL, s->r->pool,
                      "The execution was interrupted.");

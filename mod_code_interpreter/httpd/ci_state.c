@@ -21,6 +21,9 @@ int ci_send_error(request_rec *r, const ci_error *err)
     const char *body = ci_error_body(r->pool, err, &len);
     r->status = err->status;
     r->status_line = NULL;
+    /* Unavailable for now (the directory, a cap): say when to come back. */
+    if (err->status == 503 && !apr_table_get(r->err_headers_out, "Retry-After"))
+        apr_table_setn(r->err_headers_out, "Retry-After", "5");
     apr_table_unset(r->headers_out, "Content-Length");
     ap_set_content_type(r, "application/json");
     ap_set_content_length(r, (apr_off_t)len);

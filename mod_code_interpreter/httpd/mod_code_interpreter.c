@@ -20,6 +20,7 @@
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
+#include "ci_shared.h"
 #include "ci_supd.h"
 #include "ci_upstream.h"
 #include "ci_workers.h"
@@ -108,6 +109,7 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
     ci_audit_child_init(pchild);
     ci_registry_child_init(pchild, s);
     ci_session_child_init(pchild, s);
+    ci_shared_child_init(pchild, s);
 }
 
 static void ci_register_hooks(apr_pool_t *p)

@@ -69,7 +69,8 @@ Operations (besides ci_supdir's; "node" names the httpd node asking):
               handle (any node) -> {status, containers: [container]}.
               No owner. Each due container is claimed by exactly one caller.
   busy        id, busy (boolean) -> {status}: an execution runs in it (or
-              no longer): eviction and expiry skip a busy one. No lease: a
+              no longer), a use (last_active_at = now): eviction and expiry
+              skip a busy one. No lease: a
               node that dies mid-run leaves it busy until its TTL runs out.
 ]]
 
@@ -476,6 +477,7 @@ local function op_busy(o)
   when_running(o, function(r)
     r.busy = o.req.busy == true
     save(r)
+    touch(r)                                  -- a run beginning or ending is a use
   end)
 end
 

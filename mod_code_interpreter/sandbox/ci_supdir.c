@@ -278,13 +278,55 @@ static void op_recall(op *o)
         add_str(o->ans, "container_id", ci_directory_item_container(o->d, id, o->owner));
 }
 
+/* A shared directory's container (CodeInterpreterDirectory) whose local
+ * sandbox this node runs: the record there is the truth; here a shadow
+ * keeps what ATTACH, expiry and busy marks need. Made, made running again,
+ * or touched, for IDLE seconds (the child gives the shared expiry some
+ * grace, so that the shared directory's claim normally comes first; the
+ * shadow's own expiry is the safety net that leaves nothing running when
+ * that claim never comes). Its memory is counted in the shared directory. */
+static void op_adopt(op *o)
+{
+    const char *id = ci_json_str(o->req, "id"), *tool = ci_json_str(o->req, "tool");
+    int idle = (int)int_of(o->req, "idle", 0);
+    ci_container *c = id ? ci_directory_find(o->d, id) : NULL, *evicted = NULL;
+    ci_dir_status st = CI_DIR_OK;
+    if (!id || !tool || idle < 1) {
+        add_str(o->ans, "status", "bad_request");
+        return;
+    }
+    if (c && strcmp(c->owner, o->owner))
+        st = CI_DIR_NOT_FOUND;
+    else if (!c)
+        st = ci_directory_create_container(o->d, o->owner, id, NULL, tool,
+                                           ci_json_str(o->req, "memory_limit"), 0, idle,
+                                           o->now, &c, &evicted);
+    else
+        ci_directory_revive(o->d, c, idle, o->now);
+    answer_status(o, st);
+}
+
+/* The shared directory expired or deleted container ID: its local
+ * sandbox goes (whoever asks: the peer is one of the server's processes,
+ * which read the shared record). */
+static void op_drop(op *o)
+{
+    ci_container *c = ci_directory_find(o->d, ci_json_str(o->req, "id"));
+    answer_status(o, c ? CI_DIR_OK : CI_DIR_NOT_FOUND);
+    if (!c)
+        return;
+    if (c->status == CI_CNTR_RUNNING)
+        ci_directory_delete(o->d, c, o->now);
+    *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, c->id);
+}
+
 static const struct {
     const char *name;
     void (*fn)(op *o);
 } ops[] = {
     { "create", op_create }, { "get", op_get }, { "set_handle", op_set_handle },
     { "delete", op_delete }, { "expire", op_expire }, { "list", op_list }, { "response", op_response },
-    { "finish", op_finish }, { "recall", op_recall },
+    { "finish", op_finish }, { "recall", op_recall }, { "adopt", op_adopt },
 };
 
 const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
@@ -302,6 +344,10 @@ const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
     o.req = ci_json_parse(p, req, len, &perr);
     name = ci_json_str(o.req, "op");
     o.owner = ci_json_str(o.req, "owner");
+    if (name && !strcmp(name, "drop")) {          /* no owner: see op_drop */
+        op_drop(&o);
+        return ci_json_text(o.ans, NULL);
+    }
     for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)
         if (!strcmp(name, ops[i].name)) {
             if (!o.owner || !*o.owner)

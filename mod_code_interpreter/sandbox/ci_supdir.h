@@ -19,6 +19,9 @@
  *   finish      container_id, response_id?, items [{id, text}], pending?
  *               -> {status}
  *   recall      item_id -> {status, text?, container_id?}
+ *   adopt       id, tool, memory_limit?, idle -> {status}: a shadow of a
+ *               shared directory's container, whose local sandbox runs here
+ *   drop        id (no owner) -> {status}: the shared directory ended it
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
  * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),

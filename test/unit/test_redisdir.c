@@ -252,7 +252,7 @@ static void test_create_get_owners_apart(void **state)
                         "no_owner");
     assert_string_equal(status(both(f, "{\"op\":\"create\",\"owner\":\"o\"}", T0)),
                         "bad_request");
-    assert_string_equal(status(both(f, "{\"op\":\"drop\",\"owner\":\"o\"}", T0)),
+    assert_string_equal(status(both(f, "{\"op\":\"frobnicate\",\"owner\":\"o\"}", T0)),
                         "bad_request");
     assert_string_equal(status(both(f, "nonsense", T0)), "bad_request");
     /* Redis' create names its node */

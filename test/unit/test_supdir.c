@@ -84,7 +84,7 @@ static void test_create_get_owners_apart(void **state)
                                    NULL)), "no_owner");
     assert_string_equal(status(ask(d, p, "{\"op\":\"create\",\"owner\":\"o\"}", T0,
                                    NULL)), "bad_request");
-    assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"owner\":\"o\"}", T0, NULL)),
+    assert_string_equal(status(ask(d, p, "{\"op\":\"frobnicate\",\"owner\":\"o\"}", T0, NULL)),
                         "bad_request");
     assert_string_equal(status(ask(d, p, "nonsense", T0, NULL)), "bad_request");
 }
@@ -232,9 +232,50 @@ static void test_expire_at_the_provider(void **state)
     assert_string_equal(ci_json_str(o, "container_id"), ID_A);
 }
 
+/* A shared directory's container whose local sandbox runs here: its
+ * shadow is made, touched, made running again after its own expiry, kept
+ * from another owner, and dropped (its sandbox named gone). */
+static void test_shadows_of_shared_containers(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *gone;
+    const char *adopt = "{\"op\":\"adopt\",\"owner\":\"own_a\",\"id\":\"" ID_A
+                        "\",\"tool\":\"local\",\"idle\":60}";
+    ci_container *c;
+    assert_string_equal(status(ask(d, p, adopt, T0, NULL)), "ok");
+    assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_OK);
+    assert_int_equal(c->idle_seconds, 60);
+    /* its own expiry: the safety net when no claim comes */
+    ci_directory_expire(d, T0 + apr_time_from_sec(61), p);
+    assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_EXPIRED);
+    /* used again: running again, for the idle it is given now */
+    assert_string_equal(status(ask(d, p, adopt, T0 + apr_time_from_sec(70), NULL)), "ok");
+    assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_OK);
+    assert_true(c->last_active_at == T0 + apr_time_from_sec(70));
+    assert_int_equal(ci_directory_live(d), 1);
+    /* another owner cannot take it on */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"adopt\",\"owner\":\"own_b\",\"id\":\""
+                                   ID_A "\",\"tool\":\"local\",\"idle\":60}", T0, NULL)),
+                        "not_found");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"adopt\",\"owner\":\"own_a\",\"id\":\""
+                                   ID_A "\",\"tool\":\"local\"}", T0, NULL)),
+                        "bad_request");
+    /* dropped, whoever asks: its sandbox goes */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"id\":\"" ID_A "\"}",
+                                   T0 + apr_time_from_sec(71), &gone)), "ok");
+    assert_int_equal(gone->nelts, 1);
+    assert_string_equal(APR_ARRAY_IDX(gone, 0, const char *), ID_A);
+    assert_int_equal(ci_directory_live(d), 0);
+    assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"id\":\"cntr_none\"}",
+                                   T0, &gone)), "not_found");
+    assert_int_equal(gone->nelts, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        TEST(test_shadows_of_shared_containers),
         TEST(test_create_get_owners_apart),
         TEST(test_touch_and_expiry),
         TEST(test_delete_names_what_goes),

@@ -1,0 +1,226 @@
+"""Two httpd nodes sharing one container directory in Redis
+(CodeInterpreterDirectory), against a redis-server the test starts, the
+scripted model and the fake E2B service: a conversation keeps its state
+across turns on one node (local) and across nodes (E2B), the Containers API
+and owners are the same on both nodes, expiry ends each container exactly
+once whichever node claims it, and a Redis outage is a 503 with
+Retry-After for what needs the directory, nothing for what does not, and
+over by itself when Redis is back."""
+import json
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+
+import pytest
+
+from conftest import (ANONYMOUS, FakeE2B, Httpd, base_conf, require, script_input,
+                      start_helper, wait_until)
+from test_loop import calls_of
+from test_redisdir_unit import SERVER, start_redis
+
+OUTPUTS = "code_interpreter_call.outputs"
+KEY = "e2b_" + secrets.token_hex(20)
+ME = {"Authorization": "Bearer sk-shared-me"}
+OTHER = {"Authorization": "Bearer sk-shared-other"}
+
+
+def node_conf(model_port, redis_port, secret, fake_url):
+    return base_conf(model_port, """
+CodeInterpreterDirectory redis://127.0.0.1:{redis}/0
+CodeInterpreterSecret file:{secret}
+CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
+    sandbox_url={url} timeout=5 idle=10m
+CodeInterpreterSandbox cloudbrief provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
+    sandbox_url={url} timeout=5 idle=2s
+<Location /e2b/v1/responses>
+  ProxyPass http://127.0.0.1:{model}/v1/responses
+  CodeInterpreter cloud
+</Location>
+<Location /e2b/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter cloud
+</Location>
+<Location /e2bbrief/v1/responses>
+  ProxyPass http://127.0.0.1:{model}/v1/responses
+  CodeInterpreter cloudbrief
+</Location>
+""".format(redis=redis_port, secret=secret, url=fake_url, model=model_port))
+
+
+@pytest.fixture(scope="module")
+def cluster(model):
+    """Redis, the fake E2B service and two nodes sharing them."""
+    require(os.path.exists(SERVER), "the shared directory's tests need redis-server")
+    workdir = tempfile.mkdtemp(prefix="ci-shared-")
+    secret = os.path.join(workdir, "secret")
+    with open(secret, "w") as f:
+        f.write(secrets.token_hex(32))
+    redis, redis_port = start_redis(workdir)
+    proc, port = start_helper("fake_e2b.py", "--api-key", KEY)
+    fake = FakeE2B(proc, port)
+    nodes = []
+    try:
+        for name in ("node1", "node2"):
+            server = Httpd("shared-" + name, node_conf(model.port, redis_port, secret,
+                                                         fake.url),
+                           env={"E2B_TEST_KEY": KEY}, fakes=[fake])
+            server.start()
+            nodes.append(server)
+        yield {"nodes": nodes, "fake": fake, "redis": redis, "redis_port": redis_port,
+               "workdir": workdir}
+    finally:
+        for server in nodes:
+            server.stop()
+        proc.kill()
+        proc.wait()
+        redis.kill()
+        redis.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture
+def nodes(cluster, model):
+    cluster["fake"].reset()
+    model.reset()
+    return cluster["nodes"]
+
+
+def turn(server, rounds, path="/v1/responses", headers=ME, **extra):
+    body = {"model": "m", "include": [OUTPUTS], "input": script_input(rounds),
+            "tools": [{"type": "code_interpreter", "container": {"type": "auto"}}]}
+    body.update(extra)
+    status, hdrs, out = server.post(path, body, headers=headers)
+    return status, hdrs, out
+
+
+def test_local_container_keeps_state_across_turns(nodes):
+    node1 = nodes[0]
+    status, _, first = turn(node1, [[{"call": "x = 41"}], [{"text": "set"}]])
+    assert status == 200, first
+    status, _, second = turn(node1, [[{"call": "print(x + 1)"}], [{"text": "ok"}]],
+                             previous_response_id=first["id"])
+    assert status == 200, second
+    assert calls_of(second)[0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+    assert calls_of(second)[0]["container_id"] == calls_of(first)[0]["container_id"]
+
+
+def test_e2b_conversation_across_nodes(nodes, cluster):
+    node1, node2 = nodes
+    status, _, first = turn(node1, [[{"call": "x = 41"}], [{"text": "set"}]],
+                            path="/e2b/v1/responses")
+    assert status == 200, first
+    cid = calls_of(first)[0]["container_id"]
+    # the next turn lands on the other node: the same container, its state
+    status, _, second = turn(node2, [[{"call": "print(x + 1)"}], [{"text": "ok"}]],
+                             path="/e2b/v1/responses", previous_response_id=first["id"])
+    assert status == 200, second
+    assert (calls_of(second)[0]["container_id"],
+            calls_of(second)[0]["outputs"]) == (cid, [{"type": "logs", "logs": "42\n"}])
+    assert cluster["fake"].state()["created"] == 1
+    # both nodes list it, for its owner only; deleted through node 2
+    for server in nodes:
+        status, _, listing = server.request("GET", "/e2b/v1/containers", headers=ME)
+        assert [c["id"] for c in json.loads(listing)["data"]] == [cid]
+        status, _, listing = server.request("GET", "/e2b/v1/containers", headers=OTHER)
+        assert json.loads(listing)["data"] == []
+    status, _, gone = node2.request("DELETE", "/e2b/v1/containers/" + cid, headers=ME)
+    assert (status, json.loads(gone)["deleted"]) == (200, True)
+    state = cluster["fake"].state()
+    assert (state["created"], state["deleted"], state["live"]) == (1, 1, [])
+    status, _, body = node1.request("GET", "/e2b/v1/containers/" + cid, headers=ME)
+    assert (status, json.loads(body)["status"]) == (200, "deleted")
+
+
+def test_owners_apart_across_nodes(nodes):
+    node1, node2 = nodes
+    status, _, c = node1.post("/v1/containers", {"name": "mine"}, headers=ME)
+    assert status == 200, c
+    status, _, body = node2.request("GET", "/v1/containers/" + c["id"], headers=OTHER)
+    assert (status, json.loads(body)["error"]) == (404, {
+        "message": "Container with id '%s' not found." % c["id"],
+        "type": "invalid_request_error", "param": None, "code": "container_not_found"})
+    status, _, body = node2.request("GET", "/v1/containers/" + c["id"], headers=ME)
+    assert (status, json.loads(body)["id"]) == (200, c["id"])
+
+
+def test_expiry_ends_local_containers_on_their_nodes(nodes):
+    """idle=2s: each node's claim ends its own local containers (their
+    sandboxes' processes go), and the records read expired on both nodes.
+    (That each due container is claimed once, whichever node asks first,
+    the directory's C tests prove with two racing callers.)"""
+    from test_containment import wait_no_sandbox_process
+    for server in nodes:
+        server.delete_containers_at("/v1/containers", ME)
+    made = []
+    for server in nodes:
+        status, _, out = turn(server, [[{"call": "y = 1"}], [{"text": "ok"}]],
+                              path="/brief/v1/responses")
+        assert status == 200, out
+        made.append(calls_of(out)[0]["container_id"])
+    for server in nodes:
+        assert wait_no_sandbox_process(server, timeout=30) == {}
+    for cid in made:
+        for server in nodes:
+            status, _, body = server.request("GET", "/v1/containers/" + cid, headers=ME)
+            assert (status, json.loads(body)["status"]) == (200, "expired")
+
+
+def test_expiry_ends_e2b_containers(nodes, cluster):
+    made = []
+    for server in nodes:
+        status, _, out = turn(server, [[{"call": "y = 1"}], [{"text": "ok"}]],
+                              path="/e2bbrief/v1/responses")
+        assert status == 200, out
+        made.append(calls_of(out)[0]["container_id"])
+    fake = cluster["fake"]
+    # ended at E2B (by a node's claim, or by E2B's own timeout, which is the
+    # same idle expiry), and expired in the directory
+    wait_until(lambda: fake.state()["live"] == [], "the E2B sandboxes to end")
+    def statuses():
+        # listed, not retrieved: a retrieval is a use, and would keep them
+        listing = json.loads(nodes[1].request("GET", "/v1/containers?limit=100",
+                                              headers=ME)[2])
+        return {c["id"]: c["status"] for c in listing["data"] if c["id"] in made}
+    assert wait_until(lambda: statuses() == dict.fromkeys(made, "expired") or None,
+                      "the containers to read expired")
+
+
+def test_redis_outage_is_a_503_and_passes_through_what_needs_no_directory(nodes, cluster):
+    node1 = nodes[0]
+    redis = cluster["redis"]
+    redis.send_signal(signal.SIGSTOP)            # stops answering: timeouts
+    try:
+        status, hdrs, out = turn(node1, [[{"call": "print(1)"}], [{"text": "x"}]])
+        assert (status, hdrs.get("retry-after"), out["error"]) == (503, "5", {
+            "message": "The container directory of this server is unavailable; retry "
+                       "shortly.", "type": "server_error", "param": None,
+            "code": "containers_unavailable"})
+        # no tool, no directory: passed through
+        status, _, out = node1.post("/v1/responses", {"model": "m", "input": script_input(
+            [[{"text": "plain"}]])}, headers=ME)
+        assert (status, out["output"][-1]["content"][0]["text"]) == (200, "plain")
+        # a request without an owner needs no directory either
+        status, _, out = turn(node1, [[{"call": "print(2)"}], [{"text": "ok"}]],
+                              headers=ANONYMOUS)
+        assert status == 200, out
+    finally:
+        redis.send_signal(signal.SIGCONT)
+    # back by itself
+    status, _, out = turn(node1, [[{"call": "print(3)"}], [{"text": "ok"}]])
+    assert status == 200, out
+    assert calls_of(out)[0]["outputs"] == [{"type": "logs", "logs": "3\n"}]
+
+
+def test_a_shared_directory_needs_the_secret(model):
+    server = Httpd("shared-nosecret", base_conf(model.port, """
+CodeInterpreterDirectory redis://127.0.0.1:6399/0
+"""))
+    server.write_conf()
+    out = server.configtest()
+    assert out.returncode != 0
+    assert ("CI0006: CodeInterpreterDirectory (%s:" % os.path.join(server.root, "httpd.conf")) \
+        in out.stderr + out.stdout
+    assert ("needs CodeInterpreterSecret: the nodes sharing a directory must share the "
+            "secret that hashes owners and seals handles") in out.stderr + out.stdout
