@@ -224,3 +224,34 @@ CodeInterpreterDirectory redis://127.0.0.1:6399/0
         in out.stderr + out.stdout
     assert ("needs CodeInterpreterSecret: the nodes sharing a directory must share the "
             "secret that hashes owners and seals handles") in out.stderr + out.stdout
+
+
+def test_a_local_container_is_bound_to_its_node(nodes):
+    node1, node2 = nodes
+    status, _, first = turn(node1, [[{"call": "x = 41"}], [{"text": "set"}]])
+    assert status == 200, first
+    cid = calls_of(first)[0]["container_id"]
+    name1 = "127.0.0.1:%d" % node1.port
+    want = {"message": "Container '%s' runs on node %s of this service, not on this one: "
+                       "send the requests that use it there (the X-CodeInterpreter-Node "
+                       "header names it)." % (cid, name1),
+            "type": "invalid_request_error", "param": None, "code": "container_on_other_node"}
+    # the next turn on the other node: told where to go, before round 1
+    status, hdrs, out = turn(node2, [[{"call": "print(x)"}], [{"text": "x"}]],
+                             previous_response_id=first["id"])
+    assert (status, hdrs.get("x-codeinterpreter-node"), out["error"]) == (409, name1, want)
+    tool = {"type": "code_interpreter", "container": cid}
+    status, hdrs, out = turn(node2, [[{"call": "print(x)"}], [{"text": "x"}]],
+                             tools=[tool])
+    assert (status, hdrs.get("x-codeinterpreter-node"), out["error"]) == (409, name1, want)
+    for method, path in (("GET", "/v1/containers/%s/files" % cid),
+                         ("DELETE", "/v1/containers/%s" % cid)):
+        status, hdrs, body = node2.request(method, path, headers=ME)
+        assert (status, dict((k.lower(), v) for k, v in hdrs)["x-codeinterpreter-node"],
+                json.loads(body)["error"]) == (409, name1, want), path
+    # reading it is fine anywhere; on its own node, it goes on
+    status, _, body = node2.request("GET", "/v1/containers/" + cid, headers=ME)
+    assert (status, json.loads(body)["status"]) == (200, "running")
+    status, _, second = turn(node1, [[{"call": "print(x + 1)"}], [{"text": "ok"}]],
+                             previous_response_id=first["id"])
+    assert calls_of(second)[0]["outputs"] == [{"type": "logs", "logs": "42\n"}]

@@ -132,6 +132,15 @@ static json_object *lookup(request_rec *r, const char *owner, const char *id, in
     return dir_ask(r, req);
 }
 
+/* The container ANS names runs on another node (ci_shared_elsewhere). */
+static int elsewhere(request_rec *r, json_object *ans, ci_error *err)
+{
+    ci_container c;
+    return !ci_supdir_container_from(r->pool, ci_json_get(ans, "container",
+                                                          json_type_object), &c) &&
+           ci_shared_elsewhere(r, &c, err);
+}
+
 static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
 {
     const char *id = st->req->container_id;
@@ -148,6 +157,8 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
     default:
         return not_found(r, id, st->req->tool_index, err);
     }
+    if (elsewhere(r, ans, err))
+        return 409;
     st->container_id = id;
     st->container_exists = 1;
     return OK;
@@ -190,6 +201,8 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
         return unavailable(r, err);
     switch (status_of(ans)) {
     case CI_DIR_OK:
+        if (elsewhere(r, ans, err))
+            return 409;
         st->container_id = apr_pstrdup(r->pool, named);
         st->container_exists = 1;
         break;

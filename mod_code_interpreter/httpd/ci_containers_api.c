@@ -155,11 +155,30 @@ static void destroy_sandbox(api_req *a, const ci_container *c)
         ci_shared_destroy(a->r->server, a->r->pool, c);
 }
 
+/* Another node's local container is deleted there (its sandbox runs
+ * there): 0, or -1 with the 409 sent (*RC). */
+static int deletable_here(api_req *a, int *rc)
+{
+    json_object *ans;
+    ci_container c;
+    if (!ci_server_directory(a->r->server))
+        return 0;
+    if (!(ans = dir_ask(a, dir_request(a, "get"))))
+        return *rc = unavailable(a), -1;
+    if (status_of(ans) == CI_DIR_OK && !container_of(a, ans, "container", &c) &&
+        ci_shared_elsewhere(a->r, &c, &a->err))
+        return *rc = fail(a), -1;
+    return 0;
+}
+
 static int delete_one(api_req *a)
 {
-    json_object *ans = dir_ask(a, dir_request(a, "delete")), *o;
+    json_object *ans, *o;
     ci_container c;
-    if (!ans)
+    int rc;
+    if (deletable_here(a, &rc))
+        return rc;
+    if (!(ans = dir_ask(a, dir_request(a, "delete"))))
         return unavailable(a);
     if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c))
         return not_found(a);
@@ -390,6 +409,8 @@ static int own_container(api_req *a, int start, ci_file_target *t, int *rc)
         return *rc = unavailable(a), -1;
     if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
         return *rc = not_found(a), -1;
+    if (ci_shared_elsewhere(a->r, &c, &a->err))
+        return *rc = fail(a), -1;
     if (start && c.status != CI_CNTR_RUNNING) {
         ci_error_set(&a->err, 400, CI_INVALID, NULL, "container_expired", a->r->pool,
                      "Container with id '%s' has expired and can no longer be used; "

@@ -309,6 +309,13 @@ static apr_status_t claim_slot(ci_session *s, ci_error *err)
     return APR_EAGAIN;
 }
 
+/* How long a run may hold its container busy in a shared directory: its
+ * timeout, the interrupt's grace, and a margin. */
+static int busy_lease(const ci_session *s)
+{
+    return (int)apr_time_sec(s->def->timeout) + 60;
+}
+
 apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res,
                             apr_interval_time_t tick, int (*wait_tick)(void *),
                             void *baton, ci_error *err)
@@ -321,11 +328,11 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
     s->code = apr_pstrdup(s->root, code);
     s->err = NULL;
     if (s->container)
-        ci_shared_busy(s->r, s->st->owner, s->container_id, 1);
+        ci_shared_busy(s->r, s->st->owner, s->container_id, 1, busy_lease(s));
     rv = ci_job_submit(s->r->pool, run_job, s, &s->job);
     if (rv != APR_SUCCESS) {
         if (s->container)
-            ci_shared_busy(s->r, s->st->owner, s->container_id, 0);
+            ci_shared_busy(s->r, s->st->owner, s->container_id, 0, 0);
         s->job = NULL;
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_busy", s->r->pool,
                      "All code execution slots of this server are busy; retry "
@@ -337,7 +344,7 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
             ci_box_interrupt(s->box);
     s->job = NULL;
     if (s->container)
-        ci_shared_busy(s->r, s->st->owner, s->container_id, 0);
+        ci_shared_busy(s->r, s->st->owner, s->container_id, 0, 0);
     if (s->rv == APR_ECONNABORTED) {
         ci_error_set(err, 499, CI_SERVER, NULL, NULL, s->r->pool,
                      "The execution was interrupted.");

@@ -32,6 +32,22 @@ const char *ci_shared_node(void)
     return node_name;
 }
 
+int ci_shared_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
+{
+    const ci_sandbox_def *def;
+    if (!ci_server_directory(r->server) || !c->node || !strcmp(c->node, node_name))
+        return 0;
+    def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
+    if (def && def->provider->handle)
+        return 0;                 /* a remote sandbox: any node reaches it */
+    apr_table_setn(r->err_headers_out, CI_NODE_HEADER, apr_pstrdup(r->pool, c->node));
+    ci_error_set(err, 409, CI_INVALID, NULL, "container_on_other_node", r->pool,
+                 "Container '%s' runs on node %s of this service, not on this one: send "
+                 "the requests that use it there (the %s header names it).", c->id,
+                 c->node, CI_NODE_HEADER);
+    return 1;
+}
+
 /* ---- sandboxes the directory no longer keeps -------------------------------- */
 
 static void destroy_remote(server_rec *s, apr_pool_t *p, const ci_container *c,
@@ -174,7 +190,8 @@ int ci_shared_adopt(request_rec *r, const char *owner, const ci_container *c,
     return 0;
 }
 
-void ci_shared_busy(request_rec *r, const char *owner, const char *id, int busy)
+void ci_shared_busy(request_rec *r, const char *owner, const char *id, int busy,
+                    int lease)
 {
     json_object *req;
     if (!ci_server_directory(r->server))
@@ -184,6 +201,7 @@ void ci_shared_busy(request_rec *r, const char *owner, const char *id, int busy)
     json_object_object_add(req, "owner", json_object_new_string(owner));
     json_object_object_add(req, "id", json_object_new_string(id));
     json_object_object_add(req, "busy", json_object_new_boolean(busy));
+    json_object_object_add(req, "lease", json_object_new_int(lease));
     ci_shared_ask(r, r->pool, req);
 }
 

@@ -22,6 +22,7 @@
 #include <httpd.h>
 #include <json-c/json.h>
 #include "ci_directory.h"
+#include "ci_error.h"
 #include "ci_sandbox.h"
 
 /* The name this node goes by in the shared directory: its ServerName and
@@ -45,9 +46,20 @@ int ci_shared_adopt(request_rec *r, const char *owner, const ci_container *c,
                     const ci_sandbox_def *def);
 
 /* An execution begins (BUSY) or ends in OWNER's container ID: eviction and
- * expiry skip it meanwhile, and either is a use. No-op without a shared
- * directory. */
-void ci_shared_busy(request_rec *r, const char *owner, const char *id, int busy);
+ * expiry skip it meanwhile, for LEASE seconds at most (a node that dies
+ * mid-run does not keep it busy), and either is a use. No-op without a
+ * shared directory. */
+void ci_shared_busy(request_rec *r, const char *owner, const char *id, int busy,
+                    int lease);
+
+/* The header naming the node that runs a local container, on a 409. */
+#define CI_NODE_HEADER "X-CodeInterpreter-Node"
+
+/* Whether container C's sandbox is local to another node (a shared
+ * directory; a provider without handles): then ERR is the 409
+ * container_on_other_node naming that node, and the node's name is in
+ * CI_NODE_HEADER of R's answer, so that a balancer can route on it. */
+int ci_shared_elsewhere(request_rec *r, const ci_container *c, ci_error *err);
 
 /* The sandbox of the container C (its record as the directory answered
  * it), which the directory no longer keeps: destroyed where it runs, when

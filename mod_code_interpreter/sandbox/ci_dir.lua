@@ -68,10 +68,10 @@ Operations (besides ci_supdir's; "node" names the httpd node asking):
               busy containers whose expiry has passed, of NODE or with a
               handle (any node) -> {status, containers: [container]}.
               No owner. Each due container is claimed by exactly one caller.
-  busy        id, busy (boolean) -> {status}: an execution runs in it (or
-              no longer), a use (last_active_at = now): eviction and expiry
-              skip a busy one. No lease: a
-              node that dies mid-run leaves it busy until its TTL runs out.
+  busy        id, busy (boolean), lease? (seconds, default 3600) -> {status}:
+              an execution runs in it (or no longer), a use (last_active_at
+              = now): eviction and expiry skip a busy one until its lease
+              runs out (a node that dies mid-run does not keep it busy).
 ]]
 
 local P = 'ci:'
@@ -79,6 +79,7 @@ local GRACE_MS = 60000
 local MEMO_OVERHEAD = 64           -- ci_directory's per-item bookkeeping
 local DEFAULT_ITEMS = 64 * 1024 * 1024
 local MAX_LIST = 100
+local DEFAULT_LEASE = 3600                    -- seconds a busy mark holds unless renewed
 local NULL = cjson.null
 local now = tonumber(ARGV[2])
 local fresh_id = 'cntr_' .. (ARGV[3] or '')
@@ -240,6 +241,11 @@ local function retire(r, status)
   save(r)
 end
 
+-- Busy now: marked so by a run whose lease has not run out.
+local function busy_now(r)
+  return r.busy == true and (r.busy_until == nil or r.busy_until > now)
+end
+
 local function touch(r)
   if now > r.last_active_at then
     r.last_active_at = now
@@ -293,7 +299,7 @@ local function idlest(live, node, local_only)
   local best
   for _, r in ipairs(live) do
     local here = r.node == node or (not local_only and r.handle ~= nil and r.handle ~= NULL)
-    if here and not r.busy and (not best or older(r, best)) then best = r end
+    if here and not busy_now(r) and (not best or older(r, best)) then best = r end
   end
   return best
 end
@@ -476,6 +482,8 @@ end
 local function op_busy(o)
   when_running(o, function(r)
     r.busy = o.req.busy == true
+    -- a lease: a node that dies mid-run does not keep it busy for ever
+    r.busy_until = r.busy and now + int_of(o.req, 'lease', DEFAULT_LEASE) * 1000000 or 0
     save(r)
     touch(r)                                  -- a run beginning or ending is a use
   end)
@@ -568,7 +576,7 @@ local function op_claim_due(o)
     local r = raw(id)
     if not r or r.status ~= 'running' then
       redis.call('ZREM', K_DEADLINES, id)
-    elseif not r.busy and (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
+    elseif not busy_now(r) and (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
       retire(r, 'expired')
       claimed[#claimed + 1] = container_json(r)
       table.insert(o.ans.gone, id)

@@ -707,6 +707,30 @@ static void test_claim_due_exactly_once(void **state)
     assert_string_equal(status(ask_redis(f, "{\"op\":\"claim_due\"}", T0)), "bad_request");
 }
 
+/* A busy mark holds for its lease: a node that dies mid-run does not keep
+ * its container from expiring for ever. */
+static void test_busy_lease_runs_out(void **state)
+{
+    fx *f = *state;
+    json_object *o;
+    create_on(f, "n1", "own_a", 1, "{}");
+    create_on(f, "n1", "own_a", 2, "{}");
+    ask_redis(f, apr_psprintf(f->p, "{\"op\":\"busy\",\"owner\":\"own_a\",\"id\":\"%s\","
+                              "\"busy\":true,\"lease\":100}", id_of(f->p, 1)), T0);
+    ask_redis(f, apr_psprintf(f->p, "{\"op\":\"busy\",\"owner\":\"own_a\",\"id\":\"%s\","
+                              "\"busy\":true,\"lease\":1000}", id_of(f->p, 2)), T0);
+    /* due (idle past) but busy: neither is claimed within its lease */
+    o = ask_redis(f, "{\"op\":\"claim_due\",\"node\":\"n1\"}", T0 + SEC(90));
+    assert_int_equal(gone_count(o), 0);
+    /* past the first lease only */
+    o = ask_redis(f, "{\"op\":\"claim_due\",\"node\":\"n1\"}", T0 + SEC(200));
+    assert_int_equal(gone_count(o), 1);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(
+                            ci_json_get(o, "gone", json_type_array), 0)), id_of(f->p, 1));
+    o = ask_redis(f, "{\"op\":\"claim_due\",\"node\":\"n1\"}", T0 + SEC(1001));
+    assert_int_equal(gone_count(o), 1);
+}
+
 /* ---- the connection ---------------------------------------------------------------- */
 
 static void test_parse_url(void **state)
@@ -893,6 +917,7 @@ int main(int argc, char **argv)
         TEST(test_retention),
         TEST(test_nodes_count_apart),
         TEST(test_claim_due_exactly_once),
+        TEST(test_busy_lease_runs_out),
         TEST(test_parse_url),
         TEST(test_auth),
         TEST(test_db_and_lost_scripts),
