@@ -8,7 +8,13 @@ Retry-After for what needs the directory, nothing for what does not, and
 over by itself when Redis is back."""
 import json
 import os
+import random
 import secrets
+import socket
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 import shutil
 import signal
 import tempfile
@@ -30,6 +36,7 @@ def node_conf(model_port, redis_port, secret, fake_url):
     return base_conf(model_port, """
 CodeInterpreterDirectory redis://127.0.0.1:{redis}/0
 CodeInterpreterSecret file:{secret}
+CodeInterpreterMaxSandboxes 1000
 CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
     sandbox_url={url} timeout=5 idle=10m
 CodeInterpreterSandbox cloudbrief provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
@@ -49,6 +56,24 @@ CodeInterpreterSandbox cloudbrief provider=e2b api_key=env:E2B_TEST_KEY api_base
 """.format(redis=redis_port, secret=secret, url=fake_url, model=model_port))
 
 
+def redis_on(workdir, port):
+    """redis-server on PORT again (nothing saved); its process."""
+    proc = subprocess.Popen([SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                             "--appendonly", "no", "--dir", workdir],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: proc.poll() is not None or listening(port), "redis-server to listen")
+    assert proc.poll() is None, "redis-server did not start again on %d" % port
+    return proc
+
+
+def listening(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def cluster(model):
     """Redis, the fake E2B service and two nodes sharing them."""
@@ -60,23 +85,23 @@ def cluster(model):
     redis, redis_port = start_redis(workdir)
     proc, port = start_helper("fake_e2b.py", "--api-key", KEY)
     fake = FakeE2B(proc, port)
-    nodes = []
+    c = {"nodes": [], "fake": fake, "redis": redis, "redis_port": redis_port,
+         "workdir": workdir}
     try:
         for name in ("node1", "node2"):
             server = Httpd("shared-" + name, node_conf(model.port, redis_port, secret,
                                                          fake.url),
                            env={"E2B_TEST_KEY": KEY}, fakes=[fake])
             server.start()
-            nodes.append(server)
-        yield {"nodes": nodes, "fake": fake, "redis": redis, "redis_port": redis_port,
-               "workdir": workdir}
+            c["nodes"].append(server)
+        yield c
     finally:
-        for server in nodes:
+        for server in c["nodes"]:
             server.stop()
         proc.kill()
         proc.wait()
-        redis.kill()
-        redis.wait()
+        c["redis"].kill()
+        c["redis"].wait()
         shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -127,7 +152,9 @@ def test_e2b_conversation_across_nodes(nodes, cluster):
         assert json.loads(listing)["data"] == []
     status, _, gone = node2.request("DELETE", "/e2b/v1/containers/" + cid, headers=ME)
     assert (status, json.loads(gone)["deleted"]) == (200, True)
-    state = cluster["fake"].state()
+    # (its DELETE goes out from the child's worker pool: waited for)
+    state = wait_until(lambda: (lambda st: st if st["deleted"] else None)(
+        cluster["fake"].state()), "the sandbox's DELETE")
     assert (state["created"], state["deleted"], state["live"]) == (1, 1, [])
     status, _, body = node1.request("GET", "/e2b/v1/containers/" + cid, headers=ME)
     assert (status, json.loads(body)["status"]) == (200, "deleted")
@@ -255,3 +282,101 @@ def test_a_local_container_is_bound_to_its_node(nodes):
     status, _, second = turn(node1, [[{"call": "print(x + 1)"}], [{"text": "ok"}]],
                              previous_response_id=first["id"])
     assert calls_of(second)[0]["outputs"] == [{"type": "logs", "logs": "42\n"}]
+
+
+LOAD = 300
+
+
+def test_load_conversations_keep_their_state_on_random_nodes(nodes, cluster):
+    """300 two-turn conversations at once, each turn on a random node: every
+    conversation keeps its state, and every E2B sandbox made is deleted
+    once. Run once, not under the sanitizers (they slow it tenfold)."""
+    if os.environ.get("CI_SANITIZE"):
+        pytest.skip("the load test runs once, in the plain build, not under ASan")
+    fake = cluster["fake"]
+
+    def conversation(i):
+        rng = random.Random(i)
+        me = {"Authorization": "Bearer sk-load-%d" % i}
+        status, _, first = turn(rng.choice(nodes), [[{"call": "v = %d" % i}],
+                                                    [{"text": "set"}]],
+                                path="/e2b/v1/responses", headers=me)
+        if status != 200:
+            return "turn 1: %d %s" % (status, first)
+        status, _, second = turn(rng.choice(nodes), [[{"call": "print(v * 2)"}],
+                                                     [{"text": "ok"}]],
+                                 path="/e2b/v1/responses", headers=me,
+                                 previous_response_id=first["id"])
+        if status != 200:
+            return "turn 2: %d %s" % (status, second)
+        cid = calls_of(first)[0]["container_id"]
+        if (calls_of(second)[0]["container_id"], calls_of(second)[0]["outputs"]) != (
+                cid, [{"type": "logs", "logs": "%d\n" % (2 * i)}]):
+            return "conversation %d lost its state: %s" % (i, calls_of(second))
+        return cid
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        done = list(pool.map(conversation, range(LOAD), timeout=120))
+    took = time.monotonic() - started
+    bad = [d for d in done if not d.startswith("cntr_")]
+    assert bad == [], bad[:3]
+    assert len(set(done)) == LOAD
+    print("%d two-turn conversations on two nodes in %.1f s" % (LOAD, took))
+    # every container deleted, through either node: each sandbox once
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        statuses = list(pool.map(lambda i: random.Random(-i).choice(nodes).request(
+            "DELETE", "/e2b/v1/containers/" + done[i],
+            headers={"Authorization": "Bearer sk-load-%d" % i})[0], range(LOAD)))
+    assert statuses == [200] * LOAD
+    # (a sandbox's DELETE goes out from the child's worker pool: waited for)
+    state = wait_until(lambda: (lambda st: st if st["deleted"] >= LOAD else None)(
+        fake.state()), "every sandbox's DELETE")
+    assert (state["created"], state["deleted"], state["live"]) == (LOAD, LOAD, [])
+
+
+UNAVAILABLE = {"message": "The container directory of this server is unavailable; retry "
+                          "shortly.", "type": "server_error", "param": None,
+               "code": "containers_unavailable"}
+
+
+def test_redis_killed_and_restarted_under_load(nodes, cluster):
+    """Turns keep coming while Redis is killed and started again (empty: it
+    saves nothing): each is answered in full or refused with the 503, no
+    child dies, and the nodes serve again by themselves."""
+    seen = []                         # (when, status) of every turn
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def load(k):
+        rng = random.Random(k)
+        while not stop.is_set():
+            me = {"Authorization": "Bearer sk-restart-%d" % k}
+            status, hdrs, out = turn(rng.choice(nodes), [[{"call": "print(7)"}],
+                                                         [{"text": "ok"}]], headers=me)
+            ok = (status == 200 and calls_of(out)[0]["outputs"] ==
+                  [{"type": "logs", "logs": "7\n"}]) or \
+                 (status == 503 and hdrs.get("retry-after") == "5" and
+                  out["error"] == UNAVAILABLE)
+            with lock:
+                seen.append((time.monotonic(), status, ok or out))
+
+    threads = [threading.Thread(target=load, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: len(seen) >= 8, "turns before the outage")
+        cluster["redis"].kill()
+        cluster["redis"].wait()
+        wait_until(lambda: any(s == 503 for _, s, _ in seen), "a turn refused in the outage")
+        cluster["redis"] = redis_on(cluster["workdir"], cluster["redis_port"])
+        back = time.monotonic()
+        wait_until(lambda: sum(1 for w, s, _ in seen if w > back and s == 200) >= 8,
+                   "turns served after Redis is back")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert [x for _, _, x in seen if x is not True] == []
+    for server in nodes:
+        assert "exit signal" not in open(server.error_log).read()

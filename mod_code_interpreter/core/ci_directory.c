@@ -388,6 +388,18 @@ apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_poo
     return out;
 }
 
+apr_array_header_t *ci_directory_running_ids(const ci_directory *d, apr_pool_t *p)
+{
+    apr_array_header_t *out = apr_array_make(p, 8, sizeof(const char *));
+    apr_hash_index_t *hi;
+    for (hi = apr_hash_first(p, d->by_id); hi; hi = apr_hash_next(hi)) {
+        const rec *r = apr_hash_this_val(hi);
+        if (r->c.status == CI_CNTR_RUNNING)
+            *(const char **)apr_array_push(out) = apr_pstrdup(p, r->c.id);
+    }
+    return out;
+}
+
 apr_time_t ci_directory_next_expiry(const ci_directory *d)
 {
     apr_hash_index_t *hi;

@@ -124,6 +124,9 @@ void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
  * P. A busy container is not expired while it runs. */
 apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_pool_t *p);
 
+/* The ids of the running containers (const char *, from P). */
+apr_array_header_t *ci_directory_running_ids(const ci_directory *d, apr_pool_t *p);
+
 /* When the next container expires (0: none running). */
 apr_time_t ci_directory_next_expiry(const ci_directory *d);
 

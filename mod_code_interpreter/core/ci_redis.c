@@ -287,8 +287,9 @@ static const char *fingerprint(apr_pool_t *p, const ci_redis_conf *c)
                         c->connect_timeout, c->command_timeout);
 }
 
-/* This thread's connection for C: the one it has, or a new one. */
-static conn *connection(apr_pool_t *p, const ci_redis_conf *c, const char **why)
+/* This thread's connection for C: the one it has, or a new one (*FRESH). */
+static conn *connection(apr_pool_t *p, const ci_redis_conf *c, int *fresh,
+                        const char **why)
 {
     const char *made_for = fingerprint(p, c);
     conn *k;
@@ -298,8 +299,10 @@ static conn *connection(apr_pool_t *p, const ci_redis_conf *c, const char **why)
         return NULL;
     }
     k = pthread_getspecific(conn_key);
+    *fresh = 0;
     if (k && !strcmp(k->made_for, made_for))
         return k;
+    *fresh = 1;
     ci_redis_close();
     if (!(k = calloc(1, sizeof(*k))) || !(k->made_for = strdup(made_for))) {
         free(k);
@@ -348,14 +351,30 @@ static const char *run(apr_pool_t *p, conn *k, const char *req, apr_size_t len,
     return why;
 }
 
+/* K's connection is broken (closed, reset), as a kept connection is after
+ * Redis restarted: not a timeout (the command may still be applied), not
+ * an error answer. */
+static int connection_lost(const conn *k)
+{
+    return k->ctx->err && !(k->ctx->err == REDIS_ERR_IO &&
+                            !strcmp(k->ctx->errstr, strerror(EAGAIN)));
+}
+
 int ci_redis_dir(apr_pool_t *p, const ci_redis_conf *c, const char *req, apr_size_t len,
                  apr_time_t now, const char **answer, const char **err)
 {
     const char *why = NULL;
-    conn *k = connection(p, c, &why);
+    int fresh = 0;
+    conn *k = connection(p, c, &fresh, &why);
     *answer = NULL;
     if (k)
         why = run(p, k, req, len, now, answer);
+    /* A kept connection found broken: once more on a new one. */
+    if (why && k && !fresh && connection_lost(k)) {
+        ci_redis_close();
+        if ((k = connection(p, c, &fresh, &why)))
+            why = run(p, k, req, len, now, answer);
+    }
     if (!why)
         return 0;
     *err = apr_psprintf(p, "the container directory (Redis at %s:%d) %s", c->host,

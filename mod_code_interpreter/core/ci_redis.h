@@ -42,7 +42,8 @@ const char *ci_redis_parse_url(apr_pool_t *p, const char *url, ci_redis_conf *ou
  * 0 with *ANSWER (JSON, from P); -1 with *ERR (from P, no secret in it)
  * when Redis cannot be reached, refuses the credentials or answers an
  * error: this thread's connection is then dropped, and the next call
- * connects again. A -1 after a timeout does not say that the request was
+ * connects again. A kept connection found broken (Redis restarted since)
+ * is replaced at once, and the request sent once more on the new one. A -1 after a timeout does not say that the request was
  * not applied: a Redis that was only slow runs it when it reads it. */
 int ci_redis_dir(apr_pool_t *p, const ci_redis_conf *c, const char *req, apr_size_t len,
                  apr_time_t now, const char **answer, const char **err);

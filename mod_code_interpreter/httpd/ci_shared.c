@@ -24,6 +24,7 @@
 #define SHADOW_GRACE 600
 #define CLAIM_EVERY apr_time_from_sec(1)
 #define CLAIM_LIMIT 16
+#define RECONCILE_EVERY 5         /* claims: the local sandboxes checked */
 
 static const char *node_name = "";
 
@@ -238,15 +239,48 @@ static void claim_once(claimer *cl, apr_pool_t *p)
     destroy_gone(cl->s, p, ans);
 }
 
+/* The local sandboxes this node runs whose containers the shared
+ * directory no longer has running (lost with Redis' data, say): ended now
+ * rather than at their shadows' own expiry. */
+static void reconcile(claimer *cl, apr_pool_t *p)
+{
+    json_object *req = ci_json_own(p, json_object_new_object()), *ans, *ids, *gone;
+    const char *text, *answer = NULL, *err = NULL, *perr = NULL;
+    apr_size_t len, i, n;
+    json_object_object_add(req, "op", json_object_new_string("shadows"));
+    text = ci_json_text(req, &len);
+    if (ci_supervisor_dir(p, text, len, &answer, &err) != 0 ||
+        !(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
+        !(ids = ci_json_get(ans, "ids", json_type_array)) ||
+        !json_object_array_length(ids))
+        return;
+    req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "op", json_object_new_string("which_gone"));
+    json_object_object_add(req, "ids", json_object_get(ids));
+    if (!(ans = ask_redis(cl->s, p, req, &err)) ||
+        !(gone = ci_json_get(ans, "gone", json_type_array)))
+        return;
+    for (i = 0, n = json_object_array_length(gone); i < n; i++) {
+        const char *id = json_object_get_string(json_object_array_get_idx(gone, i));
+        ap_log_error(APLOG_MARK, APLOG_INFO, 0, cl->s, "CI0838: the local sandbox of "
+                     "container %s ended: the shared directory no longer has it running",
+                     id);
+        drop_local(cl->s, p, id);
+    }
+}
+
 static void *APR_THREAD_FUNC claim_loop(apr_thread_t *t, void *data)
 {
     claimer *cl = data;
     apr_pool_t *p;
+    unsigned rounds = 0;
     apr_pool_create(&p, NULL);
     apr_thread_mutex_lock(cl->lock);
     while (!cl->stop) {
         apr_thread_mutex_unlock(cl->lock);
         claim_once(cl, p);
+        if (!cl->failing && ++rounds % RECONCILE_EVERY == 0)
+            reconcile(cl, p);
         apr_pool_clear(p);
         apr_thread_mutex_lock(cl->lock);
         if (!cl->stop)

@@ -14,7 +14,9 @@
  *
  * Expiry: every child runs a thread that claims, once a second, the due
  * containers this node may end (its own local ones, and any remote one);
- * the claim is atomic, so exactly one node ends each.
+ * the claim is atomic, so exactly one node ends each. Every 5 seconds it
+ * also checks the node's local sandboxes against the directory and ends
+ * those whose containers it no longer has running (Redis lost its data).
  */
 #ifndef CI_SHARED_H
 #define CI_SHARED_H

@@ -68,6 +68,8 @@ Operations (besides ci_supdir's; "node" names the httpd node asking):
               busy containers whose expiry has passed, of NODE or with a
               handle (any node) -> {status, containers: [container]}.
               No owner. Each due container is claimed by exactly one caller.
+  which_gone  ids -> {status, gone}: which of the local sandboxes a node
+              runs have no running container any more (no owner).
   busy        id, busy (boolean), lease? (seconds, default 3600) -> {status}:
               an execution runs in it (or no longer), a use (last_active_at
               = now): eviction and expiry skip a busy one until its lease
@@ -586,6 +588,20 @@ local function op_claim_due(o)
   o.ans.containers = claimed
 end
 
+-- Which of IDS (the local sandboxes a node runs) no longer run here: their
+-- records are gone (forgotten, or lost with Redis' data), expired or
+-- deleted. The node ends those sandboxes. No owner.
+local function op_which_gone(o)
+  local ids = type(o.req.ids) == 'table' and o.req.ids or {}
+  for _, id in ipairs(ids) do
+    if type(id) == 'string' then
+      local r = raw(id)
+      if not r or r.status ~= 'running' then table.insert(o.ans.gone, id) end
+    end
+  end
+  o.ans.status = 'ok'
+end
+
 local ops = {
   create = op_create, get = op_get, set_handle = op_set_handle, delete = op_delete,
   expire = op_expire, list = op_list, response = op_response, finish = op_finish,
@@ -598,6 +614,8 @@ local function apply()
   local name = str_of(req, 'op')
   if name == 'claim_due' then
     op_claim_due(o)
+  elseif name == 'which_gone' then
+    op_which_gone(o)
   elseif name and ops[name] then
     o.owner = str_of(req, 'owner')
     if not o.owner or o.owner == '' then o.ans.status = 'no_owner' else ops[name](o) end

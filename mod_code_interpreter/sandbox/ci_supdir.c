@@ -320,6 +320,20 @@ static void op_drop(op *o)
     *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, c->id);
 }
 
+/* The running shadows (op_adopt), for the node to check against the
+ * shared directory (no owner). */
+static void op_shadows(op *o)
+{
+    apr_array_header_t *ids = ci_directory_running_ids(o->d, o->p);
+    json_object *list = json_object_new_array();
+    int i;
+    for (i = 0; i < ids->nelts; i++)
+        json_object_array_add(list, json_object_new_string(APR_ARRAY_IDX(ids, i,
+                                                                         const char *)));
+    answer_status(o, CI_DIR_OK);
+    json_object_object_add(o->ans, "ids", list);
+}
+
 static const struct {
     const char *name;
     void (*fn)(op *o);
@@ -346,6 +360,10 @@ const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
     o.owner = ci_json_str(o.req, "owner");
     if (name && !strcmp(name, "drop")) {          /* no owner: see op_drop */
         op_drop(&o);
+        return ci_json_text(o.ans, NULL);
+    }
+    if (name && !strcmp(name, "shadows")) {
+        op_shadows(&o);
         return ci_json_text(o.ans, NULL);
     }
     for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)

@@ -22,6 +22,8 @@
  *   adopt       id, tool, memory_limit?, idle -> {status}: a shadow of a
  *               shared directory's container, whose local sandbox runs here
  *   drop        id (no owner) -> {status}: the shared directory ended it
+ *   shadows     (no owner) -> {status, ids}: the running containers'
+ *               ids, for a node to check against the shared directory
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
  * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),

@@ -731,6 +731,27 @@ static void test_busy_lease_runs_out(void **state)
     assert_int_equal(gone_count(o), 1);
 }
 
+/* A node's local sandboxes checked against the directory: those whose
+ * containers no longer run there (unknown, deleted) are named gone. */
+static void test_which_gone(void **state)
+{
+    fx *f = *state;
+    json_object *o, *gone;
+    create_on(f, "n1", "own_a", 1, "{}");
+    create_on(f, "n1", "own_a", 2, "{}");
+    ask_redis(f, apr_psprintf(f->p, "{\"op\":\"delete\",\"owner\":\"own_a\",\"id\":\"%s\"}",
+                              id_of(f->p, 2)), T0);
+    o = ask_redis(f, apr_psprintf(f->p, "{\"op\":\"which_gone\",\"ids\":[\"%s\",\"%s\","
+                                  "\"cntr_unknown\"]}", id_of(f->p, 1), id_of(f->p, 2)), T0);
+    gone = ci_json_get(o, "gone", json_type_array);
+    assert_string_equal(status(o), "ok");
+    assert_int_equal(json_object_array_length(gone), 2);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(gone, 0)),
+                        id_of(f->p, 2));
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(gone, 1)),
+                        "cntr_unknown");
+}
+
 /* ---- the connection ---------------------------------------------------------------- */
 
 static void test_parse_url(void **state)
@@ -918,6 +939,7 @@ int main(int argc, char **argv)
         TEST(test_nodes_count_apart),
         TEST(test_claim_due_exactly_once),
         TEST(test_busy_lease_runs_out),
+        TEST(test_which_gone),
         TEST(test_parse_url),
         TEST(test_auth),
         TEST(test_db_and_lost_scripts),

@@ -254,6 +254,13 @@ static void test_shadows_of_shared_containers(void **state)
     assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_OK);
     assert_true(c->last_active_at == T0 + apr_time_from_sec(70));
     assert_int_equal(ci_directory_live(d), 1);
+    {
+        json_object *o = ask(d, p, "{\"op\":\"shadows\"}", T0, NULL);
+        json_object *ids = ci_json_get(o, "ids", json_type_array);
+        assert_string_equal(status(o), "ok");
+        assert_int_equal(json_object_array_length(ids), 1);
+        assert_string_equal(json_object_get_string(json_object_array_get_idx(ids, 0)), ID_A);
+    }
     /* another owner cannot take it on */
     assert_string_equal(status(ask(d, p, "{\"op\":\"adopt\",\"owner\":\"own_b\",\"id\":\""
                                    ID_A "\",\"tool\":\"local\",\"idle\":60}", T0, NULL)),
