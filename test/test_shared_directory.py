@@ -144,6 +144,17 @@ def test_e2b_conversation_across_nodes(nodes, cluster):
     assert (calls_of(second)[0]["container_id"],
             calls_of(second)[0]["outputs"]) == (cid, [{"type": "logs", "logs": "42\n"}])
     assert cluster["fake"].state()["created"] == 1
+    # fed a file through node 2, which node 1's next turn reads
+    from test_container_uploads import multipart
+    body, ctype = multipart("n2.txt", b"from node 2")
+    status, _, f = node2.request("POST", "/e2b/v1/containers/%s/files" % cid, body,
+                                 dict(ME, **{"Content-Type": ctype}))
+    assert (status, json.loads(f)["path"]) == (200, "/mnt/data/n2.txt")
+    status, _, third = turn(node1, [[{"call": "print(open('/mnt/data/n2.txt').read())"}],
+                                    [{"text": "ok"}]], path="/e2b/v1/responses",
+                            previous_response_id=second["id"])
+    assert (status, calls_of(third)[0]["outputs"]) == (
+        200, [{"type": "logs", "logs": "from node 2\n"}])
     # both nodes list it, for its owner only; deleted through node 2
     for server in nodes:
         status, _, listing = server.request("GET", "/e2b/v1/containers", headers=ME)
