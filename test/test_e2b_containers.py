@@ -235,3 +235,52 @@ def test_files_of_an_e2b_container(server, model):
     assert (status, json.loads(gone)["deleted"]) == (200, True)
     status, _, body = server.request("GET", "%s/%s/content" % (base, fid), headers=ME)
     assert (status, json.loads(body)["error"]["code"]) == (404, "container_file_not_found")
+
+
+@pytest.fixture(scope="module")
+def capped(model):
+    """A server whose callers may hold one container: a new one evicts the
+    caller's idle one."""
+    proc, port = start_helper("fake_e2b.py", "--api-key", KEY)
+    fake = FakeE2B(proc, port)
+    extra = """
+CodeInterpreterMaxContainersPerOwner 1
+CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
+    sandbox_url={url} timeout=3 idle=10m
+<Location /e2b/v1/responses>
+  ProxyPass http://127.0.0.1:{port}/v1/responses
+  CodeInterpreter cloud
+</Location>
+""".format(url=fake.url, port=model.port)
+    server = Httpd("e2b-capped", base_conf(model.port, extra), env={"E2B_TEST_KEY": KEY},
+                   fakes=[fake])
+    try:
+        server.start()
+        server.fake = fake
+        yield server
+    finally:
+        try:
+            server.stop()
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_evicted_containers_sandbox_is_deleted_at_once(capped, model):
+    """The caller's second container evicts its first (idle): the first's
+    E2B sandbox is deleted then, not left to E2B's own timeout."""
+    from conftest import wait_until
+    made = []
+    for i in range(2):
+        status, _, out = capped.post("/e2b/v1/responses", {
+            "model": "m", "tools": [TOOL], "include": [OUTPUTS],
+            "input": script_input([[{"call": "v = %d" % i}], [{"text": "ok"}]])},
+            headers=ME)
+        assert status == 200, out
+        made.append(calls_of(out)[0]["container_id"])
+    assert made[0] != made[1]
+    state = wait_until(lambda: (lambda st: st if st["deleted"] else None)(
+        capped.fake.state()), "the evicted container's sandbox to be deleted")
+    assert (state["created"], state["deleted"], len(state["live"])) == (2, 1, 1)
+    status, _, body = capped.request("GET", "/v1/containers/" + made[0], headers=ME)
+    assert (status, json.loads(body)["status"]) == (200, "expired")

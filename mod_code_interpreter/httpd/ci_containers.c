@@ -33,6 +33,17 @@ static void put_str(json_object *o, const char *key, const char *v)
         json_object_object_add(o, key, json_object_new_string(v));
 }
 
+/* A container evicted to admit another (ANS of a create): the supervisor
+ * ended a local one's sandbox with its record; a remote one's is ended at
+ * its provider now, not at the provider's own timeout. */
+static void end_evicted(request_rec *r, apr_pool_t *p, json_object *ans)
+{
+    ci_container c;
+    if (!ci_supdir_container_from(p, ci_json_get(ans, "evicted", json_type_object), &c) &&
+        c.handle)
+        ci_shared_destroy(r->server, p, &c);
+}
+
 json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req)
 {
     apr_size_t len;
@@ -46,6 +57,7 @@ json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req)
                       "could not be asked: %s", err ? err : "a malformed answer");
         return NULL;
     }
+    end_evicted(r, p, ans);
     return ans;
 }
 
