@@ -72,16 +72,40 @@ static void destroy_remote(server_rec *s, apr_pool_t *p, const ci_container *c,
     apr_pool_destroy(sp);
 }
 
+/* A request OP (with ID when not NULL) for this node's supervisor (its
+ * shadows: ci_supdir's adopt, drop, shadows), owned by P. */
+static json_object *shadow_request(apr_pool_t *p, const char *op, const char *id)
+{
+    json_object *req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "op", json_object_new_string(op));
+    if (id)
+        json_object_object_add(req, "id", json_object_new_string(id));
+    return req;
+}
+
+/* REQ asked of this node's supervisor: its answer with status "ok", or
+ * NULL with *ERR. */
+static json_object *ask_supervisor(apr_pool_t *p, json_object *req, const char **err)
+{
+    apr_size_t len;
+    const char *text = ci_json_text(req, &len), *answer = NULL, *perr = NULL;
+    json_object *ans;
+    if (ci_supervisor_dir(p, text, len, &answer, err) != 0)
+        return NULL;
+    if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
+        strcmp(ci_json_str(ans, "status") ? ci_json_str(ans, "status") : "", "ok")) {
+        *err = apr_psprintf(p, "it answered %s", answer);
+        return NULL;
+    }
+    return ans;
+}
+
 /* This node's supervisor drops its shadow, and the local sandbox with it. */
 static void drop_local(server_rec *s, apr_pool_t *p, const char *id)
 {
-    json_object *req = ci_json_own(p, json_object_new_object());
-    const char *text, *answer = NULL, *err = NULL;
-    apr_size_t len;
-    json_object_object_add(req, "op", json_object_new_string("drop"));
-    json_object_object_add(req, "id", json_object_new_string(id));
-    text = ci_json_text(req, &len);
-    if (ci_supervisor_dir(p, text, len, &answer, &err) != 0)
+    const char *err = NULL;
+    json_object *req = shadow_request(p, "drop", id);
+    if (!ask_supervisor(p, req, &err) && !strstr(err ? err : "", "not_found"))
         ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "CI0836: the local sandbox of "
                      "container %s could not be ended: %s", id, err ? err : "");
 }
@@ -163,29 +187,23 @@ json_object *ci_shared_ask(request_rec *r, apr_pool_t *p, json_object *req)
 int ci_shared_adopt(request_rec *r, const char *owner, const ci_container *c,
                     const ci_sandbox_def *def)
 {
-    json_object *req, *ans;
-    const char *text, *answer = NULL, *err = NULL, *perr = NULL;
-    apr_size_t len;
+    json_object *req;
+    const char *err = NULL;
     int idle = c->idle_seconds > 0 ? c->idle_seconds : def->idle;
     if (!ci_server_directory(r->server) || def->provider->handle)
         return 0;
-    req = ci_json_own(r->pool, json_object_new_object());
-    json_object_object_add(req, "op", json_object_new_string("adopt"));
+    req = shadow_request(r->pool, "adopt", c->id);
     json_object_object_add(req, "owner", json_object_new_string(owner));
-    json_object_object_add(req, "id", json_object_new_string(c->id));
     json_object_object_add(req, "tool", json_object_new_string(c->tool ? c->tool
                                                                        : def->name));
     if (c->memory_limit)
         json_object_object_add(req, "memory_limit",
                                json_object_new_string(c->memory_limit));
     json_object_object_add(req, "idle", json_object_new_int(idle + SHADOW_GRACE));
-    text = ci_json_text(req, &len);
-    if (ci_supervisor_dir(r->pool, text, len, &answer, &err) != 0 ||
-        !(ans = ci_json_parse(r->pool, answer, strlen(answer), &perr)) ||
-        strcmp(ci_json_str(ans, "status") ? ci_json_str(ans, "status") : "", "ok")) {
+    if (!ask_supervisor(r->pool, req, &err)) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0837: container %s could not be "
                       "taken on by this node's sandbox supervisor: %s", c->id,
-                      err ? err : answer ? answer : "");
+                      err ? err : "");
         return -1;
     }
     return 0;
@@ -244,18 +262,14 @@ static void claim_once(claimer *cl, apr_pool_t *p)
  * rather than at their shadows' own expiry. */
 static void reconcile(claimer *cl, apr_pool_t *p)
 {
-    json_object *req = ci_json_own(p, json_object_new_object()), *ans, *ids, *gone;
-    const char *text, *answer = NULL, *err = NULL, *perr = NULL;
-    apr_size_t len, i, n;
-    json_object_object_add(req, "op", json_object_new_string("shadows"));
-    text = ci_json_text(req, &len);
-    if (ci_supervisor_dir(p, text, len, &answer, &err) != 0 ||
-        !(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
+    json_object *req, *ans, *ids, *gone;
+    const char *err = NULL;
+    apr_size_t i, n;
+    if (!(ans = ask_supervisor(p, shadow_request(p, "shadows", NULL), &err)) ||
         !(ids = ci_json_get(ans, "ids", json_type_array)) ||
         !json_object_array_length(ids))
         return;
-    req = ci_json_own(p, json_object_new_object());
-    json_object_object_add(req, "op", json_object_new_string("which_gone"));
+    req = shadow_request(p, "which_gone", NULL);
     json_object_object_add(req, "ids", json_object_get(ids));
     if (!(ans = ask_redis(cl->s, p, req, &err)) ||
         !(gone = ci_json_get(ans, "gone", json_type_array)))
