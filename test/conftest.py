@@ -136,6 +136,16 @@ def process_exists(pid):
     return os.path.exists("/proc/%d" % pid)
 
 
+def process_exited(pid):
+    """PID is gone or a zombie: it has exited (httpd's parent is a daemon,
+    reaped by pid 1 whenever that gets to it)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def live_processes():
     """(pid, start time) of every process on the host."""
     return {(pid, fields[19]) for pid, (_, _, fields) in proc_table().items()}
@@ -378,7 +388,7 @@ TypesConfig /etc/mime.types
             return
         Httpd.running.remove(self)
         if parent is not None:
-            wait_until(lambda: not process_exists(parent), "httpd %s (pid %d) to exit"
+            wait_until(lambda: process_exited(parent), "httpd %s (pid %d) to exit"
                        % (self.name, parent), SETTLE)
         left = wait_for(lambda: live & live_processes(), set(), SETTLE)
         assert not left, "sandbox processes of %s left running after it stopped: %s" % (
@@ -506,8 +516,8 @@ TypesConfig /etc/mime.types
     def graceful(self):
         """Restart gracefully; return once httpd has read its configuration
         again and a child of the new generation runs."""
-        with open(os.path.join(self.root, "httpd.pid")) as f:
-            parent = int(f.read().strip())
+        # (the port may answer a moment before the pid file is written)
+        parent = wait_until(self.parent_pid, "httpd's pid file")
         before = self._children(parent)
         resumed = self.log().count(RESUMING)
         self.ctl("graceful")

@@ -124,6 +124,9 @@ SWITCHES = {
     # seconds a sandbox may live from its start (the plan's cap): a timeout
     # call ends it no later, and once it is older the call answers 400
     "max_instance_length": float,
+    # sandboxes outlive their timeouts (only a DELETE ends them): proves
+    # that the module ends what it must rather than leave it to the service
+    "timeouts_ignored": bool,
     # the status POST /contexts and POST /contexts/{id}/restart answer with
     # (a plain-text error, as the server's), doing nothing
     "context_status": int,
@@ -761,10 +764,13 @@ class FakeE2BServer(ThreadingHTTPServer):
                     self.switches[name] = value
             return dict(self.switches)
 
-    def sweep(self):
-        """Remove sandboxes whose timeout has passed."""
+    def sweep(self, forced=False):
+        """Remove sandboxes whose timeout has passed (unless timeouts_ignored;
+        FORCED: POST /_expire)."""
         now = time.time()
         with self.lock:
+            if self.switches.get("timeouts_ignored") and not forced:
+                return
             for sid in [s.id for s in self.sandboxes.values() if s.expires_at <= now]:
                 self.sandboxes.pop(sid).files.discard()
                 self.expired += 1
@@ -775,7 +781,7 @@ class FakeE2BServer(ThreadingHTTPServer):
             for sb in self.sandboxes.values():
                 if sandbox_id is None or sb.id == sandbox_id:
                     sb.expires_at = 0
-        self.sweep()
+        self.sweep(forced=True)
 
     def live_sandbox(self, sandbox_id):
         self.sweep()

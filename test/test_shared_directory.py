@@ -391,3 +391,86 @@ def test_redis_killed_and_restarted_under_load(nodes, cluster):
     assert [x for _, _, x in seen if x is not True] == []
     for server in nodes:
         assert "exit signal" not in open(server.error_log).read()
+
+
+# ---- records changed in Redis by someone with write access to it --------
+
+def rcli(cluster, *args):
+    out = subprocess.run(["redis-cli", "-p", str(cluster["redis_port"]), *args],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.rstrip("\n")
+
+
+def record(cluster, cid):
+    return json.loads(rcli(cluster, "GET", "ci:c:" + cid))
+
+
+def rewrite(cluster, cid, rec):
+    assert rcli(cluster, "SET", "ci:c:" + cid, json.dumps(rec), "KEEPTTL") == "OK"
+
+
+def e2b_turn(server, code, headers, **extra):
+    status, _, out = turn(server, [[{"call": code}], [{"text": "{{last_output}}"}]],
+                          path="/e2b/v1/responses", headers=headers, **extra)
+    assert status == 200, out
+    return out
+
+
+def test_a_record_given_to_another_owner_in_redis_reads_as_unknown(nodes, cluster):
+    node1, node2 = nodes
+    mine = calls_of(e2b_turn(node1, "secret = 'mine'", ME))[0]["container_id"]
+    theirs = calls_of(e2b_turn(node1, "x = 1", OTHER))[0]["container_id"]
+    rec = record(cluster, mine)
+    rec["owner"] = record(cluster, theirs)["owner"]
+    rewrite(cluster, mine, rec)
+    for server in nodes:
+        for who in (OTHER, ME):
+            status, _, body = server.request("GET", "/e2b/v1/containers/" + mine,
+                                             headers=who)
+            assert (status, json.loads(body)["error"]["message"]) == (
+                404, "Container with id '%s' not found." % mine)
+        status, _, out = server.post("/e2b/v1/responses", {
+            "model": "m", "input": script_input([[{"text": "never"}]]),
+            "tools": [{"type": "code_interpreter", "container": mine}]}, headers=OTHER)
+        assert (status, out["error"]["code"]) == (404, "container_not_found")
+    assert "CI0842: the shared directory's record of container %s does not match" % mine \
+        in node1.log()
+    # its sandbox ends when its idle time passes; the suite's cleanup cannot
+    # reach it as anyone's: deleted here at E2B
+    cluster["fake"].remove_leftovers()
+
+
+def test_a_handle_copied_into_another_record_opens_nothing(nodes, cluster):
+    node1, node2 = nodes
+    mine = calls_of(e2b_turn(node1, "secret = 'mine'", ME))[0]["container_id"]
+    first = e2b_turn(node1, "x = 1", OTHER)
+    theirs = calls_of(first)[0]["container_id"]
+    [my_sandbox] = [c["id"] for c in cluster["fake"].state()["creates"]
+                    if c["body"]["metadata"]["container"] == mine]
+    rec = record(cluster, theirs)
+    rec["handle"] = record(cluster, mine)["handle"]
+    rewrite(cluster, theirs, rec)
+    out = e2b_turn(node2, "print(globals().get('secret', 'nothing of theirs'))", OTHER,
+                   previous_response_id=first["id"])
+    assert calls_of(out)[0]["outputs"] == [{"type": "logs",
+                                            "logs": "nothing of theirs\n"}]
+    state = cluster["fake"].state()
+    assert [e["sandbox_id"] for e in state["executes"]].count(my_sandbox) == 1
+    assert "CI0804: a container's handle could not be opened" in node2.log()
+    cluster["fake"].remove_leftovers()
+
+
+def test_a_malformed_record_does_not_stop_the_others(nodes, cluster):
+    node1, node2 = nodes
+    cid = calls_of(e2b_turn(node1, "x = 1", ME))[0]["container_id"]
+    rec = record(cluster, cid)
+    del rec["memory_bytes"]
+    rewrite(cluster, cid, rec)
+    # every create on its node goes on, for every owner
+    for who in (ME, OTHER):
+        status, _, body = node1.request("POST", "/e2b/v1/containers",
+                                        json.dumps({"name": "after"}), headers=who)
+        assert status == 200, body
+    status, _, body = node1.request("GET", "/e2b/v1/containers/" + cid, headers=ME)
+    assert status == 404, body
+    cluster["fake"].remove_leftovers()

@@ -16,7 +16,8 @@ int ci_cfile_name_ok(const char *name, apr_size_t len)
     if ((len == 1 && name[0] == '.') || (len == 2 && name[0] == '.' && name[1] == '.'))
         return 0;
     return !memchr(name, '/', len) && !memchr(name, '\0', len) &&
-           !memchr(name, '\n', len) && !memchr(name, '\r', len);
+           !memchr(name, '\n', len) && !memchr(name, '\r', len) &&
+           ci_utf8_valid_prefix(name, len) == len;    /* a name JSON can carry */
 }
 
 const char *ci_cfile_id(apr_pool_t *p, const char *container, const char *name)

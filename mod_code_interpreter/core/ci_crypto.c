@@ -18,6 +18,7 @@
 struct ci_secret {
     unsigned char owner_key[KEY_LEN];
     unsigned char seal_key[KEY_LEN];
+    unsigned char record_key[KEY_LEN];
 };
 
 static apr_status_t wipe_secret(void *data)
@@ -43,6 +44,7 @@ ci_secret *ci_secret_create(apr_pool_t *p, const unsigned char *bytes, apr_size_
     s = apr_palloc(p, sizeof(*s));
     derive(bytes, len, "mod_code_interpreter owner", s->owner_key);
     derive(bytes, len, "mod_code_interpreter seal", s->seal_key);
+    derive(bytes, len, "mod_code_interpreter record", s->record_key);
     apr_pool_cleanup_register(p, s, wipe_secret, apr_pool_cleanup_null);
     return s;
 }
@@ -138,10 +140,11 @@ static unsigned char *from_b64url(apr_pool_t *p, const char *text, int *len)
     return out;
 }
 
-/* One AES-256-GCM pass. ENCRYPT: IN is the plain text, TAG is written;
- * else IN is the cipher text and TAG is checked. 0, or -1. */
+/* One AES-256-GCM pass over IN, bound to AAD (may be NULL). ENCRYPT: IN is
+ * the plain text, TAG is written; else IN is the cipher text and TAG is
+ * checked. 0, or -1. */
 static int gcm(const ci_secret *s, int encrypt, const unsigned char *nonce,
-               const unsigned char *in, int len, unsigned char *out,
+               const char *aad, const unsigned char *in, int len, unsigned char *out,
                unsigned char *tag)
 {
     EVP_CIPHER_CTX *ctx = EVP_CIPHER_CTX_new();
@@ -149,6 +152,8 @@ static int gcm(const ci_secret *s, int encrypt, const unsigned char *nonce,
     if (!ctx)
         return -1;
     ok = EVP_CipherInit_ex(ctx, EVP_aes_256_gcm(), NULL, s->seal_key, nonce, encrypt) &&
+         (!aad || EVP_CipherUpdate(ctx, NULL, &n, (const unsigned char *)aad,
+                                   (int)strlen(aad))) &&
          EVP_CipherUpdate(ctx, out, &n, in, len) &&
          (encrypt || EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_GCM_SET_TAG, TAG_LEN, tag)) &&
          EVP_CipherFinal_ex(ctx, out + n, &n) &&
@@ -157,18 +162,20 @@ static int gcm(const ci_secret *s, int encrypt, const unsigned char *nonce,
     return ok ? 0 : -1;
 }
 
-const char *ci_seal(apr_pool_t *p, const ci_secret *s, const char *plain)
+const char *ci_seal_for(apr_pool_t *p, const ci_secret *s, const char *plain,
+                        const char *bound_to)
 {
     int len = (int)strlen(plain);
     unsigned char *box = apr_palloc(p, NONCE_LEN + len + TAG_LEN);
     if (RAND_bytes(box, NONCE_LEN) != 1 ||
-        gcm(s, 1, box, (const unsigned char *)plain, len, box + NONCE_LEN,
+        gcm(s, 1, box, bound_to, (const unsigned char *)plain, len, box + NONCE_LEN,
             box + NONCE_LEN + len))
         return NULL;
     return b64url(p, box, NONCE_LEN + len + TAG_LEN);
 }
 
-const char *ci_unseal(apr_pool_t *p, const ci_secret *s, const char *sealed)
+const char *ci_unseal_for(apr_pool_t *p, const ci_secret *s, const char *sealed,
+                          const char *bound_to)
 {
     int len = 0;
     unsigned char *box = from_b64url(p, sealed, &len);
@@ -177,9 +184,36 @@ const char *ci_unseal(apr_pool_t *p, const ci_secret *s, const char *sealed)
         return NULL;
     len -= NONCE_LEN + TAG_LEN;
     plain = apr_palloc(p, len + 1);
-    if (gcm(s, 0, box, box + NONCE_LEN, len, (unsigned char *)plain,
+    if (gcm(s, 0, box, bound_to, box + NONCE_LEN, len, (unsigned char *)plain,
             box + NONCE_LEN + len))
         return NULL;
     plain[len] = '\0';
     return plain;
+}
+
+const char *ci_seal(apr_pool_t *p, const ci_secret *s, const char *plain)
+{
+    return ci_seal_for(p, s, plain, NULL);
+}
+
+const char *ci_unseal(apr_pool_t *p, const ci_secret *s, const char *sealed)
+{
+    return ci_unseal_for(p, s, sealed, NULL);
+}
+
+const char *ci_record_auth(apr_pool_t *p, const ci_secret *s, const char *const *fields,
+                           int n)
+{
+    unsigned char mac[KEY_LEN];
+    unsigned int len = sizeof(mac);
+    const char *msg = "";
+    int i;
+    /* each field with its length first: no two lists read alike */
+    for (i = 0; i < n; i++)
+        msg = apr_psprintf(p, "%s%c%" APR_SIZE_T_FMT ":%s", msg, fields[i] ? 's' : 'n',
+                           fields[i] ? strlen(fields[i]) : 0, fields[i] ? fields[i] : "");
+    if (!HMAC(EVP_sha256(), s->record_key, KEY_LEN, (const unsigned char *)msg,
+              strlen(msg), mac, &len))
+        return NULL;
+    return hex(p, mac, len);
 }

@@ -4,7 +4,7 @@
  * ever stored or compared; and sealing small secrets such as a sandbox's
  * access token (AES-256-GCM) before they go anywhere shared.
  *
- * Both keys are derived from the secret (HMAC-SHA256 of the secret over a
+ * Its keys are derived from the secret (HMAC-SHA256 of the secret over a
  * label), so the owner hash never reveals the sealing key.
  */
 #ifndef CI_CRYPTO_H
@@ -39,5 +39,19 @@ const char *ci_seal(apr_pool_t *p, const ci_secret *s, const char *plain);
 /* The plain text of SEALED, or NULL when it was not sealed with this secret
  * or was altered. */
 const char *ci_unseal(apr_pool_t *p, const ci_secret *s, const char *sealed);
+
+/* The same, bound to BOUND_TO (authenticated, not stored: e.g. the id of
+ * the record the sealed value belongs to): a sealed value copied elsewhere
+ * does not open there. */
+const char *ci_seal_for(apr_pool_t *p, const ci_secret *s, const char *plain,
+                        const char *bound_to);
+const char *ci_unseal_for(apr_pool_t *p, const ci_secret *s, const char *sealed,
+                          const char *bound_to);
+
+/* A record's authenticator: HMAC-SHA256, under a key of its own, of the N
+ * FIELDS (NULL ones included as such), as 64 hex digits; NULL on failure.
+ * Whoever can change the stored record cannot make it match again. */
+const char *ci_record_auth(apr_pool_t *p, const ci_secret *s, const char *const *fields,
+                           int n);
 
 #endif

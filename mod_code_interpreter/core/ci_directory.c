@@ -36,6 +36,8 @@ struct rec {
     ci_container c;
     apr_pool_t *pool;
     apr_time_t forget_at;                   /* expired or deleted: when it goes */
+    int end_due;                            /* expired with a remote sandbox that
+                                               nobody has claimed to end yet */
     rec *prev, *next;                       /* its owner's, oldest first */
     owner_list *owner;
     memo *memos;
@@ -318,6 +320,14 @@ ci_dir_status ci_directory_get(ci_directory *d, const char *id, const char *owne
     return r->c.status == CI_CNTR_RUNNING ? CI_DIR_OK : CI_DIR_EXPIRED;
 }
 
+void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provider,
+                             const char *cred)
+{
+    apr_pool_t *rp = rec_from(c)->pool;
+    c->provider = provider ? apr_pstrdup(rp, provider) : NULL;
+    c->cred = cred ? apr_pstrdup(rp, cred) : NULL;
+}
+
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle)
 {
     c->handle = handle ? apr_pstrdup(rec_from(c)->pool, handle) : NULL;
@@ -378,6 +388,7 @@ apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_poo
         rec *r = apr_hash_this_val(hi);
         if (r->c.status == CI_CNTR_RUNNING && !r->c.busy && expires_at(&r->c) <= now) {
             retire(d, r, CI_CNTR_EXPIRED, now);
+            r->end_due = r->c.handle != NULL;
             *(ci_container **)apr_array_push(out) = &r->c;
         }
         else if (r->c.status != CI_CNTR_RUNNING && r->forget_at <= now)
@@ -385,6 +396,20 @@ apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_poo
     }
     for (i = 0; i < gone->nelts; i++)   /* not while iterating the hash */
         forget(d, APR_ARRAY_IDX(gone, i, rec *));
+    return out;
+}
+
+apr_array_header_t *ci_directory_claim_ends(ci_directory *d, int limit, apr_pool_t *p)
+{
+    apr_array_header_t *out = apr_array_make(p, 4, sizeof(ci_container *));
+    apr_hash_index_t *hi;
+    for (hi = apr_hash_first(p, d->by_id); hi && out->nelts < limit; hi = apr_hash_next(hi)) {
+        rec *r = apr_hash_this_val(hi);
+        if (r->end_due) {
+            r->end_due = 0;
+            *(ci_container **)apr_array_push(out) = &r->c;
+        }
+    }
     return out;
 }
 

@@ -45,6 +45,12 @@ typedef struct ci_container {
     int busy;                    /* an execution runs in it */
     const char *node;            /* the node it was created on, in a shared
                                     directory (ci_redis.h); NULL here */
+    const char *provider;        /* the provider its tool had when it was made
+                                    (a tool declared again with another one
+                                    does not run it); NULL in older records */
+    const char *cred;            /* a digest of the credentials its remote
+                                    sandbox is deleted with (ci_registry.h),
+                                    or NULL */
 } ci_container;
 
 typedef struct ci_directory ci_directory;
@@ -100,6 +106,10 @@ ci_container *ci_directory_find(ci_directory *d, const char *id);
 /* ID is in use: as ci_directory_touch. */
 void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now);
 
+/* Where it was made: PROVIDER and CRED (ci_container), copied. */
+void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provider,
+                             const char *cred);
+
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);
 
@@ -123,6 +133,12 @@ void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
  * records and items whose retention has run out. Memory of the array from
  * P. A busy container is not expired while it runs. */
 apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_pool_t *p);
+
+/* Containers with a remote sandbox (a handle) that ci_directory_expire
+ * expired and nobody has ended yet: at most LIMIT of them, each handed out
+ * once, for a process that can reach the provider to end (memory of the
+ * array from P; the records stay the directory's). */
+apr_array_header_t *ci_directory_claim_ends(ci_directory *d, int limit, apr_pool_t *p);
 
 /* The ids of the running containers (const char *, from P). */
 apr_array_header_t *ci_directory_running_ids(const ci_directory *d, apr_pool_t *p);

@@ -1,5 +1,6 @@
 /* ci_error.c - OpenAI-shaped errors. */
 #include <stdarg.h>
+#include <string.h>
 #include <apr_strings.h>
 #include "ci_error.h"
 #include "ci_json.h"
@@ -9,9 +10,14 @@ ci_error *ci_error_set(ci_error *err, int status, const char *type,
                        const char *fmt, ...)
 {
     va_list ap;
+    const char *text;
+    apr_size_t len;
     va_start(ap, fmt);
-    err->message = apr_pvsprintf(p, fmt, ap);
+    text = apr_pvsprintf(p, fmt, ap);
     va_end(ap);
+    /* A message may quote what the client sent (an id, a file name): never
+     * bytes that are not UTF-8 in the JSON answer. */
+    err->message = ci_utf8_sanitize(p, text, strlen(text), &len);
     err->status = status;
     err->type = type;
     err->param = param;

@@ -350,6 +350,17 @@ const char *ci_json_str(json_object *obj, const char *key)
     return v ? json_object_get_string(v) : NULL;
 }
 
+size_t ci_json_len(json_object *arr)
+{
+    return json_object_is_type(arr, json_type_array) ? json_object_array_length(arr) : 0;
+}
+
+const char *ci_json_idx_str(json_object *arr, size_t i)
+{
+    json_object *v = i < ci_json_len(arr) ? json_object_array_get_idx(arr, i) : NULL;
+    return json_object_is_type(v, json_type_string) ? json_object_get_string(v) : NULL;
+}
+
 int ci_json_is_type(json_object *obj, const char *type)
 {
     const char *t = ci_json_str(obj, "type");

@@ -31,6 +31,11 @@ const char *ci_json_text(json_object *obj, apr_size_t *len);
 const char *ci_json_pstr(apr_pool_t *p, json_object *obj, apr_size_t *len);
 
 /* The string member KEY of OBJ, or NULL when absent or not a string. */
+/* The length of ARR, 0 when it is not an array (json-c asserts on one
+ * that is not); its member I when that is a string, else NULL. For what a
+ * directory, a provider or a peer answered. */
+size_t ci_json_len(json_object *arr);
+const char *ci_json_idx_str(json_object *arr, size_t i);
 const char *ci_json_str(json_object *obj, const char *key);
 /* Whether OBJ's "type" member is the string TYPE. */
 int ci_json_is_type(json_object *obj, const char *type);

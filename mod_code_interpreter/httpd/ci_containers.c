@@ -11,6 +11,7 @@
 #include "ci_crypto.h"
 #include "ci_json.h"
 #include "ci_owner.h"
+#include "ci_registry.h"
 #include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
@@ -153,6 +154,33 @@ static int elsewhere(request_rec *r, json_object *ans, ci_error *err)
            ci_shared_elsewhere(r, &c, err);
 }
 
+const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c)
+{
+    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
+    return def && (!c->provider || !strcmp(c->provider, def->provider->name)) ? def : NULL;
+}
+
+/* Whether the container ANS names can run here: its own tool (the one it
+ * was made with, whatever this location's is) is still declared, on the
+ * provider it was made with (a reload may have removed the tool, or
+ * declared it again on another provider). */
+static int still_served(request_rec *r, json_object *ans)
+{
+    ci_container c;
+    return !ci_supdir_container_from(r->pool, ci_json_get(ans, "container",
+                                                          json_type_object), &c) &&
+           ci_containers_tool(r, &c) != NULL;
+}
+
+static int no_longer_served(request_rec *r, const char *id, int index, ci_error *err)
+{
+    ci_error_set(err, 400, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+                 "container_unavailable", r->pool,
+                 "Container with id '%s' runs on a sandbox tool this server no longer "
+                 "serves (it was removed or changed); use a new container.", id);
+    return 400;
+}
+
 static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
 {
     const char *id = st->req->container_id;
@@ -169,6 +197,8 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
     default:
         return not_found(r, id, st->req->tool_index, err);
     }
+    if (!still_served(r, ans))
+        return no_longer_served(r, id, st->req->tool_index, err);
     if (elsewhere(r, ans, err))
         return 409;
     st->container_id = id;
@@ -213,6 +243,11 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
         return unavailable(r, err);
     switch (status_of(ans)) {
     case CI_DIR_OK:
+        if (!still_served(r, ans)) {
+            st->container_lost = apr_pstrdup(r->pool, named);
+            st->container_lost_tool = 1;
+            break;
+        }
         if (elsewhere(r, ans, err))
             return 409;
         st->container_id = apr_pstrdup(r->pool, named);
@@ -271,11 +306,13 @@ int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
     return resolve_auto(r, st, chained, err);
 }
 
-const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id)
+const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int tool_gone)
 {
-    return apr_psprintf(p, "Note: container %s of the earlier turns has expired. This "
-                           "code runs in a new container: variables, imports and files "
-                           "from before are gone and must be recreated.", old_id);
+    return apr_psprintf(p, "Note: container %s of the earlier turns %s. This code runs "
+                           "in a new container: variables, imports and files from before "
+                           "are gone and must be recreated.", old_id,
+                        tool_gone ? "runs on a sandbox tool this server no longer serves"
+                                  : "has expired");
 }
 
 /* ---- the first execution ---------------------------------------------------- */
@@ -292,6 +329,8 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
     put_str(req, "id", id);
     put_str(req, "name", name);
     put_str(req, "tool", tool->name);
+    put_str(req, "provider", tool->provider->name);
+    put_str(req, "cred", ci_registry_cred_digest(r->pool, tool));
     put_str(req, "memory_limit", tier);
     json_object_object_add(req, "memory_bytes",
                            json_object_new_int64((apr_int64_t)tiered->rss_bound));
@@ -362,13 +401,14 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
 }
 
 /* Handles hold a provider's access tokens: the directory keeps them sealed
- * with the server secret (AES-256-GCM), opened only in httpd's children. */
+ * with the server secret (AES-256-GCM, bound to the container's id), opened
+ * only in httpd's children. */
 void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
                                  const char *container_id, const char *handle)
 {
     json_object *req = dir_request(p, "set_handle", owner);
     put_str(req, "id", container_id);
-    put_str(req, "handle", ci_seal(p, ci_owner_secret(), handle));
+    put_str(req, "handle", ci_seal_for(p, ci_owner_secret(), handle, container_id));
     ci_containers_ask(r, p, req);
 }
 
@@ -378,9 +418,13 @@ void ci_containers_set_handle(request_rec *r, apr_pool_t *p, ci_req_state *st,
     ci_containers_record_handle(r, p, st->owner, st->container_id, handle);
 }
 
-const char *ci_containers_unseal(request_rec *r, const char *sealed)
+const char *ci_containers_unseal(request_rec *r, const ci_container *c)
 {
-    const char *plain = sealed ? ci_unseal(r->pool, ci_owner_secret(), sealed) : NULL;
+    const char *sealed = c->handle;
+    /* bound to its container: a handle copied into another record opens
+     * nothing there */
+    const char *plain = sealed ? ci_unseal_for(r->pool, ci_owner_secret(), sealed, c->id)
+                               : NULL;
     if (sealed && !plain)
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0804: a container's handle "
                       "could not be opened with this server's secret");

@@ -69,8 +69,11 @@ void ci_containers_set_handle(request_rec *r, apr_pool_t *p, struct ci_req_state
 /* The same for OWNER's container CONTAINER_ID, outside a request's loop. */
 void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
                                  const char *container_id, const char *handle);
+/* The tool container C runs on: the one it was made with, as declared now
+ * on the same provider; NULL when a reload removed or changed it. */
+const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c);
 /* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
-const char *ci_containers_unseal(request_rec *r, const char *sealed);
+const char *ci_containers_unseal(request_rec *r, const ci_container *c);
 
 /* The container's sandbox is gone at its provider (E2B's lifetime cap):
  * the container is expired. */
@@ -87,6 +90,6 @@ void ci_containers_finish(request_rec *r, struct ci_req_state *st, ci_loop *loop
 struct ci_citer;
 struct ci_citer *ci_containers_citer(request_rec *r, struct ci_req_state *st);
 /* What a notice to the model says when the context's container expired. */
-const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id);
+const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int tool_gone);
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <apr_strings.h>
 #include "ci_containers_api.h"
+#include "ci_capi.h"
 #include <http_config.h>
 #include <http_log.h>
 #include <http_protocol.h>
@@ -192,39 +193,14 @@ static int delete_one(api_req *a)
     return send_json(a->r, 200, o);
 }
 
-/* A list's query: `limit` (1-100, default 20), `order` (asc|desc), `after`,
- * and the rest of the query for the caller. */
-typedef struct paging {
-    apr_table_t *query;
-    int limit;
-    const char *order;          /* NULL: the default, newest first */
-    const char *after;
-} paging;
-
 /* Read the list parameters of A's query into PG: 0, or -1 with the 400
  * answer sent (its handler's status in *RC). */
-static int read_paging(api_req *a, paging *pg, int *rc)
+static int read_paging(api_req *a, ci_capi_paging *pg, int *rc)
 {
-    const char *limit_s;
-    char *end;
-    memset(pg, 0, sizeof(*pg));
-    ap_args_to_table(a->r, &pg->query);
-    pg->limit = 20;
-    if ((limit_s = apr_table_get(pg->query, "limit"))) {
-        pg->limit = (int)strtol(limit_s, &end, 10);
-        if (*end || !*limit_s || pg->limit < 1 || pg->limit > 100) {
-            *rc = bad(a, "limit", "integer_out_of_range",
-                      "Invalid 'limit': expected an integer from 1 to 100.");
-            return -1;
-        }
-    }
-    pg->order = apr_table_get(pg->query, "order");
-    if (pg->order && strcmp(pg->order, "asc") && strcmp(pg->order, "desc")) {
-        *rc = bad(a, "order", "invalid_value", "Invalid 'order': expected 'asc' or 'desc'.");
-        return -1;
-    }
-    pg->after = apr_table_get(pg->query, "after");
-    return 0;
+    if (ci_capi_paging_of(a->r->pool, a->r->args, pg, &a->err) == 0)
+        return 0;
+    *rc = fail(a);
+    return -1;
 }
 
 /* Answer DATA (an array of objects with an "id", owned by the answer) in
@@ -246,8 +222,8 @@ static int send_list(api_req *a, json_object *data, int has_more)
 static int list(api_req *a)
 {
     const char *name;
-    json_object *req, *ans, *data;
-    paging pg;
+    json_object *req, *ans, *data, *found;
+    ci_capi_paging pg;
     int i, n, rc;
     if (read_paging(a, &pg, &rc))
         return rc;
@@ -257,17 +233,21 @@ static int list(api_req *a)
         json_object_object_add(req, "order", json_object_new_string(pg.order));
     if (pg.after)
         json_object_object_add(req, "after", json_object_new_string(pg.after));
-    if ((name = apr_table_get(pg.query, "name")))
+    if ((name = pg.name))
         json_object_object_add(req, "name", json_object_new_string(name));
     if (!(ans = dir_ask(a, req)))
         return unavailable(a);
+    if (!(found = ci_json_get(ans, "data", json_type_array))) {
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, a->r, "CI0841: the container directory "
+                      "answered a list without data (status %s)",
+                      ci_json_str(ans, "status") ? ci_json_str(ans, "status") : "none");
+        return unavailable(a);
+    }
     data = json_object_new_array();
-    n = (int)json_object_array_length(ci_json_get(ans, "data", json_type_array));
+    n = (int)json_object_array_length(found);
     for (i = 0; i < n; i++) {
         ci_container c;
-        if (!ci_supdir_container_from(a->r->pool, json_object_array_get_idx(
-                                          ci_json_get(ans, "data", json_type_array), i),
-                                      &c))
+        if (!ci_supdir_container_from(a->r->pool, json_object_array_get_idx(found, i), &c))
             json_object_array_add(data, json_object_get(resource(a->r->pool, &c)));
     }
     return send_list(a, data, json_object_get_boolean(
@@ -294,33 +274,14 @@ static json_object *read_json(api_req *a)
 static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def,
                         int *idle)
 {
-    json_object *v, *exp;
     const char *tier, *why;
     const ci_sandbox_def *tiered;
-    if (!json_object_is_type(body, json_type_object))
-        return bad(a, NULL, "invalid_json", "The request body must be a JSON object."),
-               -1;
-    if (!ci_json_get(body, "name", json_type_string))
-        return bad(a, "name", "missing_required_parameter",
-                   "Missing required parameter: 'name'."), -1;
-    if (json_object_object_get_ex(body, "file_ids", &v) && v &&
-        !json_object_is_type(v, json_type_array))
-        return bad(a, "file_ids", "invalid_type",
-                   "Invalid type for 'file_ids': expected an array of file ids."), -1;
+    if (ci_capi_check_create(a->r->pool, body, def->max_idle / 60, def->idle, idle,
+                             &a->err) != 0)
+        return fail(a), -1;
     if ((tier = ci_json_str(body, "memory_limit")) &&
         (why = ci_sandbox_def_tier(a->r->pool, def, tier, &tiered)))
         return bad(a, "memory_limit", "invalid_value", why), -1;
-    *idle = def->idle;
-    if ((exp = ci_json_get(body, "expires_after", json_type_object))) {
-        v = ci_json_get(exp, "minutes", json_type_int);
-        if (!v || json_object_get_int64(v) < 1 ||
-            json_object_get_int64(v) > def->max_idle / 60)
-            return bad(a, "expires_after.minutes", "invalid_value",
-                       apr_psprintf(a->r->pool, "Invalid 'expires_after.minutes': "
-                                    "expected an integer from 1 to %d.",
-                                    def->max_idle / 60)), -1;
-        *idle = (int)json_object_get_int64(v) * 60;
-    }
     return 0;
 }
 
@@ -464,7 +425,7 @@ static int files_list(api_req *a)
     apr_array_header_t *files, *page;
     ci_file_target t;
     json_object *data;
-    paging pg;
+    ci_capi_paging pg;
     int has_more = 0, i, rc;
     if (read_paging(a, &pg, &rc) || own_container(a, 0, &t, &rc) ||
         list_files(a, &t, &files, &rc))
@@ -650,18 +611,6 @@ static int file_upload(api_req *a)
 
 /* ---- routing -------------------------------------------------------------------- */
 
-/* What follows the last "/containers" segment of the path, or NULL. */
-static const char *route_of(const char *uri)
-{
-    const char *at = NULL, *p = uri;
-    while ((p = strstr(p, "/containers"))) {
-        if (p[11] == '\0' || p[11] == '/')
-            at = p + 11;
-        p += 11;
-    }
-    return at;
-}
-
 static int method_not_allowed(api_req *a, const char *allow)
 {
     apr_table_setn(a->r->headers_out, "Allow", allow);
@@ -677,39 +626,49 @@ static int no_path(api_req *a)
     return fail(a);
 }
 
-/* ROUTE is {id}/files[/{file_id}[/content]]. */
-static int file_route(api_req *a, const char *route)
+static int on_containers(api_req *a)
 {
-    char *rest;
-    const char *slash = strchr(route, '/');
-    a->id = apr_pstrmemdup(a->r->pool, route, (apr_size_t)(slash - route));
-    rest = apr_pstrdup(a->r->pool, slash + 1);
-    if (!*a->id || strncmp(rest, "files", 5) || (rest[5] && rest[5] != '/'))
-        return no_path(a);
-    rest += 5;
-    if (!*rest || !strcmp(rest, "/"))
-        return a->r->method_number == M_GET ? files_list(a)
-             : a->r->method_number == M_POST ? file_upload(a)
-             : method_not_allowed(a, "GET, POST");
-    a->file_id = ++rest;
-    if ((slash = strchr(rest, '/'))) {
-        rest[slash - rest] = '\0';
-        if (strcmp(slash + 1, "content") || !*a->file_id)
-            return no_path(a);
-        return a->r->method_number == M_GET ? file_content(a)
-             : method_not_allowed(a, "GET");
-    }
+    return a->r->method_number == M_GET ? list(a)
+         : a->r->method_number == M_POST ? create(a)
+         : method_not_allowed(a, "GET, POST");
+}
+
+static int on_container(api_req *a)
+{
+    return a->r->method_number == M_GET ? get_one(a)
+         : a->r->method_number == M_DELETE ? delete_one(a)
+         : method_not_allowed(a, "GET, DELETE");
+}
+
+static int on_files(api_req *a)
+{
+    return a->r->method_number == M_GET ? files_list(a)
+         : a->r->method_number == M_POST ? file_upload(a)
+         : method_not_allowed(a, "GET, POST");
+}
+
+static int on_file(api_req *a)
+{
     return a->r->method_number == M_GET ? file_get(a)
          : a->r->method_number == M_DELETE ? file_delete(a)
          : method_not_allowed(a, "GET, DELETE");
 }
 
+static int on_content(api_req *a)
+{
+    return a->r->method_number == M_GET ? file_content(a) : method_not_allowed(a, "GET");
+}
+
 static int api_handler(request_rec *r)
 {
     ci_dir_conf *d = ci_dir_config(r);
-    const char *route, *owner = NULL;
+    const char *owner = NULL;
+    ci_capi_route route;
     api_req a;
-    if (!d || d->containers != 1 || r->main || !(route = route_of(r->uri)))
+    if (!d || d->containers != 1 || r->main)
+        return DECLINED;
+    ci_capi_route_of(r->pool, r->uri, &route);
+    if (route.kind == CI_CAPI_NONE)
         return DECLINED;
     memset(&a, 0, sizeof(a));
     a.r = r;
@@ -722,18 +681,16 @@ static int api_handler(request_rec *r)
                      "credentials.");
         return fail(&a);
     }
-    if (*route == '/')
-        route++;
-    if (!*route)
-        return r->method_number == M_GET ? list(&a)
-             : r->method_number == M_POST ? create(&a)
-             : method_not_allowed(&a, "GET, POST");
-    if (strchr(route, '/'))
-        return file_route(&a, route);
-    a.id = route;
-    return r->method_number == M_GET ? get_one(&a)
-         : r->method_number == M_DELETE ? delete_one(&a)
-         : method_not_allowed(&a, "GET, DELETE");
+    a.id = route.id;
+    a.file_id = route.file_id;
+    switch (route.kind) {
+    case CI_CAPI_CONTAINERS: return on_containers(&a);
+    case CI_CAPI_CONTAINER:  return on_container(&a);
+    case CI_CAPI_FILES:      return on_files(&a);
+    case CI_CAPI_FILE:       return on_file(&a);
+    case CI_CAPI_CONTENT:    return on_content(&a);
+    default:                 return no_path(&a);
+    }
 }
 
 void ci_containers_api_register_hooks(apr_pool_t *p)

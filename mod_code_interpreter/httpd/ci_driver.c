@@ -648,7 +648,8 @@ ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
     ci_loop_set_citer(dv->loop, ci_containers_citer(f->r, dv->st));
     if (dv->st->container_lost)
         ci_loop_notice(dv->loop, ci_containers_lost_notice(f->r->pool,
-                                                           dv->st->container_lost));
+                                                           dv->st->container_lost,
+                                                           dv->st->container_lost_tool));
     if (dv->st->req->wants_stream)
         dv->sse = ci_sse_create(f->r->pool);
     if (dv->sse && relayed) {

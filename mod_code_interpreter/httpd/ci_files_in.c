@@ -20,6 +20,7 @@
 #define MAX_PART_HEADER 16384
 #define MAX_PARTS 16
 #define MAX_FIELD 65536               /* bytes of a form field beside the file */
+#define MAX_EPILOGUE 65536            /* bytes after the multipart's close delimiter */
 #define FILES_TIMEOUT apr_time_from_sec(300)
 
 /* ---- answers ---------------------------------------------------------------- */
@@ -220,11 +221,12 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
 {
     const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
     memset(t, 0, sizeof(*t));
-    if (!def) {
-        ci_error_set(err, 503, CI_SERVER, NULL, "container_unavailable", r->pool,
+    if (!def || (c->provider && strcmp(c->provider, def->provider->name))) {
+        ci_error_set(err, 409, CI_INVALID, NULL, "container_unavailable", r->pool,
                      "Container '%s' runs on a sandbox tool this server no longer "
-                     "has.", c->id);
-        return 503;
+                     "serves (it was removed or changed): its files cannot be reached.",
+                     c->id);
+        return 409;
     }
     if (!def->provider->files_list) {
         ci_error_set(err, 501, CI_SERVER, NULL, "not_implemented", r->pool,
@@ -236,7 +238,7 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
         ci_sandbox_def_tier(r->pool, def, c->memory_limit, &def);
     t->def = def;
     t->container = c->id;
-    t->handle = ci_containers_unseal(r, c->handle);
+    t->handle = ci_containers_unseal(r, c);
     /* A local container's sandbox is found by its id: attaching is how
      * it is started when it has none, and costs little when it has one. A
      * remote one with a handle is kept alive by attaching, for any use. */
@@ -363,6 +365,7 @@ typedef struct upload {
     int in_file, file_seen, file_done;
     const char *filename;
     apr_size_t field;               /* bytes of the current form field */
+    apr_size_t epilogue;            /* bytes after the close delimiter */
     char *pending;                  /* the file's bytes fed but not yet read */
     apr_size_t plen, poff;
     char *chunk;
@@ -408,12 +411,15 @@ static int on_part_end(void *baton, const ci_multipart_part *part)
 }
 
 /* Feed the next piece of the body: 0, or -1 when the body is refused or
- * ended before its close delimiter. */
+ * ended before its close delimiter or before its announced length. After the
+ * close delimiter the rest of the body (an epilogue, bounded) is read and
+ * dropped: a file is kept only once the request body has been read to its
+ * end, so a body cut short leaves nothing. */
 static int feed_more(upload *u)
 {
     apr_size_t n = CHUNK;
     apr_status_t rv;
-    if (u->status == CI_MULTIPART_DONE)
+    if (u->status == CI_MULTIPART_DONE && u->eos)
         return 0;
     if (u->eos) {
         u->status = ci_multipart_end(u->mp);
@@ -432,6 +438,12 @@ static int feed_more(upload *u)
         return -1;
     }
     u->plen = u->poff = 0;
+    if (u->status == CI_MULTIPART_DONE) {
+        if ((u->epilogue += n) <= MAX_EPILOGUE)
+            return 0;
+        u->why = "too many bytes follow the multipart body's close delimiter";
+        return -1;
+    }
     u->status = ci_multipart_feed(u->mp, u->chunk, n);
     return u->status == CI_MULTIPART_OK || u->status == CI_MULTIPART_DONE ? 0 : -1;
 }
@@ -442,7 +454,7 @@ static apr_ssize_t upload_read(void *baton, char *buf, apr_size_t len)
     upload *u = baton;
     apr_size_t n;
     while (u->poff == u->plen) {
-        if (u->file_done && u->status == CI_MULTIPART_DONE)
+        if (u->file_done && u->status == CI_MULTIPART_DONE && u->eos)
             return 0;
         if (feed_more(u) < 0)
             return -1;

@@ -17,6 +17,7 @@
 #include <ap_mpm.h>
 #include <http_protocol.h>
 #include <mod_status.h>
+#include <mpm_common.h>
 #include "ci_dirconf.h"
 #include "ci_json.h"
 #include "ci_registry.h"
@@ -373,9 +374,13 @@ static void ci_child_status(server_rec *s, pid_t pid, ap_generation_t gen,
 
 typedef struct cred {
     char digest[APR_SHA1_DIGESTSIZE * 2 + 1];
-    const ci_provider *provider;
+    char provider[32];             /* by name: the module (and its provider
+                                      table) is loaded anew at each reload */
     ci_reap_cred c;                /* malloc'd: outlives every pconf */
     apr_uint32_t generation;       /* last generation that configured it */
+    int longest_idle;              /* seconds a container of a tool that used
+                                      it may stay idle (idle=, max_idle=) */
+    apr_time_t keep_until;         /* retired: forgotten after this (0: in use) */
     struct cred *next;
 } cred;
 
@@ -410,6 +415,11 @@ static cred *cred_find(const char *digest)
     return NULL;
 }
 
+static int longest_idle_of(const ci_sandbox_def *def)
+{
+    return def->max_idle > def->idle ? def->max_idle : def->idle;
+}
+
 static void keep_credential(const ci_sandbox_def *def, apr_uint32_t gen)
 {
     char digest[sizeof(((cred *)0)->digest)];
@@ -420,14 +430,60 @@ static void keep_credential(const ci_sandbox_def *def, apr_uint32_t gen)
     digest_of(def->provider->name, &rc, digest);
     if (!(c = cred_find(digest)) && (c = calloc(1, sizeof(*c)))) {
         memcpy(c->digest, digest, sizeof(digest));
-        c->provider = def->provider;
+        apr_cpystrn(c->provider, def->provider->name, sizeof(c->provider));
         c->c.locator = strdup(rc.locator);
         c->c.secret = strdup(rc.secret);
         c->next = creds->list;
         creds->list = c;
     }
-    if (c)
-        c->generation = gen;
+    if (!c)
+        return;
+    if (c->generation != gen)
+        c->longest_idle = 0;
+    c->generation = gen;
+    c->keep_until = 0;
+    if (longest_idle_of(def) > c->longest_idle)
+        c->longest_idle = longest_idle_of(def);
+}
+
+/* Credentials this configuration no longer uses: kept as long as a
+ * container made with them may live on unused (its tool's longest idle
+ * expiry, and the claims' slack), so that its remote sandbox is deleted
+ * with them whatever the configuration became. */
+#define RETIRED_SLACK apr_time_from_sec(300)
+
+static void retire_credentials(apr_uint32_t gen)
+{
+    cred *c;
+    for (c = creds->list; c; c = c->next)
+        if (c->generation != gen && !c->keep_until)
+            c->keep_until = apr_time_now() + apr_time_from_sec(c->longest_idle) +
+                            RETIRED_SLACK;
+}
+
+const char *ci_registry_cred_digest(apr_pool_t *p, const ci_sandbox_def *def)
+{
+    char digest[sizeof(((cred *)0)->digest)];
+    ci_reap_cred rc;
+    if (!def->provider->reap_cred || !def->provider->reap_cred(def, &rc))
+        return NULL;
+    digest_of(def->provider->name, &rc, digest);
+    return apr_pstrdup(p, digest);
+}
+
+int ci_registry_remote_creds(void)
+{
+    return creds && creds->list;
+}
+
+int ci_registry_cred_of(const char *digest, const ci_provider **provider,
+                        ci_reap_cred *out)
+{
+    cred *c = digest ? cred_find(digest) : NULL;
+    if (!c || !(*provider = ci_provider_named(c->provider)))
+        return 0;
+    *out = c->c;
+    return 1;
 }
 
 /* Parent, post_config: remember this generation's credentials. */
@@ -442,6 +498,7 @@ static void keep_credentials(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen)
         for (i = 0; i < defs->nelts; i++)
             keep_credential(APR_ARRAY_IDX(defs, i, const ci_sandbox_def *), gen);
     }
+    retire_credentials(gen);
 }
 
 static void cred_free(cred *c)
@@ -452,22 +509,41 @@ static void cred_free(cred *c)
     free(c);
 }
 
-/* Parent: a generation has no children left; forget credentials that only
- * it (or older ones) used. */
-static void ci_end_generation(server_rec *s, ap_generation_t gen)
+/* Parent: forget credentials that only generation GEN (or older ones)
+ * used, once their containers can no longer be alive (retire_credentials). */
+static void forget_retired(ap_generation_t gen)
 {
     cred **at = creds ? &creds->list : NULL;
     int current = 0;
+    apr_time_t now = apr_time_now();
     ap_mpm_query(AP_MPMQ_GENERATION, &current);
     while (at && *at) {
         cred *c = *at;
-        if (c->generation <= (apr_uint32_t)gen && c->generation != (apr_uint32_t)current) {
+        if (c->generation <= (apr_uint32_t)gen && c->generation != (apr_uint32_t)current &&
+            c->keep_until && c->keep_until <= now) {
             *at = c->next;
             cred_free(c);
         }
         else
             at = &c->next;
     }
+}
+
+/* Parent: a generation has no children left. */
+static void ci_end_generation(server_rec *s, ap_generation_t gen)
+{
+    forget_retired(gen);
+}
+
+/* Parent, about every 10 s: retired credentials whose time is up (children
+ * forked later do not need them; older ones keep their own copies). */
+static int ci_monitor(apr_pool_t *p, server_rec *s)
+{
+    int current = 0;
+    ap_mpm_query(AP_MPMQ_GENERATION, &current);
+    if (current > 0)
+        forget_retired((ap_generation_t)(current - 1));
+    return DECLINED;
 }
 
 void ci_registry_set_remote(int slot, const char *remote_id, const char *provider,
@@ -501,13 +577,18 @@ static void slot_reaped(reg_slot *sl)
 static void reap_slot(reg_slot *sl)
 {
     cred *c = cred_find(sl->cred);
+    const ci_provider *prov;
     const char *why = NULL;
     if (!c) {
         /* Made with credentials this child never saw: a newer one will. */
         apr_atomic_set32(&sl->state, SLOT_ORPHANED);
         return;
     }
-    if (c->provider->reap(&c->c, sl->remote_id, &why) == APR_SUCCESS) {
+    if (!(prov = ci_provider_named(c->provider)) || !prov->reap) {
+        slot_reaped(sl);              /* nothing here can delete it */
+        return;
+    }
+    if (prov->reap(&c->c, sl->remote_id, &why) == APR_SUCCESS) {
         ap_log_error(APLOG_MARK, APLOG_NOTICE, 0, reaper.s,
                      "CI0403: deleted remote sandbox of container %s left by dead "
                      "child %ld", sl->container, (long)sl->pid);
@@ -672,5 +753,6 @@ void ci_registry_register_hooks(apr_pool_t *p)
 {
     ap_hook_child_status(ci_child_status, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_end_generation(ci_end_generation, NULL, NULL, APR_HOOK_MIDDLE);
+    ap_hook_monitor(ci_monitor, NULL, NULL, APR_HOOK_MIDDLE);
     APR_OPTIONAL_HOOK(ap, status_hook, ci_status, NULL, NULL, APR_HOOK_MIDDLE);
 }

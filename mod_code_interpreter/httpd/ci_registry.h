@@ -33,6 +33,20 @@ void ci_registry_set_warm(int slot, int warm);
 void ci_registry_set_remote(int slot, const char *remote_id, const char *provider,
                             const ci_reap_cred *cred);
 
+/* A digest of the credentials DEF's remote sandboxes are deleted with (the
+ * provider's reap_cred; not secret), from P, or NULL when it has none. A
+ * container's record keeps it. */
+const char *ci_registry_cred_digest(apr_pool_t *p, const ci_sandbox_def *def);
+/* The credentials of DIGEST and their provider, as this process knows them:
+ * the parent keeps those of every tool it was configured with, and of a
+ * tool a reload removed for as long as a container of it may live. 0 when
+ * unknown. *OUT points into memory the caller must not keep. */
+int ci_registry_cred_of(const char *digest, const ci_provider **provider,
+                        ci_reap_cred *out);
+
+/* Whether this process knows credentials for any remote sandbox. */
+int ci_registry_remote_creds(void);
+
 /* Child: start the thread that deletes remote sandboxes dead children left. */
 void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
 

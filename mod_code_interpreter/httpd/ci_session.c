@@ -249,13 +249,23 @@ static apr_status_t provision(ci_session *s, ci_container *c, const char **handl
 static apr_status_t attach_container(ci_session *s, ci_error *err)
 {
     ci_container c;
-    const ci_sandbox_def *tiered = s->def;
+    const ci_sandbox_def *tiered;
     int made_now = !s->st->container_exists;
     apr_status_t rv = ci_containers_ensure(s->r, s->st, &c, err);
     const char *handle;
     if (rv != APR_SUCCESS)
         return rv;
-    handle = ci_containers_unseal(s->r, c.handle);
+    /* its own tool, which may not be this location's (resolve checked that
+     * it is still served; a reload since is a 400 like an expiry) */
+    if (!(tiered = ci_containers_tool(s->r, &c))) {
+        ci_error_set(err, 400, CI_INVALID, NULL, "container_unavailable", s->r->pool,
+                     "Container with id '%s' runs on a sandbox tool this server no "
+                     "longer serves (it was removed or changed); use a new container.",
+                     c.id);
+        return APR_EGENERAL;
+    }
+    s->def = tiered;
+    handle = ci_containers_unseal(s->r, &c);
     /* file_ids: put into the container this request makes (a container a
      * chain reuses has them already, and later changes stand) */
     if (made_now && s->st->upstream_files &&

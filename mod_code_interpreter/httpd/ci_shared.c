@@ -11,10 +11,13 @@
 #include <ap_listen.h>
 #include "ci_shared.h"
 #include "ci_crypto.h"
+#include "ci_directory.h"
 #include "ci_dirconf.h"
 #include "ci_json.h"
+#include "ci_loop.h"
 #include "ci_owner.h"
 #include "ci_redis.h"
+#include "ci_registry.h"
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
 #include "mod_code_interpreter.h"
@@ -51,25 +54,45 @@ int ci_shared_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
 
 /* ---- sandboxes the directory no longer keeps -------------------------------- */
 
-static void destroy_remote(server_rec *s, apr_pool_t *p, const ci_container *c,
-                           const ci_sandbox_def *def)
+/* The credentials to end container C's remote sandbox with: those it was
+ * made with, while this process knows them (ci_registry), else those of its
+ * tool as declared now, on the same provider. */
+static int reap_cred_for(server_rec *s, const ci_container *c,
+                         const ci_provider **prov, ci_reap_cred *cred)
 {
-    const char *handle = ci_unseal(p, ci_owner_secret(), c->handle), *err = NULL;
-    ci_sandbox *sb = NULL;
-    apr_pool_t *sp;
+    const ci_sandbox_def *def;
+    if (ci_registry_cred_of(c->cred, prov, cred))
+        return 1;
+    def = c->tool ? ci_sandbox_lookup(s, c->tool) : NULL;
+    if (!def || (c->provider && strcmp(c->provider, def->provider->name)) ||
+        !def->provider->reap_cred)
+        return 0;
+    *prov = def->provider;
+    return def->provider->reap_cred(def, cred);
+}
+
+static void destroy_remote(server_rec *s, apr_pool_t *p, const ci_container *c)
+{
+    const char *handle = ci_unseal_for(p, ci_owner_secret(), c->handle, c->id), *err = NULL;
+    const ci_provider *prov = NULL;
+    ci_reap_cred cred;
     if (!handle) {
         ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "CI0834: the handle of container %s "
                      "could not be opened with this server's secret", c->id);
         return;
     }
-    apr_pool_create(&sp, p);
-    if (def->provider->attach(sp, def, c->id, handle, 60, &sb, &err) == APR_SUCCESS)
-        def->provider->destroy(sb);
-    else
+    if (!reap_cred_for(s, c, &prov, &cred) || !prov->reap_handle) {
+        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "CI0839: no credentials known here can "
+                     "end the sandbox of container %s (tool %s): it ends at its "
+                     "provider's own timeout", c->id, c->tool ? c->tool : "?");
+        return;
+    }
+    if (prov->reap_handle(&cred, handle, &err) != APR_SUCCESS)
         ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "CI0813: the sandbox of container "
-                     "%s could not be reached to delete it: %s", c->id,
-                     err ? err : "unknown reason");
-    apr_pool_destroy(sp);
+                     "%s could not be deleted: %s", c->id, err ? err : "unknown reason");
+    else
+        ap_log_error(APLOG_MARK, APLOG_INFO, 0, s, "CI0840: the sandbox of container %s "
+                     "was deleted at its provider", c->id);
 }
 
 /* A request OP (with ID when not NULL) for this node's supervisor (its
@@ -112,22 +135,20 @@ static void drop_local(server_rec *s, apr_pool_t *p, const char *id)
 
 void ci_shared_destroy(server_rec *s, apr_pool_t *p, const ci_container *c)
 {
-    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(s, c->tool) : NULL;
-    if (def && c->memory_limit)
-        ci_sandbox_def_tier(p, def, c->memory_limit, &def);
-    if (c->handle && def && def->provider->attach && def->provider->handle)
-        destroy_remote(s, p, c, def);
-    else if (!c->handle && c->node && !strcmp(c->node, node_name))
+    if (c->handle)
+        destroy_remote(s, p, c);
+    else if (c->node && !strcmp(c->node, node_name))
         drop_local(s, p, c->id);
-    /* else: another node's local sandbox, ended by that node's claim or
-     * its shadow's expiry; or a container that never had a sandbox */
+    /* else: a local sandbox the supervisor ends itself (one node), or
+     * another node's, ended by that node's claim or its shadow's expiry; or
+     * a container that never had a sandbox */
 }
 
 static int was_gone(json_object *gone, const char *id)
 {
-    size_t i, n = gone ? json_object_array_length(gone) : 0;
+    size_t i, n = ci_json_len(gone);
     for (i = 0; i < n; i++)
-        if (!strcmp(json_object_get_string(json_object_array_get_idx(gone, i)), id))
+        if (ci_json_idx_str(gone, i) && !strcmp(ci_json_idx_str(gone, i), id))
             return 1;
     return 0;
 }
@@ -154,20 +175,115 @@ static void destroy_gone(server_rec *s, apr_pool_t *p, json_object *ans)
 
 /* ---- asking ------------------------------------------------------------------ */
 
-/* REQ asked of Redis at NOW: the answer, or NULL with *ERR. */
+/* ---- records Redis keeps: authenticated -----------------------------------
+ * Whoever can write to Redis could change a record's owner (handing the
+ * container to another caller) or its tool or node. Each record carries an
+ * HMAC, under a key derived from the server secret, of what must not
+ * change; every container an answer carries is checked with the owner that
+ * asked (or, for a claim, its own), and one that does not match is treated
+ * as unknown. (A sealed handle is bound to its container's id already.) */
+
+static const char *record_auth(apr_pool_t *p, const char *id, const char *owner,
+                               const char *tool, const char *provider, const char *cred,
+                               const char *memory_limit, const char *node)
+{
+    const char *fields[] = { "container-record-1", id, owner, tool, provider, cred,
+                             memory_limit ? memory_limit : CI_DEFAULT_TIER, node };
+    return ci_record_auth(p, ci_owner_secret(), fields,
+                          (int)(sizeof(fields) / sizeof(fields[0])));
+}
+
+/* A create: its id minted here (the HMAC covers it) and the record's auth. */
+static void authenticate_create(apr_pool_t *p, json_object *req)
+{
+    const char *id = ci_json_str(req, "id"), *auth;
+    if (!id) {
+        id = ci_mint_id(p, "cntr_", 24);
+        json_object_object_add(req, "id", json_object_new_string(id));
+    }
+    auth = record_auth(p, id, ci_json_str(req, "owner"), ci_json_str(req, "tool"),
+                       ci_json_str(req, "provider"), ci_json_str(req, "cred"),
+                       ci_json_str(req, "memory_limit"), node_name);
+    if (auth)
+        json_object_object_add(req, "auth", json_object_new_string(auth));
+}
+
+static int authentic(apr_pool_t *p, json_object *j, const char *owner)
+{
+    const char *auth = ci_json_str(j, "auth"), *want;
+    if (!owner)
+        owner = ci_json_str(j, "owner");
+    want = owner ? record_auth(p, ci_json_str(j, "id"), owner, ci_json_str(j, "tool"),
+                               ci_json_str(j, "provider"), ci_json_str(j, "cred"),
+                               ci_json_str(j, "memory_limit"), ci_json_str(j, "node"))
+                 : NULL;
+    return auth && want && !strcmp(auth, want);
+}
+
+static void log_forged(server_rec *s, json_object *j)
+{
+    const char *id = ci_json_str(j, "id");
+    ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "CI0842: the shared directory's record of "
+                 "container %s does not match its authenticator (changed in Redis?): "
+                 "treated as unknown", id ? id : "?");
+}
+
+/* ANS without the containers that fail the check; a failed "container"
+ * makes the answer "not_found", as for a container that does not exist. */
+static void check_records(server_rec *s, apr_pool_t *p, json_object *ans,
+                          const char *owner)
+{
+    static const char *const lists[] = { "data", "containers" };
+    json_object *c = ci_json_get(ans, "container", json_type_object);
+    json_object *e = ci_json_get(ans, "evicted", json_type_object);
+    unsigned k;
+    if (c && !authentic(p, c, owner)) {
+        log_forged(s, c);
+        json_object_object_del(ans, "container");
+        json_object_object_add(ans, "status", json_object_new_string("not_found"));
+    }
+    if (e && !authentic(p, e, owner)) {
+        log_forged(s, e);
+        json_object_object_del(ans, "evicted");
+    }
+    for (k = 0; k < 2; k++) {
+        json_object *list = ci_json_get(ans, lists[k], json_type_array), *kept;
+        size_t i, n = list ? json_object_array_length(list) : 0;
+        if (!n)
+            continue;
+        kept = json_object_new_array();
+        for (i = 0; i < n; i++) {
+            json_object *one = json_object_array_get_idx(list, i);
+            if (authentic(p, one, owner))
+                json_object_array_add(kept, json_object_get(one));
+            else
+                log_forged(s, one);
+        }
+        json_object_object_add(ans, lists[k], kept);
+    }
+}
+
+/* REQ asked of Redis at NOW: the answer (its records checked), or NULL with
+ * *ERR. */
 static json_object *ask_redis(server_rec *s, apr_pool_t *p, json_object *req,
                               const char **err)
 {
     const ci_redis_conf *rc = ci_server_directory(s);
-    const char *text, *answer = NULL, *perr = NULL;
+    const char *text, *answer = NULL, *perr = NULL, *op = ci_json_str(req, "op");
     apr_size_t len;
     json_object *ans;
     json_object_object_add(req, "node", json_object_new_string(node_name));
+    if (op && !strcmp(op, "create"))
+        authenticate_create(p, req);
     text = ci_json_text(req, &len);
     if (ci_redis_dir(p, rc, text, len, apr_time_now(), &answer, err) != 0)
         return NULL;
-    if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)))
+    if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
+        !json_object_is_type(ans, json_type_object)) {
         *err = "a malformed answer";
+        return NULL;
+    }
+    check_records(s, p, ans, ci_json_str(req, "owner"));
     return ans;
 }
 
@@ -242,10 +358,11 @@ static void claim_once(claimer *cl, apr_pool_t *p)
     const char *err = NULL;
     json_object_object_add(req, "op", json_object_new_string("claim_due"));
     json_object_object_add(req, "limit", json_object_new_int(CLAIM_LIMIT));
-    if (!(ans = ask_redis(cl->s, p, req, &err))) {
+    if (!(ans = ci_server_directory(cl->s) ? ask_redis(cl->s, p, req, &err)
+                                           : ask_supervisor(p, req, &err))) {
         if (!cl->failing)
             ap_log_error(APLOG_MARK, APLOG_ERR, 0, cl->s, "CI0832: due containers "
-                         "could not be claimed from the shared directory: %s "
+                         "could not be claimed from the container directory: %s "
                          "(retrying every second)", err ? err : "");
         cl->failing = 1;
         return;
@@ -275,7 +392,9 @@ static void reconcile(claimer *cl, apr_pool_t *p)
         !(gone = ci_json_get(ans, "gone", json_type_array)))
         return;
     for (i = 0, n = json_object_array_length(gone); i < n; i++) {
-        const char *id = json_object_get_string(json_object_array_get_idx(gone, i));
+        const char *id = ci_json_idx_str(gone, i);
+        if (!id)
+            continue;
         ap_log_error(APLOG_MARK, APLOG_INFO, 0, cl->s, "CI0838: the local sandbox of "
                      "container %s ended: the shared directory no longer has it running",
                      id);
@@ -293,7 +412,7 @@ static void *APR_THREAD_FUNC claim_loop(apr_thread_t *t, void *data)
     while (!cl->stop) {
         apr_thread_mutex_unlock(cl->lock);
         claim_once(cl, p);
-        if (!cl->failing && ++rounds % RECONCILE_EVERY == 0)
+        if (ci_server_directory(cl->s) && !cl->failing && ++rounds % RECONCILE_EVERY == 0)
             reconcile(cl, p);
         apr_pool_clear(p);
         apr_thread_mutex_lock(cl->lock);
@@ -332,7 +451,11 @@ void ci_shared_child_init(apr_pool_t *pchild, server_rec *s)
 {
     claimer *cl;
     node_name = name_of_node(pchild, s);
-    if (!ci_server_directory(s))
+    /* Due containers are claimed from a shared directory; from this node's
+     * supervisor, those with a remote sandbox (its clock expires them, a
+     * child ends them at their provider), when any credentials for one are
+     * known here. */
+    if (!ci_server_directory(s) && !ci_registry_remote_creds())
         return;
     cl = apr_pcalloc(pchild, sizeof(*cl));
     cl->s = s;

@@ -20,8 +20,10 @@ typedef struct ci_req_state {
     const char *owner;         /* keyed hash of the caller (ci_owner.h), or NULL */
     int container_exists;      /* container_id is in the directory (reused,
                                   explicit, or made at the first call) */
-    const char *container_lost;/* the context's container, expired: the
-                                  model is told its state is gone */
+    const char *container_lost;/* the context's container, expired or on a
+                                  tool not served here any more: the model
+                                  is told its state is gone */
+    int container_lost_tool;   /* ... because of its tool */
     apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
                                   (ci_filesapi_file): put into the container
                                   when this request makes it */

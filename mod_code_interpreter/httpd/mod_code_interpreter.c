@@ -11,6 +11,7 @@
 #include <ap_mpm.h>
 #include <unixd.h>
 #include "ci_audit.h"
+#include "ci_child.h"
 #include "ci_containers_api.h"
 #include "ci_dirconf.h"
 #include "ci_input.h"
@@ -118,6 +119,7 @@ static void ci_register_hooks(apr_pool_t *p)
     ap_hook_check_config(ci_check_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_child_init(ci_child_init, NULL, NULL, APR_HOOK_MIDDLE);
+    ci_child_register_hooks(p);
     ci_registry_register_hooks(p);
     ci_input_register_hooks(p);
     ci_output_register_hooks(p);

@@ -27,7 +27,9 @@ Data model:
   ci:c:ID      string  the record, JSON: the container's fields (id, owner,
                        name, tool, memory_limit, handle, created_at,
                        last_active_at, idle_seconds, memory_bytes, status,
-                       node) and busy, retention (seconds, from the create's
+                       node, provider, cred, auth: an HMAC the nodes compute
+                       over id, owner, tool, provider, cred, memory_limit and
+                       node with the server secret, and check on every read) and busy, retention (seconds, from the create's
                        limits: the container keeps it) and forget_at (when
                        an expired or deleted record is forgotten).
                        TTL: a running one's expiry plus retention, refreshed
@@ -200,9 +202,28 @@ local function purge(id, r)
   end
 end
 
--- The record of ID as stored, whatever NOW says (nil when gone).
+local STATUSES = {running = true, expired = true, deleted = true}
+
+local function is_num(v) return type(v) == 'number' end
+local function is_str(v) return type(v) == 'string' end
+
+-- Whether R is a record this script wrote for ID: every field it reads
+-- there, of its type. Anything else (a record edited in Redis) reads as
+-- absent, so that one bad record cannot stop the operations of others.
+local function well_formed(r, id)
+  return r.id == id and is_str(r.owner) and is_str(r.tool) and is_str(r.node) and
+         is_str(r.memory_limit) and STATUSES[r.status] == true and
+         is_num(r.created_at) and is_num(r.last_active_at) and
+         is_num(r.idle_seconds) and is_num(r.memory_bytes) and
+         is_num(r.retention) and is_num(r.forget_at)
+end
+
+-- The record of ID as stored, whatever NOW says (nil when gone or not one
+-- of ours).
 local function raw(id)
-  return decode(redis.call('GET', k_rec(id)))
+  local r = decode(redis.call('GET', k_rec(id)))
+  if r and well_formed(r, id) then return r end
+  return nil
 end
 
 -- The record of ID, unless gone or forgotten by NOW.
@@ -228,6 +249,7 @@ local function container_json(r)
     handle = opt(r.handle), created_at = r.created_at,
     last_active_at = r.last_active_at, idle_seconds = r.idle_seconds,
     memory_bytes = r.memory_bytes, status = r.status, node = r.node,
+    provider = opt(r.provider), cred = opt(r.cred), auth = r.auth,
   }
 end
 
@@ -342,6 +364,8 @@ local function new_rec(req, owner, id, node, lim, idle)
     created_at = now, last_active_at = now, idle_seconds = idle,
     memory_bytes = int_of(req, 'memory_bytes', 0), status = 'running', node = node,
     busy = false, retention = lim.retention, forget_at = 0,
+    provider = str_of(req, 'provider'), cred = str_of(req, 'cred'),
+    auth = str_of(req, 'auth'),
   }
   local ms = ttl_ms(r)
   redis.call('ZADD', k_listed(owner), num(now), id)
@@ -500,7 +524,7 @@ local function listed(owner, ascending, name)
     local r = load(id)
     if not r or r.status == 'deleted' then
       redis.call('ZREM', key, id)
-    elseif not name or r.name == name then
+    elseif r.owner == owner and (not name or r.name == name) then
       out[#out + 1] = r
     end
   end
@@ -580,7 +604,9 @@ local function op_claim_due(o)
       redis.call('ZREM', K_DEADLINES, id)
     elseif not busy_now(r) and (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
       retire(r, 'expired')
-      claimed[#claimed + 1] = container_json(r)
+      local c = container_json(r)
+      c.owner = r.owner            -- no owner asked: the caller checks auth with it
+      claimed[#claimed + 1] = c
       table.insert(o.ans.gone, id)
     end
   end

@@ -161,6 +161,11 @@ struct ci_provider {
     /* Delete the remote sandbox ID made with CRED (blocking). APR_SUCCESS
      * when it is gone (deleted now or already). */
     apr_status_t (*reap)(const ci_reap_cred *cred, const char *id, const char **err);
+    /* Delete the remote sandbox a container's HANDLE (what handle returned)
+     * reaches, made with CRED (blocking): as reap. NULL: the provider's
+     * containers have no remote sandbox. */
+    apr_status_t (*reap_handle)(const ci_reap_cred *cred, const char *handle,
+                                const char **err);
     /* Sandboxes can be started ahead of need (warm=N). */
     int warmable;
 

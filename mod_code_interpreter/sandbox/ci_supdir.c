@@ -51,6 +51,8 @@ json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c)
     add_str(o, "status", cntr_status_names[c->status]);
     if (c->node)                                  /* a shared directory's */
         add_str(o, "node", c->node);
+    add_str(o, "provider", c->provider);
+    add_str(o, "cred", c->cred);
     return o;
 }
 
@@ -79,6 +81,8 @@ int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out)
     out->memory_limit = dup_str(p, j, "memory_limit");
     out->handle = dup_str(p, j, "handle");
     out->node = dup_str(p, j, "node");
+    out->provider = dup_str(p, j, "provider");
+    out->cred = dup_str(p, j, "cred");
     out->created_at = int_of(j, "created_at", 0);
     out->last_active_at = int_of(j, "last_active_at", 0);
     out->idle_seconds = (int)int_of(j, "idle_seconds", 0);
@@ -143,6 +147,9 @@ static void op_create(op *o)
                                        ci_json_str(o->req, "memory_limit"),
                                        (apr_uint64_t)int_of(o->req, "memory_bytes", 0), idle,
                                        o->now, &c, &evicted);
+    if (c)
+        ci_directory_set_origin(o->d, c, ci_json_str(o->req, "provider"),
+                                ci_json_str(o->req, "cred"));
     answer_status(o, st);
     if (c)
         answer_container(o, "container", c);
@@ -334,6 +341,24 @@ static void op_shadows(op *o)
     json_object_object_add(o->ans, "ids", list);
 }
 
+/* Remote sandboxes of containers the supervisor's clock expired, for a
+ * child to end at their provider (no owner): each handed out once. */
+static void op_claim_due(op *o)
+{
+    int limit = (int)int_of(o->req, "limit", 100);
+    apr_array_header_t *due = ci_directory_claim_ends(o->d, limit > 0 ? limit : 1, o->p);
+    json_object *list = json_object_new_array(), *gone = json_object_new_array();
+    int i;
+    for (i = 0; i < due->nelts; i++) {
+        const ci_container *c = APR_ARRAY_IDX(due, i, ci_container *);
+        json_object_array_add(list, json_object_get(ci_supdir_container_json(o->p, c)));
+        json_object_array_add(gone, json_object_new_string(c->id));
+    }
+    answer_status(o, CI_DIR_OK);
+    json_object_object_add(o->ans, "containers", list);
+    json_object_object_add(o->ans, "gone", gone);
+}
+
 static const struct {
     const char *name;
     void (*fn)(op *o);
@@ -364,6 +389,10 @@ const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
     }
     if (name && !strcmp(name, "shadows")) {
         op_shadows(&o);
+        return ci_json_text(o.ans, NULL);
+    }
+    if (name && !strcmp(name, "claim_due")) {     /* no owner either */
+        op_claim_due(&o);
         return ci_json_text(o.ans, NULL);
     }
     for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)

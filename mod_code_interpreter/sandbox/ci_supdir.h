@@ -5,9 +5,9 @@
  * without a supervisor.
  *
  * Requests are {"op": NAME, "owner": KEYED_HASH, ...}:
- *   create      id?, name?, tool, memory_limit?, memory_bytes?, idle
- *               (seconds), limits {node, owner, retention (s), items
- *               (bytes), budget (bytes)}
+ *   create      id?, name?, tool, provider?, cred?, memory_limit?,
+ *               memory_bytes?, idle (seconds), limits {node, owner,
+ *               retention (s), items (bytes), budget (bytes)}
  *               -> {status, container, evicted?}
  *   get         id, touch? -> {status, container?}
  *   set_handle  id, handle -> {status}
@@ -24,11 +24,15 @@
  *   drop        id (no owner) -> {status}: the shared directory ended it
  *   shadows     (no owner) -> {status, ids}: the running containers'
  *               ids, for a node to check against the shared directory
+ *   claim_due   limit? (no owner) -> {status, containers, gone}: the
+ *               containers with a remote sandbox (a handle) that expired
+ *               here and that nobody has ended yet, each handed out once
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
  * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),
- * idle_seconds, memory_bytes, status}, and node in a shared directory
- * (ci_redis.h): the handle is secret and never leaves httpd.
+ * idle_seconds, memory_bytes, status, provider?, cred?}, and node in a
+ * shared directory (ci_redis.h): the handle is secret and never leaves
+ * httpd.
  */
 #ifndef CI_SUPDIR_H
 #define CI_SUPDIR_H

@@ -54,6 +54,7 @@
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
 #include "ci_supproto.h"
+#include "ci_usage.h"
 #include "ci_workers.h"
 
 #define START_TIMEOUT apr_time_from_sec(60)
@@ -185,6 +186,12 @@ typedef struct box {
     int fileop;                 /* the run in progress is a file operation */
     int upload;                 /* ... a put whose data is still coming from
                                    its runner */
+    apr_int64_t put_room;       /* the bytes the put may write (max_file=,
+                                   and max_bytes= less the other files, as
+                                   measured here); -1: no bound */
+    apr_uint64_t put_sent;      /* the bytes relayed so far */
+    const char *put_refusal;    /* past its room: the outcome its client
+                                   gets, whatever the kernel says */
     char tail[FILEOP_END_LEN + 1];  /* a file operation's last output bytes */
     apr_size_t tail_len;
     struct box *next;
@@ -743,9 +750,74 @@ static int queue_code(box *b, const char *code, apr_size_t len, int raw)
     return rc;
 }
 
+/* A file operation's answer of TYPE given here, not by the kernel, as the
+ * kernel would have given it (its line, then the end). */
+static void send_fileop_answer(box *b, conn *c, const char *type)
+{
+    char text[64 + FILEOP_END_LEN];
+    int n = snprintf(text, sizeof(text), "{\"type\": \"%s\"}" FILEOP_END, type);
+    send_frame(c, CI_SUP_OUTPUT, b->id, text, (apr_size_t)n);
+}
+
+/* ... and the run over. */
+static void answer_fileop(box *b, conn *c, const char *type)
+{
+    send_fileop_answer(b, c, type);
+    send_end(c, b->id, CI_EXEC_COMPLETED);
+}
+
+static apr_int64_t op_int(json_object *op, const char *key)
+{
+    json_object *v = ci_json_get(op, key, json_type_int);
+    return v && json_object_get_int64(v) > 0 ? json_object_get_int64(v) : 0;
+}
+
+/* A put's limits, checked against /mnt/data as measured from outside
+ * (ci_usage.h), since the kernel that checks them too shares its process
+ * with the user's code: NULL with B's room set, or the refusal to answer
+ * ("too_many", "no_space"). */
+static const char *put_limits(box *b, const char *line, apr_size_t len)
+{
+    apr_pool_t *p;
+    json_object *op;
+    const char *err = NULL, *refusal = NULL;
+    apr_int64_t max_file, max_files, max_bytes, room = -1;
+    ci_data_usage u;
+    apr_pool_create(&p, b->pool);
+    op = ci_json_parse(p, line, len, &err);
+    max_file = op_int(op, "max_file");
+    max_files = op_int(op, "max_files");
+    max_bytes = op_int(op, "max_bytes");
+    if ((max_files || max_bytes) &&
+        ci_usage_measure(b->pid, ci_json_str(op, "name"), &u) != 0)
+        refusal = "no_space";         /* not measurable: not a limit to lift */
+    else if (max_files && !u.has_name && (u.truncated || u.files + 1 > (apr_uint64_t)max_files))
+        refusal = "too_many";
+    else if (max_bytes && u.truncated)
+        refusal = "no_space";
+    else {
+        if (max_bytes) {
+            apr_uint64_t others = u.bytes - u.name_bytes;
+            room = others >= (apr_uint64_t)max_bytes ? 0 : max_bytes - (apr_int64_t)others;
+        }
+        if (max_file && (room < 0 || max_file < room))
+            room = max_file;
+    }
+    b->put_room = room;
+    b->put_sent = 0;
+    b->put_refusal = NULL;
+    apr_pool_destroy(p);
+    return refusal;
+}
+
 /* Hand CODE to B's idle kernel for C. */
 static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw)
 {
+    const char *refusal;
+    if (raw == RAW_PUT && (refusal = put_limits(b, code, len))) {
+        answer_fileop(b, c, refusal);
+        return;
+    }
     if (queue_code(b, code, len, raw) < 0) {
         box_kill(b);
         send_end(c, b->id, CI_EXEC_LOST);
@@ -840,18 +912,20 @@ static void touch_container(box *b)
  * sandbox when the last one was lost. */
 static void next_run(box *b)
 {
-    queued *q = b->runq;
-    if (!q || b->runner || b->state == BOX_STARTING || b->state == BOX_RUNNING)
-        return;
-    if (b->state == BOX_DEAD) {
-        if (box_spawn(b) < 0)
-            release_waiting(b, "the local sandbox could not be forked");
-        return;
+    queued *q;
+    /* (a run answered at once, a refused put, lets the next one go) */
+    while ((q = b->runq) && !b->runner && b->state != BOX_STARTING &&
+           b->state != BOX_RUNNING) {
+        if (b->state == BOX_DEAD) {
+            if (box_spawn(b) < 0)
+                release_waiting(b, "the local sandbox could not be forked");
+            return;
+        }
+        b->runq = q->next;
+        begin_run(b, q->from, q->code, q->len, q->raw);
+        free(q->code);
+        free(q);
     }
-    b->runq = q->next;
-    begin_run(b, q->from, q->code, q->len, q->raw);
-    free(q->code);
-    free(q);
 }
 
 static int enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw)
@@ -957,12 +1031,26 @@ static void handle_filedata(conn *c, const ci_sup_frame *f)
         c->closing = 2;               /* detach abandons any put of C's */
         return;
     }
-    if (f->type == CI_SUP_FILEEND)
-        end_upload(b, f->data[0] == 1);
-    else if (queue_chunk(b, f->data, f->len) < 0)
+    if (f->type == CI_SUP_FILEEND) {
+        if (b->put_refusal)
+            b->upload = 0;            /* abandoned already */
+        else
+            end_upload(b, f->data[0] == 1);
+        return;
+    }
+    fileop_progress(b);
+    if (b->put_refusal)
+        return;                       /* past its room: read and dropped */
+    if (b->put_room >= 0 && b->put_sent + f->len > (apr_uint64_t)b->put_room) {
+        /* The kernel removes what it wrote; its answer is replaced. */
+        b->put_refusal = "no_space";
+        if (outq_add(&b->input, "-1\n", 3) < 0)
+            box_kill(b);
+        return;
+    }
+    b->put_sent += f->len;
+    if (queue_chunk(b, f->data, f->len) < 0)
         box_kill(b);
-    else
-        fileop_progress(b);
 }
 
 /* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
@@ -1360,7 +1448,7 @@ static void box_readable(box *b)
             stop_run(b, CI_EXEC_LOST);
         return;
     }
-    if (b->state == BOX_RUNNING && client_of(b))
+    if (b->state == BOX_RUNNING && client_of(b) && !(b->fileop && b->put_refusal))
         send_frame(client_of(b), CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
     if (b->state == BOX_RUNNING && b->fileop) {
         fileop_output(b, buf, (apr_size_t)n);
@@ -1409,6 +1497,9 @@ static void fileop_output(box *b, const char *buf, apr_size_t n)
     }
     if (b->tail_len != FILEOP_END_LEN || memcmp(b->tail, FILEOP_END, FILEOP_END_LEN))
         return;
+    if (b->put_refusal && to)         /* what the kernel said was not relayed */
+        send_fileop_answer(b, to, b->put_refusal);
+    b->put_refusal = NULL;
     b->state = BOX_IDLE;
     b->fileop = 0;
     b->interrupted = CI_EXEC_COMPLETED;

@@ -42,6 +42,7 @@ typedef struct answer {
     int started, failed;
     char *chunk;
     ci_fileop_upload *up;        /* put */
+    apr_int64_t max_file;        /* put: max_file= (0: none) */
 } answer;
 
 /* Run the operation O, each answer line to FN (with A): a status. */
@@ -173,7 +174,10 @@ static int on_put_line(void *baton, const char *line, apr_size_t len)
     if (a->type && !strcmp(a->type, "ready") && !a->started) {
         a->started = 1;
         a->bytes = json_object_get_int64(ci_json_get(a->line, "room", json_type_int));
-        a->up->max = a->bytes;
+        /* the kernel's room, never more than max_file: counted here, outside
+         * the sandbox (the supervisor bounds max_bytes the same way) */
+        a->up->max = a->max_file && (a->bytes < 0 || a->bytes > a->max_file)
+                   ? a->max_file : a->bytes;
         return 1;
     }
     return 0;
@@ -208,7 +212,7 @@ ci_file_status ci_local_file_put(apr_pool_t *p, const ci_file_target *t,
                                      const ci_file_source *src, const char **err)
 {
     ci_fileop_upload up;
-    answer a = { .p = p, .t = t, .up = &up };
+    answer a = { .p = p, .t = t, .up = &up, .max_file = (apr_int64_t)limits->max_file };
     json_object *op, *o = request(p, t, "put", name, &op);
     ci_file_status st;
     memset(&up, 0, sizeof(up));
@@ -219,15 +223,19 @@ ci_file_status ci_local_file_put(apr_pool_t *p, const ci_file_target *t,
     add_limit(op, "max_files", limits->max_files);
     add_limit(op, "max_bytes", limits->max_bytes);
     /* The kernel tells the room left (max_file, or what max_bytes leaves)
-     * in its "ready" line; the sender stops there, the kernel checks too. */
+     * in its "ready" line; the sender stops there or at max_file, whichever
+     * comes first, and the supervisor holds max_files and max_bytes against
+     * its own count: the kernel's checks are the first, not the last. */
     st = exchange(&a, o, on_put_line, &up, err);
     if (st != CI_FILE_OK)
         return st;
     if (up.outcome == CI_UPLOAD_SOURCE_FAILED)
         return CI_FILE_SOURCE_FAILED;
     /* Past the room: max_file's fault when it is what set the room. */
-    if (up.outcome == CI_UPLOAD_TOO_LARGE ||
-        (a.type && !strcmp(a.type, "too_large")))
+    if (up.outcome == CI_UPLOAD_TOO_LARGE)
+        return limits->max_file && up.max == (apr_int64_t)limits->max_file
+             ? CI_FILE_TOO_LARGE : CI_FILE_NO_ROOM;
+    if (a.type && !strcmp(a.type, "too_large"))
         return limits->max_file && a.bytes == (apr_int64_t)limits->max_file
              ? CI_FILE_TOO_LARGE : CI_FILE_NO_ROOM;
     return put_outcome(&a, err);

@@ -1154,6 +1154,30 @@ static apr_status_t e2b_reap(const ci_reap_cred *cred, const char *id, const cha
     return rv;
 }
 
+/* The sandbox a container's handle names, deleted with CRED. */
+static apr_status_t e2b_reap_handle(const ci_reap_cred *cred, const char *handle,
+                                    const char **err)
+{
+    apr_pool_t *tmp;
+    json_object *root;
+    const char *perr, *id;
+    apr_status_t rv;
+    apr_size_t n = strlen(handle);
+    apr_pool_create(&tmp, NULL);
+    root = n <= MAX_HANDLE_LEN ? ci_json_parse(tmp, handle, n, &perr) : NULL;
+    id = root ? ci_json_str(root, "sandbox_id") : NULL;
+    if (!id) {
+        *err = MSG_HANDLE;
+        rv = APR_EINVAL;
+    }
+    else
+        rv = e2b_reap(cred, id, err);
+    if (root)
+        wipe_handle_json(root);
+    apr_pool_destroy(tmp);
+    return rv;
+}
+
 /* ---- the tool's keys ----------------------------------------------------- */
 
 static void e2b_defaults(ci_sandbox_def *d)
@@ -1227,6 +1251,7 @@ const ci_provider ci_provider_e2b = {
     .remote_id = e2b_remote_id,
     .reap_cred = e2b_reap_cred,
     .reap = e2b_reap,
+    .reap_handle = e2b_reap_handle,
     .attach = e2b_attach,
     .handle = e2b_handle,
     .keep_alive = e2b_keep_alive,

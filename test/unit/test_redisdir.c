@@ -12,7 +12,7 @@
  *
  * Most requests are asked of both directories, the one-node one
  * (ci_supdir_apply on a ci_directory) and Redis, and the answers must be
- * the same, key for key: Redis' adds only "node" to a container and
+ * the same, key for key: Redis' adds only "node" (and "auth") to a container and
  * "gone" (what ci_supdir_apply hands back in an array).
  *
  * Usage: test_redisdir [--list | NAME-PATTERN]
@@ -140,7 +140,16 @@ static json_object *ask_redis(fx *f, const char *req, apr_time_t now)
     return parse(f->p, answer);
 }
 
-/* The containers in ANS (an answer) without their "node". */
+/* Container C without what only Redis' records carry: "node", and the
+ * nodes' authenticator ("auth"; "owner" in a claim). */
+static void strip_shared(json_object *c)
+{
+    json_object_object_del(c, "node");
+    json_object_object_del(c, "auth");
+    json_object_object_del(c, "owner");
+}
+
+/* The containers in ANS (an answer) without what only Redis' carry. */
 static void strip_node(json_object *ans)
 {
     static const char *const one[] = { "container", "evicted" };
@@ -150,9 +159,9 @@ static void strip_node(json_object *ans)
         json_object *c = ci_json_get(ans, one[i], json_type_object);
         json_object *a = ci_json_get(ans, many[i], json_type_array);
         if (c)
-            json_object_object_del(c, "node");
+            strip_shared(c);
         for (j = 0; a && j < json_object_array_length(a); j++)
-            json_object_object_del(json_object_array_get_idx(a, j), "node");
+            strip_shared(json_object_array_get_idx(a, j));
     }
 }
 

@@ -232,6 +232,49 @@ static void test_expire_at_the_provider(void **state)
     assert_string_equal(ci_json_str(o, "container_id"), ID_A);
 }
 
+/* A container with a remote sandbox that the directory's clock expires
+ * waits to be ended at its provider: claim_due (no owner) hands it out
+ * once, with where it was made (provider, cred) and its handle; a local
+ * one (no handle) is the supervisor's own to end and is never handed out. */
+static void test_claim_due_hands_out_expired_remote_ones_once(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    apr_array_header_t *expired;
+    json_object *o, *list;
+    ci_container c;
+    o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_a\",\"id\":\"" ID_A
+            "\",\"tool\":\"cloud\",\"provider\":\"e2b\",\"cred\":\"d1gest\",\"idle\":60}",
+            T0, NULL);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"set_handle\",\"owner\":\"own_a\","
+                                   "\"id\":\"" ID_A "\",\"handle\":\"sealed\"}", T0, NULL)),
+                        "ok");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"create\",\"owner\":\"own_a\","
+                                   "\"tool\":\"local\",\"idle\":60}", T0, NULL)), "ok");
+    /* nothing is due before the clock expires it */
+    o = ask(d, p, "{\"op\":\"claim_due\"}", T0, NULL);
+    assert_string_equal(status(o), "ok");
+    assert_int_equal(json_object_array_length(ci_json_get(o, "containers",
+                                                          json_type_array)), 0);
+    expired = ci_directory_expire(d, T0 + apr_time_from_sec(61), p);
+    assert_int_equal(expired->nelts, 2);
+    o = ask(d, p, "{\"op\":\"claim_due\",\"limit\":16}", T0, NULL);
+    list = ci_json_get(o, "containers", json_type_array);
+    assert_int_equal(json_object_array_length(list), 1);
+    assert_int_equal(ci_supdir_container_from(p, json_object_array_get_idx(list, 0), &c), 0);
+    assert_string_equal(c.id, ID_A);
+    assert_string_equal(c.provider, "e2b");
+    assert_string_equal(c.cred, "d1gest");
+    assert_string_equal(c.handle, "sealed");
+    assert_int_equal(c.status, CI_CNTR_EXPIRED);
+    assert_string_equal(json_object_get_string(json_object_array_get_idx(
+                            ci_json_get(o, "gone", json_type_array), 0)), ID_A);
+    o = ask(d, p, "{\"op\":\"claim_due\"}", T0, NULL);
+    assert_int_equal(json_object_array_length(ci_json_get(o, "containers",
+                                                          json_type_array)), 0);
+}
+
 /* A shared directory's container whose local sandbox runs here: its
  * shadow is made, touched, made running again after its own expiry, kept
  * from another owner, and dropped (its sandbox named gone). */
@@ -290,6 +333,7 @@ int main(void)
         TEST(test_finish_response_recall),
         TEST(test_list_pages_and_orders),
         TEST(test_expire_at_the_provider),
+        TEST(test_claim_due_hands_out_expired_remote_ones_once),
     };
     int rc;
     apr_initialize();
