@@ -25,8 +25,9 @@ the tests load):
                 step of the same work outside httpd (bench/micro.c).
 3. sandbox      cold start (and what it is made of: the interpreter, the
                 kernel's imports, bubblewrap), print(1) round trip in a
-                started sandbox, and executions per second at 1, 8 and 32
-                concurrent requests.
+                started sandbox, and executions per second at 1, 8, 32 and 64
+                concurrent conversations (a new container each), of one
+                caller and of eight, with the time requests waited for room.
 4. soak         SOAK requests (default 10,000) at concurrency 32: success
                 rate and the RSS of httpd's children.
 
@@ -91,6 +92,7 @@ MODULE_N_10K = env_int("MODULE_N_10K", 300)
 MODULE_N_1M = env_int("MODULE_N_1M", 100)
 SANDBOX_PAIRS = env_int("SANDBOX_PAIRS", 100)
 RATE_SECONDS = env_int("RATE_SECONDS", 10)
+RATE_CONCURRENCY = [1, 8, 32, 64]        # phase 3: executions per second at these
 PROFILE = os.environ.get("PROFILE", "0") == "1"
 PHASES = {p.strip() for p in os.environ.get("PHASES", "1,2,3,4").split(",") if p.strip()}
 
@@ -504,11 +506,21 @@ MaxKeepAliveRequests 0
 KeepAliveTimeout 30
 Timeout 120
 TypesConfig /etc/mime.types
+# Each of phase 3's conversations is one request: its container is idle
+# once it is answered, and expires 5 s later (as one-shot requests would be
+# served); room for 64 at once, and a short grace, so that new
+# conversations take the places of idle ones meanwhile.
+CodeInterpreterMaxSandboxes 160
+CodeInterpreterEvictionGrace 2s
+CodeInterpreterSandbox local provider=local idle=5s
+<Location /bench-status>
+  SetHandler server-status
+</Location>
 
 ErrorLog "{self.error_log}"
 LogLevel warn
 ErrorLogFormat "[%{{cu}}t] [%l] [%{{X-Bench-Id}}i] %M"
-LogFormat "%{{X-Bench-Id}}i\\t%U\\t%>s\\t%D\\t%{{ci-rounds}}n\\t%{{ci-executions}}n\\t%{{ci-module-us}}n\\t%{{ci-sandbox-us}}n\\t%{{ci-upstream-us}}n" bench
+LogFormat "%{{X-Bench-Id}}i\\t%U\\t%>s\\t%D\\t%{{ci-rounds}}n\\t%{{ci-executions}}n\\t%{{ci-module-us}}n\\t%{{ci-sandbox-us}}n\\t%{{ci-upstream-us}}n\\t%{{ci-admit-wait-us}}n" bench
 CustomLog "{self.access_log}" bench
 
 # 1. the fast upstream, with and without the module
@@ -644,7 +656,7 @@ class AccessLog:
     """The bench access log, keyed by X-Bench-Id."""
 
     FIELDS = ("id", "path", "status", "total_us", "rounds", "executions",
-              "module_us", "sandbox_us", "upstream_us")
+              "module_us", "sandbox_us", "upstream_us", "wait_us")
 
     def __init__(self, path):
         self.path = path
@@ -679,10 +691,11 @@ class AccessLog:
 # ------------------------------------------------------------- clients
 
 class Client:
-    """One keep-alive connection to httpd."""
+    """One keep-alive connection to httpd, as the caller OWNER."""
 
-    def __init__(self, port):
+    def __init__(self, port, owner="sk-bench"):
         self.port = port
+        self.owner = owner
         self.conn = None
 
     def post(self, path, body, rid, timeout=120):
@@ -697,7 +710,7 @@ class Client:
                                                            timeout=timeout)
                 self.conn.request("POST", path, body=body,
                                   headers={"Content-Type": "application/json",
-                                           "Authorization": "Bearer sk-bench",
+                                           "Authorization": "Bearer " + self.owner,
                                            "X-Bench-Id": rid})
                 resp = self.conn.getresponse()
             except (BrokenPipeError, ConnectionResetError,
@@ -725,9 +738,10 @@ class Client:
             self.conn = None
 
 
-def load(port, path, body, tag, count, concurrency, seconds, check=None):
+def load(port, path, body, tag, count, concurrency, seconds, check=None, owners=1):
     """COUNT requests (at most; fewer when SECONDS run out) on CONCURRENCY
-    connections. Returns (records, elapsed seconds)."""
+    connections, of OWNERS callers (the connections spread over them).
+    Returns (records, elapsed seconds)."""
     seconds = min(seconds, MAX_SECONDS_PER_LOOP)
     lock = threading.Lock()
     state = {"next": 0}
@@ -735,8 +749,8 @@ def load(port, path, body, tag, count, concurrency, seconds, check=None):
     t_start = time.perf_counter()
     deadline = t_start + seconds
 
-    def worker():
-        client = Client(port)
+    def worker(k):
+        client = Client(port, "sk-bench" if owners == 1 else "sk-bench-%d" % (k % owners))
         while True:
             with lock:
                 if state["next"] >= count or time.perf_counter() >= deadline:
@@ -751,12 +765,33 @@ def load(port, path, body, tag, count, concurrency, seconds, check=None):
                                 "error": None if ok else data[:300]})
         client.close()
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True)
+               for k in range(concurrency)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     return records, time.perf_counter() - t_start
+
+
+def running_containers(port):
+    """server-status's count of running containers (None: unknown)."""
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        conn.request("GET", "/bench-status?auto")
+        text = conn.getresponse().read().decode()
+        conn.close()
+    except (OSError, http.client.HTTPException):
+        return None
+    m = re.search(r"CodeInterpreterContainers: running=(\d+)", text)
+    return int(m.group(1)) if m else None
+
+
+def wait_no_containers(port, seconds=60):
+    """Until no container runs (they expire), for at most SECONDS."""
+    deadline = time.time() + seconds
+    while running_containers(port) and time.time() < deadline:
+        time.sleep(0.5)
 
 
 def start_wrk(url, body_file, connections, seconds, threads=2, delay_ms=0):
@@ -1434,43 +1469,55 @@ class Bench:
                  "target 5 ms", fmt_ratio(ratio(warm, 5000.0)), "p50 <= 5 ms",
                  "PASS" if warm is not None and warm <= 5000 and not failures else "FAIL")
 
-        # executions per second
-        log("   executions per second (one print(1) per request, /model/ci):")
-        per = {1: [], 8: [], 32: []}
+        # executions per second: many conversations at once, of one caller
+        # (one application's key) and of eight
+        log("   executions per second (one print(1) per request, each a new conversation "
+            "with a container, /model/ci):")
+        alog = AccessLog(httpd.access_log)
         half = max(1, RATE_SECONDS // 2)
-        schedule = [1, 8, 32, 32, 8, 1]
         check = check_answer(1)
-        for k, c in enumerate(schedule):
-            recs, secs = load(httpd.port, "/model/ci/v1/responses", one, "r%d-%d" % (c, k),
-                              count=200 * half * max(1, c), concurrency=c, seconds=half,
-                              check=check)
-            per[c].append((recs, secs))
-            model.reset()
         rates = {}
-        for c in (1, 8, 32):
-            recs = [r for rs, _ in per[c] for r in rs]
-            secs = sum(s for _, s in per[c])
-            ok = [r for r in recs if r["ok"]]
-            lat = [r["lat_us"] for r in ok]
-            rates[c] = {"requests": len(recs), "ok": len(ok), "seconds": secs,
-                        "exec_per_s": len(ok) / secs if secs else 0,
-                        "lat_p50_us": med(lat), "lat_p99_us": pct(lat, 99)}
-            bad = [r for r in recs if not r["ok"]]
-            log("     concurrency %2d: %6.1f executions/s  (%d requests in %.1f s, %d failed)  "
-                "latency p50 %s p99 %s"
-                % (c, rates[c]["exec_per_s"], len(recs), secs, len(bad),
-                   fmt_us(rates[c]["lat_p50_us"]), fmt_us(rates[c]["lat_p99_us"])))
-            if bad:
-                log("       first failure: %s %r" % (bad[0]["status"], bad[0]["error"]))
-        fig["rates"] = rates
-        for c in (1, 8, 32):
-            r = rates[c]
-            self.row("executions/s at concurrency %d" % c,
-                     "%.1f/s (latency p50 %s / p99 %s)" % (r["exec_per_s"], fmt_us(r["lat_p50_us"]),
-                                                          fmt_us(r["lat_p99_us"])),
-                     "concurrency 1: %.1f/s" % rates[1]["exec_per_s"],
-                     fmt_ratio(ratio(r["exec_per_s"], rates[1]["exec_per_s"])),
-                     "", "" if r["ok"] == r["requests"] else "%d failed" % (r["requests"] - r["ok"]))
+        for owners in (1, 8):
+            # the last pass's containers (another caller's) gone first
+            wait_no_containers(httpd.port)
+            per = {c: [] for c in RATE_CONCURRENCY}
+            for k, c in enumerate(RATE_CONCURRENCY + RATE_CONCURRENCY[::-1]):
+                recs, secs = load(httpd.port, "/model/ci/v1/responses", one,
+                                  "r%d-%d-%d" % (owners, c, k), count=200 * half * max(1, c),
+                                  concurrency=c, seconds=half, check=check, owners=owners)
+                per[c].append((recs, secs))
+                model.reset()
+            for c in RATE_CONCURRENCY:
+                recs = [r for rs, _ in per[c] for r in rs]
+                secs = sum(t for _, t in per[c])
+                ok = [r for r in recs if r["ok"]]
+                lat = [r["lat_us"] for r in ok]
+                logged = alog.entries([r["id"] for r in recs])
+                waits = [e["wait_us"] for e in logged.values() if e["wait_us"] is not None]
+                rates[(owners, c)] = r = {
+                    "requests": len(recs), "ok": len(ok), "seconds": secs,
+                    "exec_per_s": len(ok) / secs if secs else 0,
+                    "lat_p50_us": med(lat), "lat_p99_us": pct(lat, 99),
+                    "wait_p50_us": med(waits), "wait_p99_us": pct(waits, 99)}
+                bad = [x for x in recs if not x["ok"]]
+                log("     %d caller(s), concurrency %2d: %6.1f executions/s  (%d requests in "
+                    "%.1f s, %d failed)  latency p50 %s p99 %s; waited for room p50 %s p99 %s"
+                    % (owners, c, r["exec_per_s"], len(recs), secs, len(bad),
+                       fmt_us(r["lat_p50_us"]), fmt_us(r["lat_p99_us"]),
+                       fmt_us(r["wait_p50_us"]), fmt_us(r["wait_p99_us"])))
+                if bad:
+                    log("       first failure: %s %r" % (bad[0]["status"], bad[0]["error"]))
+        fig["rates"] = {"%d-%d" % k: v for k, v in rates.items()}
+        base = rates[(1, 1)]["exec_per_s"]
+        for (owners, c), r in sorted(rates.items()):
+            self.row("executions/s, %d caller(s), concurrency %d" % (owners, c),
+                     "%.1f/s (latency p50 %s / p99 %s; wait p50 %s / p99 %s)"
+                     % (r["exec_per_s"], fmt_us(r["lat_p50_us"]), fmt_us(r["lat_p99_us"]),
+                        fmt_us(r["wait_p50_us"]), fmt_us(r["wait_p99_us"])),
+                     "1 caller, concurrency 1: %.1f/s" % base,
+                     fmt_ratio(ratio(r["exec_per_s"], base)),
+                     "0 failed", "PASS" if r["ok"] == r["requests"] else
+                     "FAIL: %d failed" % (r["requests"] - r["ok"]))
         self.results["sandbox"] = fig
 
     # ---- 4. soak --------------------------------------------------------

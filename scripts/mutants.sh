@@ -272,6 +272,17 @@ MUTANTS = [
      "        if (0) {",
      "a turn on a removed tool's container gets a new one without being told",
      ["test/test_removed_tool.py::test_a_turn_on_a_removed_tools_container_is_told"]),
+    # ---- many conversations of one key (core/ci_directory.c)
+    ("eviction-ignores-grace", "mod_code_interpreter/core/ci_directory.c",
+     "    return c->busy || c->held_until > now || c->last_active_at + d->lim.grace > now;",
+     "    return c->busy || c->held_until > now;",
+     "a container used a moment ago is evicted for a new conversation: its state is lost",
+     ["test/test_many_conversations.py::test_128_conversations_on_a_64_container_server[local]"]),
+    ("reserve-not-kept", "mod_code_interpreter/core/ci_directory.c",
+     "           (reserve > 0 && reserve < cap && d->live >= cap - reserve && o->live >= reserve);",
+     "           (reserve > 0 && 0);",
+     "one caller fills the server: another caller's conversations are refused",
+     ["test/test_many_conversations.py::test_128_conversations_on_a_64_container_server[local]"]),
     # ---- hostile input on the state surfaces
     ("upload-limits-kernel-trusted", "mod_code_interpreter/sandbox/ci_supervisor.c",
      "    if (raw == RAW_PUT && (refusal = put_limits(b, code, len))) {",

@@ -124,6 +124,9 @@ SWITCHES = {
     # seconds a sandbox may live from its start (the plan's cap): a timeout
     # call ends it no later, and once it is older the call answers 400
     "max_instance_length": float,
+    # the account's concurrent sandboxes: a create beyond them answers 429,
+    # as E2B does
+    "max_live": int,
     # sandboxes outlive their timeouts (only a DELETE ends them): proves
     # that the module ends what it must rather than leave it to the service
     "timeouts_ignored": bool,
@@ -1199,6 +1202,15 @@ class Handler(BaseHTTPRequestHandler):
         if forced is not None and forced != 201:
             record["status"] = forced
             self._api_error(forced)
+            return
+        srv.sweep()
+        with srv.lock:
+            full = srv.switches.get("max_live") is not None and \
+                len(srv.sandboxes) >= srv.switches["max_live"]
+        if full:
+            record["status"] = 429
+            self._api_error(429, "You have reached the maximum number of concurrent E2B "
+                                 "sandboxes")
             return
         problem = self._validate_create(body)
         if problem:

@@ -58,7 +58,8 @@ def test_one_line_per_execution(model, kind):
     assert first["duration_ms"] >= 0
     assert second["code"] == "1/0" and second["status"] == "completed"
     assert (first["outcome"], second["outcome"]) == ("completed", "error")
-    assert set(first) == {"time", "request_id", "client", "tool", "container_id",
+    assert first["event"] == second["event"] == "execution"
+    assert set(first) == {"time", "request_id", "client", "event", "tool", "container_id",
                           "owner", "call_id", "code", "output_bytes", "images",
                           "status", "outcome", "failure", "duration_ms"}
     # the caller, as a keyed hash (test_owner.py checks the hash itself)

@@ -538,6 +538,10 @@ def budgeted(model):
     extra = """
 CodeInterpreterMemoryBudget 200M
 CodeInterpreterMaxContainersPerOwner 3
+# eviction's mechanics, without the grace that keeps used containers, nor
+# the wait for room
+CodeInterpreterEvictionGrace 0
+CodeInterpreterCapacityWait 0
 CodeInterpreterSandbox small provider=local tiers=1g:96M
 <Location /small/v1/containers>
   CodeInterpreterContainers On
@@ -557,10 +561,10 @@ def test_budget_and_caps_evict_only_the_callers_own(budgeted, model):
     a2 = make_container(budgeted, path=path, headers=alice)
     # two 96M containers fill the 200M budget: bob may not evict alice's
     status, body = api(budgeted, "POST", path, {"name": "b"}, headers=bob)
-    assert (status, body["error"]) == (503, {
-        "message": "The containers of this server hold all the memory it allows; "
-                   "retry shortly.",
-        "type": "server_error", "param": None, "code": "memory_budget"})
+    assert (status, body["error"]) == (429, {
+        "message": "The containers of this server hold all the memory it allows "
+                   "(CodeInterpreterMemoryBudget), all of them in use; retry shortly.",
+        "type": "invalid_request_error", "param": None, "code": "memory_budget"})
     # alice may: her least recently used idle one goes (a2 was used since)
     assert api(budgeted, "GET", path + "/" + a1["id"], headers=alice)[0] == 200
     a3 = make_container(budgeted, path=path, headers=alice)

@@ -475,15 +475,21 @@ def test_exception_is_a_completed_call_with_the_traceback(e2b):
     (500, "Internal server error"),
 ])
 def test_create_refused_is_503(e2b, status, message):
+    """A refusal is answered 503; one that may pass (429: E2B's limit on
+    concurrent sandboxes, or 5xx) is tried again, backing off, for up to
+    10 s first."""
     e2b.fake.control(create_status=status)
     code, hdrs, body = post(e2b, [[{"call": "print(42)"}], [{"text": "{{last_output}}"}]])
     assert code == 503
     assert body == {"error": {"message": UNAVAILABLE, "type": "server_error",
-                              "param": None, "code": "sandbox_unavailable"}}
+                              "param": None, "code": "sandbox_unavailable"}} if status != 429 \
+        else {"error": {"message": "The sandbox service has no room for another sandbox now "
+                                   "(its concurrency limit); retry shortly.",
+                        "type": "server_error", "param": None, "code": "sandbox_capacity"}}
     assert "retry-after" in hdrs
     st = e2b.fake.state()
-    assert len(st["creates"]) == 1
-    assert st["creates"][0]["status"] == status
+    assert len(st["creates"]) == 1 if status == 401 else len(st["creates"]) > 3
+    assert {c["status"] for c in st["creates"]} == {status}
     assert st["executes"] == []
     log = e2b.server.log_since_mark()
     assert ("CI0303: sandbox of tool cloud could not start: the E2B sandbox service "

@@ -245,6 +245,7 @@ def capped(model):
     fake = FakeE2B(proc, port)
     extra = """
 CodeInterpreterMaxContainersPerOwner 1
+CodeInterpreterEvictionGrace 0
 CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \\
     sandbox_url={url} timeout=3 idle=10m
 <Location /e2b/v1/responses>

@@ -17,6 +17,9 @@ StartServers 4
 MinSpareServers 4
 MaxSpareServers 8
 CodeInterpreterMaxSandboxes 1
+# the cap's mechanics: an idle container may go at once, nobody waits
+CodeInterpreterEvictionGrace 0
+CodeInterpreterCapacityWait 0
 <Location /server-status>
   SetHandler server-status
 </Location>
@@ -80,8 +83,9 @@ def test_cap_holds_across_children(capped, model):
     assert headers["retry-after"] == "5"
     assert body["error"]["type"] == "server_error"
     assert body["error"]["code"] == "sandbox_capacity"
-    assert body["error"]["message"] == ("This server is running as many code sandboxes "
-                                        "as it allows; retry shortly.")
+    assert body["error"]["message"] == ("This server runs as many containers as it "
+                                        "allows (CodeInterpreterMaxSandboxes 1), all of "
+                                        "them in use; retry shortly.")
     assert results["slow"][0] == 200
     # The first request's container keeps its slot after the request; the
     # caller's next new conversation takes it over (its own least recently

@@ -200,15 +200,33 @@ static void retire(ci_directory *d, rec *r, ci_cntr_status status, apr_time_t no
     r->forget_at = now + d->lim.retention;
 }
 
-/* The owner's least recently used running container that is not busy. */
-static rec *idlest(owner_list *o)
+/* Whether C is in use: an execution runs in it or waits, a request holds
+ * it, or it was used within the grace. */
+static int active(const ci_directory *d, const ci_container *c, apr_time_t now)
+{
+    return c->busy || c->held_until > now || c->last_active_at + d->lim.grace > now;
+}
+
+/* The owner's least recently used running container that is not active. */
+static rec *idlest(const ci_directory *d, owner_list *o, apr_time_t now)
 {
     rec *r, *best = NULL;
     for (r = o->first; r; r = r->next)
-        if (r->c.status == CI_CNTR_RUNNING && !r->c.busy &&
+        if (r->c.status == CI_CNTR_RUNNING && !active(d, &r->c, now) &&
             (!best || r->c.last_active_at < best->c.last_active_at))
             best = r;
     return best;
+}
+
+/* The node is full for O: its cap reached, or all but its reserve taken and
+ * O holds at least as many as the reserve. */
+static int node_full_for(const ci_directory *d, const owner_list *o)
+{
+    int cap = d->lim.max_containers, reserve = d->lim.reserve;
+    if (cap <= 0)
+        return 0;
+    return d->live >= cap ||
+           (reserve > 0 && reserve < cap && d->live >= cap - reserve && o->live >= reserve);
 }
 
 /* Make room under the caps and the memory budget for a container of
@@ -218,16 +236,16 @@ static ci_dir_status admit(ci_directory *d, owner_list *o, apr_uint64_t memory,
                            apr_time_t now, ci_container **evicted)
 {
     int owner_full = d->lim.max_per_owner > 0 && o->live >= d->lim.max_per_owner;
-    int node_full = d->lim.max_containers > 0 && d->live >= d->lim.max_containers;
+    int node_full = node_full_for(d, o);
     int budget_full = d->lim.memory_budget > 0 &&
                       d->memory_live + memory > d->lim.memory_budget;
     rec *victim;
     *evicted = NULL;
     if (!owner_full && !node_full && !budget_full)
         return CI_DIR_OK;
-    if (!(victim = idlest(o)))
-        return owner_full ? CI_DIR_OWNER_FULL : node_full ? CI_DIR_NODE_FULL
-                                                          : CI_DIR_BUDGET_FULL;
+    if (!(victim = idlest(d, o, now)))
+        return node_full ? CI_DIR_NODE_FULL : owner_full ? CI_DIR_OWNER_FULL
+                                                         : CI_DIR_BUDGET_FULL;
     if (budget_full &&
         d->memory_live - victim->c.memory_bytes + memory > d->lim.memory_budget)
         return CI_DIR_BUDGET_FULL;
@@ -333,6 +351,12 @@ void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handl
     c->handle = handle ? apr_pstrdup(rec_from(c)->pool, handle) : NULL;
 }
 
+void ci_directory_hold(ci_directory *d, ci_container *c, apr_time_t until)
+{
+    (void)d;
+    c->held_until = until;
+}
+
 void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now)
 {
     if (now > c->last_active_at)
@@ -386,7 +410,8 @@ apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_poo
     int i;
     for (hi = apr_hash_first(p, d->by_id); hi; hi = apr_hash_next(hi)) {
         rec *r = apr_hash_this_val(hi);
-        if (r->c.status == CI_CNTR_RUNNING && !r->c.busy && expires_at(&r->c) <= now) {
+        if (r->c.status == CI_CNTR_RUNNING && !r->c.busy && r->c.held_until <= now &&
+            expires_at(&r->c) <= now) {
             retire(d, r, CI_CNTR_EXPIRED, now);
             r->end_due = r->c.handle != NULL;
             *(ci_container **)apr_array_push(out) = &r->c;

@@ -43,6 +43,9 @@ typedef struct ci_container {
                                     nothing here, e.g. a remote sandbox) */
     ci_cntr_status status;
     int busy;                    /* an execution runs in it */
+    apr_time_t held_until;       /* a request in flight holds it (made by it,
+                                    or found by it) until then, at the latest:
+                                    neither evicted nor expired before */
     const char *node;            /* the node it was created on, in a shared
                                     directory (ci_redis.h); NULL here */
     const char *provider;        /* the provider its tool had when it was made
@@ -63,6 +66,11 @@ typedef struct ci_directory_limits {
     apr_size_t max_items_bytes;  /* remembered items, all owners, in bytes */
     apr_uint64_t memory_budget;  /* memory_bytes of running containers, all
                                     owners (0: no budget) */
+    apr_interval_time_t grace;   /* a container used within this long is
+                                    never evicted to admit another */
+    int reserve;                 /* of max_containers, the last RESERVE are
+                                    for owners that hold fewer than RESERVE:
+                                    one owner cannot fill the node alone */
 } ci_directory_limits;
 
 /* A directory; its memory is its own (created under P, destroyed with it). */
@@ -86,9 +94,12 @@ void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits)
 /* A new running container of OWNER, with the id ID (NULL: a fresh one; an
  * id already in the directory is refused as NOT_FOUND), its tier holding
  * MEMORY_BYTES here. At a cap or the memory budget, the owner's own least
- * recently used idle container is expired to make room (never another
- * owner's): its record goes to *EVICTED (NULL when none) so that the host
- * destroys its sandbox. The record is the directory's; copy what you keep. */
+ * recently used container that is idle - not busy, not held, unused for
+ * the limits' grace - is expired to make room (never another owner's, never
+ * an active one): its record goes to *EVICTED (NULL when none) so that the
+ * host destroys its sandbox. The record is the directory's; copy what you
+ * keep. The node's cap counts its reserve: an owner that holds as many as
+ * the reserve cannot take the last RESERVE places. */
 ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
                                             const char *id, const char *name, const char *tool,
                                             const char *memory_limit,
@@ -113,6 +124,9 @@ void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provi
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);
 
+/* A request in flight holds it until UNTIL (at the latest; 0: let go). */
+void ci_directory_hold(ci_directory *d, ci_container *c, apr_time_t until);
+
 /* It was used: last_active_at = NOW, which moves its expiry. */
 void ci_directory_touch(ci_directory *d, ci_container *c, apr_time_t now);
 
@@ -131,7 +145,7 @@ void ci_directory_delete(ci_directory *d, ci_container *c, apr_time_t now);
 /* Expire every running container idle past its expiry at NOW; returns them
  * (ci_container *) for the host to destroy their sandboxes, and forgets the
  * records and items whose retention has run out. Memory of the array from
- * P. A busy container is not expired while it runs. */
+ * P. A busy or held container is not expired while it is. */
 apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_pool_t *p);
 
 /* Containers with a remote sandbox (a handle) that ci_directory_expire

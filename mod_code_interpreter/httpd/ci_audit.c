@@ -67,13 +67,44 @@ static void add_string(json_object *o, const char *key, const char *value)
     json_object_object_add(o, key, value ? json_object_new_string(value) : NULL);
 }
 
+static void write_line(request_rec *r, json_object *line)
+{
+    apr_size_t len;
+    const char *text = apr_pstrcat(r->pool, ci_json_text(line, &len), "\n", NULL);
+    if (audit_lock)
+        apr_thread_mutex_lock(audit_lock);
+    apr_file_write_full(audit_file, text, len + 1, NULL);
+    if (audit_lock)
+        apr_thread_mutex_unlock(audit_lock);
+}
+
+void ci_audit_admission(request_rec *r, const char *tool, const char *container,
+                        const char *event, const char *reason, const char *evicted)
+{
+    json_object *line;
+    char when[APR_RFC822_DATE_LEN];
+    ci_req_state *st = ci_state_get(r);
+    if (!audit_file)
+        return;
+    line = ci_json_own(r->pool, json_object_new_object());
+    apr_rfc822_date(when, apr_time_now());
+    add_string(line, "time", when);
+    add_string(line, "request_id", r->log_id);
+    add_string(line, "client", r->useragent_ip);
+    add_string(line, "event", event);
+    add_string(line, "tool", tool);
+    add_string(line, "container_id", container);
+    add_string(line, "owner", st ? st->owner : apr_table_get(r->notes, "ci-owner"));
+    add_string(line, "reason", reason);
+    add_string(line, "evicted", evicted);
+    write_line(r, line);
+}
+
 void ci_audit_execution(request_rec *r, const char *tool, const char *container,
                         const ci_call *call, const ci_exec_result *res)
 {
     json_object *line;
     char when[APR_RFC822_DATE_LEN];
-    const char *text;
-    apr_size_t len;
 
     if (!audit_file)
         return;
@@ -82,6 +113,7 @@ void ci_audit_execution(request_rec *r, const char *tool, const char *container,
     add_string(line, "time", when);
     add_string(line, "request_id", r->log_id);
     add_string(line, "client", r->useragent_ip);
+    add_string(line, "event", "execution");
     add_string(line, "tool", tool);
     add_string(line, "container_id", container);
     add_string(line, "owner", ci_state_get(r)->owner);
@@ -94,10 +126,5 @@ void ci_audit_execution(request_rec *r, const char *tool, const char *container,
     add_string(line, "failure", res->failure);
     json_object_object_add(line, "duration_ms",
                            json_object_new_double((double)res->duration / 1000.0));
-    text = apr_pstrcat(r->pool, ci_json_text(line, &len), "\n", NULL);
-    if (audit_lock)
-        apr_thread_mutex_lock(audit_lock);
-    apr_file_write_full(audit_file, text, len + 1, NULL);
-    if (audit_lock)
-        apr_thread_mutex_unlock(audit_lock);
+    write_line(r, line);
 }

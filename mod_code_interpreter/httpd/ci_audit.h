@@ -1,6 +1,7 @@
 /*
  * ci_audit.h - the opt-in audit log (CodeInterpreterAuditLog): one JSON line
- * per execution, never a key, a token or the execution's output.
+ * per execution and per container admission that waited, was refused or
+ * evicted another; never a key, a token or the execution's output.
  */
 #ifndef CI_AUDIT_H
 #define CI_AUDIT_H
@@ -14,5 +15,10 @@ int ci_audit_open(apr_pool_t *pconf, server_rec *s);
 void ci_audit_child_init(apr_pool_t *pchild);
 void ci_audit_execution(request_rec *r, const char *tool, const char *container,
                         const ci_call *call, const ci_exec_result *res);
+/* A container's admission that was not plain: EVENT "waited" (for room),
+ * "refused" (REASON: owner_full, node_full, budget_full) or "evicted"
+ * (EVICTED: the idle container that made room). */
+void ci_audit_admission(request_rec *r, const char *tool, const char *container,
+                        const char *event, const char *reason, const char *evicted);
 
 #endif

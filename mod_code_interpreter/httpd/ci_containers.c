@@ -12,6 +12,7 @@
 #include "ci_json.h"
 #include "ci_owner.h"
 #include "ci_registry.h"
+#include "ci_audit.h"
 #include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
@@ -84,11 +85,66 @@ void ci_containers_unavailable(apr_pool_t *p, ci_error *err)
                  "shortly.");
 }
 
-void ci_containers_over_budget(apr_pool_t *p, ci_error *err)
+int ci_containers_capacity(ci_dir_status why)
 {
-    ci_error_set(err, 503, CI_SERVER, NULL, "memory_budget", p,
-                 "The containers of this server hold all the memory it allows; "
-                 "retry shortly.");
+    return why == CI_DIR_OWNER_FULL || why == CI_DIR_NODE_FULL || why == CI_DIR_BUDGET_FULL;
+}
+
+void ci_containers_refused(request_rec *r, ci_dir_status why, int status, ci_error *err)
+{
+    ci_server_conf *sc = ci_server_config(r->server);
+    const char *type = status == 429 ? CI_INVALID : CI_SERVER;
+    if (why == CI_DIR_OWNER_FULL)
+        ci_error_set(err, status, type, NULL, "container_limit", r->pool,
+                     "You hold as many containers as this server allows per caller "
+                     "(CodeInterpreterMaxContainersPerOwner %d), all of them in use; "
+                     "retry when one has been idle for %d s.",
+                     ci_server_max_per_owner(sc), ci_server_eviction_grace(sc));
+    else if (why == CI_DIR_BUDGET_FULL)
+        ci_error_set(err, status, type, NULL, "memory_budget", r->pool,
+                     "The containers of this server hold all the memory it allows "
+                     "(CodeInterpreterMemoryBudget), all of them in use; retry shortly.");
+    else
+        ci_error_set(err, status, type, NULL, "sandbox_capacity", r->pool,
+                     "This server runs as many containers as it allows "
+                     "(CodeInterpreterMaxSandboxes %d%s), all of them in use; retry "
+                     "shortly.", ci_server_max_sandboxes(sc),
+                     ci_server_reserve(sc) > 0
+                         ? apr_psprintf(r->pool, ", the last %d of them for callers that "
+                                        "hold fewer", ci_server_reserve(sc)) : "");
+    apr_table_setn(r->err_headers_out, "Retry-After", "5");
+}
+
+void ci_containers_note_admission(request_rec *r, const char *tool, const char *container,
+                                  int waited, json_object *ans)
+{
+    ci_dir_status why = status_of(ans);
+    json_object *evicted = ci_json_get(ans, "evicted", json_type_object);
+    ci_registry_admission(waited, why, evicted != NULL);
+    if (waited)
+        ci_audit_admission(r, tool, container, "waited", NULL, NULL);
+    if (evicted)
+        ci_audit_admission(r, tool, container, "evicted", NULL, ci_json_str(evicted, "id"));
+    if (ci_containers_capacity(why))
+        ci_audit_admission(r, tool, container, "refused", ci_supdir_status_name(why), NULL);
+}
+
+/* Asked again while it is refused for room, until UNTIL: each refusal is a
+ * pause of 50 ms, doubling to 400 ms. */
+json_object *ci_containers_create_waiting(request_rec *r, json_object *req, apr_time_t until,
+                                          int *waited)
+{
+    apr_interval_time_t pause = apr_time_from_msec(50);
+    json_object *ans;
+    *waited = 0;
+    while ((ans = dir_ask(r, req)) && ci_containers_capacity(status_of(ans)) &&
+           apr_time_now() + pause < until) {
+        *waited = 1;
+        apr_sleep(pause);
+        if (pause < apr_time_from_msec(400))
+            pause *= 2;
+    }
+    return ans;
 }
 
 static int unavailable(request_rec *r, ci_error *err)
@@ -136,13 +192,25 @@ static int expired(request_rec *r, const char *id, int index, ci_error *err)
     return 400;
 }
 
-/* The container ID of the owner: its status, NULL answer when unreachable. */
+static int hold_seconds(request_rec *r, const ci_req_state *st);
+static void held_by(request_rec *r, ci_req_state *st, const char *id);
+static ci_dir_status status_of(json_object *ans);
+
+/* The container ID of the owner: its status, NULL answer when unreachable.
+ * TOUCH: a use, and the intercepted request holds it until it is done (it
+ * is then neither evicted nor expired under its feet). */
 static json_object *lookup(request_rec *r, const char *owner, const char *id, int touch)
 {
-    json_object *req = dir_request(r->pool, "get", owner);
+    json_object *req = dir_request(r->pool, "get", owner), *ans;
+    ci_req_state *st = touch ? ci_state_get(r) : NULL;
     put_str(req, "id", id);
     json_object_object_add(req, "touch", json_object_new_boolean(touch));
-    return dir_ask(r, req);
+    if (st)
+        json_object_object_add(req, "hold", json_object_new_int(hold_seconds(r, st)));
+    ans = dir_ask(r, req);
+    if (st && ans && status_of(ans) == CI_DIR_OK)
+        held_by(r, st, id);
+    return ans;
 }
 
 /* The container ANS names runs on another node (ci_shared_elsewhere). */
@@ -319,7 +387,8 @@ const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int too
 
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *id, const char *name, int idle)
+                                          const char *id, const char *name, int idle,
+                                          int hold)
 {
     ci_server_conf *sc = ci_server_config(r->server);
     json_object *req = dir_request(r->pool, "create", owner);
@@ -340,26 +409,31 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
     json_object_object_add(l, "retention", json_object_new_int(tool->retention));
     json_object_object_add(l, "budget", json_object_new_int64(
                                (apr_int64_t)sc->memory_budget));
+    json_object_object_add(l, "grace", json_object_new_int(ci_server_eviction_grace(sc)));
+    json_object_object_add(l, "reserve", json_object_new_int(ci_server_reserve(sc)));
     json_object_object_add(req, "limits", l);
+    if (hold > 0)
+        json_object_object_add(req, "hold", json_object_new_int(hold));
     return req;
 }
 
-static apr_status_t refused(request_rec *r, ci_dir_status why, ci_error *err)
+/* Seconds the request ST holds its container: what is left of its deadline
+ * (and a minute more: its last answer is written after). */
+static int hold_seconds(request_rec *r, const ci_req_state *st)
 {
-    if (why == CI_DIR_BUDGET_FULL) {
-        ci_containers_over_budget(r->pool, err);
-        return APR_EAGAIN;
-    }
-    if (why == CI_DIR_OWNER_FULL) {
-        ci_error_set(err, 503, CI_SERVER, NULL, "container_limit", r->pool,
-                     "You hold as many containers as this server allows per caller, "
-                     "all of them busy; retry when one is done.");
-        return APR_EAGAIN;
-    }
-    ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", r->pool,
-                 "This server is running as many code sandboxes as it allows; retry "
-                 "shortly.");
-    return APR_EAGAIN;
+    apr_time_t end = st->started + ci_dir_deadline(ci_dir_config(r));
+    apr_time_t now = apr_time_now();
+    return (int)apr_time_sec(end > now ? end - now : 0) + 60;
+}
+
+/* When a request waiting for room gives up: the capacity wait, within its
+ * deadline. */
+static apr_time_t wait_until(request_rec *r, const ci_req_state *st)
+{
+    apr_time_t end = st->started + ci_dir_deadline(ci_dir_config(r));
+    apr_time_t until = apr_time_now() +
+                       apr_time_from_sec(ci_server_capacity_wait(ci_server_config(r->server)));
+    return until < end ? until : end;
 }
 
 apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
@@ -367,6 +441,8 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
 {
     json_object *req, *ans;
     ci_dir_status why;
+    int waited = 0;
+    apr_time_t began;
     if (st->container_exists) {
         if (!(ans = lookup(r, st->owner, st->container_id, 1)))
             return unavailable(r, err), APR_EGENERAL;
@@ -380,12 +456,24 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
     else {
         req = ci_containers_create_request(r, st->owner, st->sandbox,
                                            st->req->memory_limit, st->container_id, NULL,
-                                           st->sandbox->idle);
-        if (!(ans = dir_ask(r, req)))
+                                           st->sandbox->idle, hold_seconds(r, st));
+        began = apr_time_now();
+        ans = ci_containers_create_waiting(r, req, wait_until(r, st), &waited);
+        /* for the access log: %{ci-admit-wait-us}n, the time spent waiting
+         * for room (0: admitted at once) */
+        apr_table_setn(r->notes, "ci-admit-wait-us", apr_psprintf(
+                           r->pool, "%" APR_TIME_T_FMT, waited ? apr_time_now() - began : 0));
+        if (!ans)
             return unavailable(r, err), APR_EGENERAL;
-        if ((why = status_of(ans)) != CI_DIR_OK)
-            return refused(r, why, err);
+        ci_containers_note_admission(r, st->sandbox->name, st->container_id, waited, ans);
+        if ((why = status_of(ans)) != CI_DIR_OK) {
+            ci_containers_refused(r, why, 503, err);
+            ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0807: no container for this "
+                          "request: %s", ci_supdir_status_name(why));
+            return APR_EAGAIN;
+        }
         st->container_exists = 1;
+        held_by(r, st, st->container_id);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
                       "(tool %s)%s%s", st->container_id, st->sandbox->name,
                       ci_json_get(ans, "evicted", json_type_object)
@@ -442,6 +530,33 @@ void ci_containers_expired(request_rec *r, ci_req_state *st)
 
 /* ---- what the response leaves ------------------------------------------------ */
 
+/* The end of a request that held its container without finishing (an
+ * error, a client gone): the hold is let go now rather than at its lease's
+ * end, so that the container may be evicted once idle. */
+static apr_status_t let_go(void *data)
+{
+    request_rec *r = data;
+    ci_req_state *st = ci_state_get(r);
+    apr_pool_t *p;
+    json_object *req;
+    if (!st || !st->container_held || !st->owner)
+        return APR_SUCCESS;
+    apr_pool_create(&p, NULL);
+    req = dir_request(p, "finish", st->owner);
+    put_str(req, "container_id", st->container_held);
+    st->container_held = NULL;
+    ci_containers_ask(r, p, req);
+    apr_pool_destroy(p);
+    return APR_SUCCESS;
+}
+
+static void held_by(request_rec *r, ci_req_state *st, const char *id)
+{
+    if (!st->container_held)
+        apr_pool_pre_cleanup_register(r->pool, r, let_go);
+    st->container_held = apr_pstrdup(r->pool, id);
+}
+
 void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
                           const char *response_id)
 {
@@ -466,6 +581,8 @@ void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
     }
     json_object_object_add(req, "items", items);
     dir_ask(r, req);
+    if (st->container_held && !strcmp(st->container_held, st->container_id))
+        st->container_held = NULL;
 }
 
 /* ---- files out: what the final text may cite ------------------------------ */

@@ -34,7 +34,20 @@ const char *ci_containers_recall(void *baton, const char *item_id,
 /* The 503 answers: the directory cannot be asked; the memory budget is
  * full (memory from P). */
 void ci_containers_unavailable(apr_pool_t *p, ci_error *err);
-void ci_containers_over_budget(apr_pool_t *p, ci_error *err);
+/* Whether WHY refuses a container for want of room (a cap, the budget). */
+int ci_containers_capacity(ci_dir_status why);
+/* The refusal for WHY (a capacity status), with STATUS (503 for a turn, 429
+ * for the Containers API), naming the limit, with Retry-After. */
+void ci_containers_refused(request_rec *r, ci_dir_status why, int status, ci_error *err);
+/* Create REQ, asked again while it is refused for room, until UNTIL at the
+ * latest (*WAITED: it was refused at least once): the last answer, NULL
+ * when the directory could not be asked. */
+json_object *ci_containers_create_waiting(request_rec *r, json_object *req, apr_time_t until,
+                                          int *waited);
+/* A create's admission (ANS, after WAITED) counted for server-status and
+ * written to the audit log when it waited, evicted or was refused. */
+void ci_containers_note_admission(request_rec *r, const char *tool, const char *container,
+                                  int waited, json_object *ans);
 
 /* A directory request OP of OWNER (JSON, ci_supdir.h; owned by P). */
 json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner);
@@ -45,9 +58,11 @@ json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req);
 /* A create request for OWNER's new container of TOOL in memory tier TIER
  * (NULL: the default), with ID (NULL: one minted by the directory), NAME,
  * IDLE seconds, and the server's caps and budget. */
+/* HOLD: seconds the asking request holds the new container (0: none). */
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *id, const char *name, int idle);
+                                          const char *id, const char *name, int idle,
+                                          int hold);
 
 /* Fixups, after the rewrite: the container of the request (ST->container_id
  * and the rest), outputs owed to a chained response put before the input.

@@ -7,6 +7,7 @@
 #include <apr_strings.h>
 #include "ci_containers_api.h"
 #include "ci_capi.h"
+#include "ci_registry.h"
 #include <http_config.h>
 #include <http_log.h>
 #include <http_protocol.h>
@@ -302,6 +303,13 @@ static int provision(api_req *a, const ci_container *c, const apr_array_header_t
     return -1;
 }
 
+/* A create waits for room at most CodeInterpreterCapacityWait. */
+static apr_time_t capacity_deadline(api_req *a)
+{
+    return apr_time_now() + apr_time_from_sec(
+                                ci_server_capacity_wait(ci_server_config(a->r->server)));
+}
+
 static int create(api_req *a)
 {
     const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
@@ -309,7 +317,8 @@ static int create(api_req *a)
     json_object *body = read_json(a), *req, *ans, *ids;
     apr_array_header_t *files = NULL;
     ci_container c;
-    int idle;
+    ci_dir_status why;
+    int idle, waited = 0;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
                      "The code interpreter is misconfigured on this server.");
@@ -324,19 +333,19 @@ static int create(api_req *a)
         return fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
                                        ci_json_str(body, "memory_limit"), NULL,
-                                       ci_json_str(body, "name"), idle);
-    if (!(ans = dir_ask(a, req)))
+                                       ci_json_str(body, "name"), idle, 0);
+    if (!(ans = ci_containers_create_waiting(a->r, req, capacity_deadline(a), &waited)))
         return unavailable(a);
-    if (status_of(ans) == CI_DIR_BUDGET_FULL) {
-        ci_containers_over_budget(a->r->pool, &a->err);
+    why = status_of(ans);
+    ci_containers_note_admission(a->r, def->name, ci_json_str(ci_json_get(
+                                     ans, "container", json_type_object), "id"),
+                                 waited, ans);
+    if (ci_containers_capacity(why)) {
+        ci_containers_refused(a->r, why, 429, &a->err);
         return fail(a);
     }
-    if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c)) {
-        ci_error_set(&a->err, 429, CI_INVALID, NULL, "container_limit", a->r->pool,
-                     "You hold as many containers as this server allows, all of them "
-                     "busy; delete one or retry later.");
-        return fail(a);
-    }
+    if (why != CI_DIR_OK || container_of(a, ans, "container", &c))
+        return unavailable(a);
     if (files && provision(a, &c, files))
         return fail(a);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0815: container %s created "

@@ -22,7 +22,8 @@
 #define DEFAULT_WORKERS 8
 #define DEFAULT_QUEUE_LIMIT 64
 #define DEFAULT_MAX_SANDBOXES 64
-#define DEFAULT_MAX_PER_OWNER 16
+#define DEFAULT_EVICTION_GRACE 300        /* a container used within 5 min stays */
+#define DEFAULT_CAPACITY_WAIT 5           /* a request waits 5 s for room */
 
 /* CodeInterpreter NAME uses seen while reading the configuration, checked
  * against the declared sandboxes in check_config (declaration order and
@@ -53,6 +54,7 @@ void *ci_create_server_conf(apr_pool_t *p, server_rec *s)
     c->sandboxes = apr_hash_make(p);
     c->declared_at = apr_hash_make(p);
     c->workers = c->queue_limit = c->max_sandboxes = c->max_per_owner = CI_UNSET;
+    c->eviction_grace = c->capacity_wait = CI_UNSET;
     return c;
 }
 
@@ -68,6 +70,10 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->max_per_owner = add->max_per_owner != CI_UNSET ? add->max_per_owner
                                                       : base->max_per_owner;
     c->memory_budget = add->memory_budget ? add->memory_budget : base->memory_budget;
+    c->eviction_grace = add->eviction_grace != CI_UNSET ? add->eviction_grace
+                                                        : base->eviction_grace;
+    c->capacity_wait = add->capacity_wait != CI_UNSET ? add->capacity_wait
+                                                      : base->capacity_wait;
     c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
     c->secret = add->secret ? add->secret : base->secret;
     c->directory = add->directory ? add->directory : base->directory;
@@ -179,9 +185,26 @@ int ci_server_max_sandboxes(const ci_server_conf *c)
     return c->max_sandboxes != CI_UNSET ? c->max_sandboxes : DEFAULT_MAX_SANDBOXES;
 }
 
+/* By default an owner may hold as many as the server: the per-owner cap is
+ * a fairness setting for servers shared by several callers. */
 int ci_server_max_per_owner(const ci_server_conf *c)
 {
-    return c->max_per_owner != CI_UNSET ? c->max_per_owner : DEFAULT_MAX_PER_OWNER;
+    return c->max_per_owner != CI_UNSET ? c->max_per_owner : ci_server_max_sandboxes(c);
+}
+
+int ci_server_eviction_grace(const ci_server_conf *c)
+{
+    return c->eviction_grace != CI_UNSET ? c->eviction_grace : DEFAULT_EVICTION_GRACE;
+}
+
+int ci_server_capacity_wait(const ci_server_conf *c)
+{
+    return c->capacity_wait != CI_UNSET ? c->capacity_wait : DEFAULT_CAPACITY_WAIT;
+}
+
+int ci_server_reserve(const ci_server_conf *c)
+{
+    return ci_server_max_sandboxes(c) / 8;
 }
 
 const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
@@ -281,6 +304,25 @@ static const char *set_directory(cmd_parms *cmd, void *dummy, const char *v)
         return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
     c->directory_at = apr_psprintf(cmd->pool, "%s:%d", cmd->directive->filename,
                                    cmd->directive->line_num);
+    return NULL;
+}
+
+/* CodeInterpreterEvictionGrace and CodeInterpreterCapacityWait: a duration
+ * (30s, 5m), or 0. */
+static const char *set_server_duration(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    int *field = (int *)((char *)c + (apr_size_t)cmd->info);
+    int max = field == &c->capacity_wait ? 600 : CI_MAX_SECONDS;
+    const char *err = ap_check_cmd_context(cmd, NOT_IN_DIR_CONTEXT);
+    if (err)
+        return err;
+    if (!strcmp(v, "0")) {
+        *field = 0;
+        return NULL;
+    }
+    if ((err = ci_parse_duration(cmd->pool, v, max, field)))
+        return directive_error(cmd, err);
     return NULL;
 }
 
@@ -433,6 +475,11 @@ const command_rec ci_directives[] = {
     AP_INIT_TAKE1("CodeInterpreterDirectory", set_directory, NULL, RSRC_CONF,
                   "redis://[user:password@]HOST:PORT[/DB]: the container directory "
                   "several nodes share"),
+    AP_INIT_TAKE1("CodeInterpreterEvictionGrace", set_server_duration,
+                  SOFF(eviction_grace), RSRC_CONF,
+                  "how long a used container is safe from eviction (0, 30s, 5m)"),
+    AP_INIT_TAKE1("CodeInterpreterCapacityWait", set_server_duration, SOFF(capacity_wait),
+                  RSRC_CONF, "how long a request waits for room at a cap (0, 5s)"),
     AP_INIT_TAKE1("CodeInterpreterMemoryBudget", set_memory_budget, NULL, RSRC_CONF,
                   "memory the running containers' tiers may hold together"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,

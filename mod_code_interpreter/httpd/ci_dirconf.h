@@ -27,6 +27,8 @@ typedef struct ci_server_conf {
     int max_sandboxes;
     int max_per_owner;       /* CodeInterpreterMaxContainersPerOwner */
     apr_uint64_t memory_budget; /* CodeInterpreterMemoryBudget, 0: none */
+    int eviction_grace;      /* CodeInterpreterEvictionGrace (s), CI_UNSET */
+    int capacity_wait;       /* CodeInterpreterCapacityWait (s), CI_UNSET */
     const char *audit_log;   /* CodeInterpreterAuditLog: a path or "|command" */
     ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
     ci_redis_conf *directory;  /* CodeInterpreterDirectory, or NULL: this node's */
@@ -91,6 +93,12 @@ int ci_server_workers(const ci_server_conf *c);
 int ci_server_queue_limit(const ci_server_conf *c);
 int ci_server_max_sandboxes(const ci_server_conf *c);
 int ci_server_max_per_owner(const ci_server_conf *c);
+/* Seconds a used container is safe from eviction; seconds a request waits
+ * for room at a cap; the node's last places kept for owners that hold fewer
+ * (an eighth of CodeInterpreterMaxSandboxes). */
+int ci_server_eviction_grace(const ci_server_conf *c);
+int ci_server_capacity_wait(const ci_server_conf *c);
+int ci_server_reserve(const ci_server_conf *c);
 
 /* The sandbox tool NAME of server S (the built-in "local" when not
  * declared), or NULL. */

@@ -27,7 +27,7 @@
 #include "mod_code_interpreter.h"
 
 #define REG_MAGIC 0x43495247u
-#define REG_LAYOUT 4u
+#define REG_LAYOUT 5u
 #define REG_SLOTS 4096
 #define REG_TOOLS 64
 
@@ -77,6 +77,10 @@ typedef struct registry {
     volatile apr_uint32_t orphans;  /* remote sandboxes of dead children */
     apr_uint32_t max_live;
     volatile apr_uint32_t table_seq;
+    /* admissions of containers: requests that waited for room, refusals by
+     * the limit reached, containers evicted to admit another */
+    volatile apr_uint32_t admit_waits, refused_owner, refused_node, refused_budget,
+                          evicted;
     reg_tool_table tables[2];
     reg_tool tools[REG_TOOLS];
     reg_slot slots[REG_SLOTS];
@@ -669,6 +673,39 @@ void ci_registry_child_init(apr_pool_t *pchild, server_rec *s)
 
 /* The containers, as the supervisor (which holds their directory) counts
  * them. */
+void ci_registry_admission(int waited, ci_dir_status why, int evicted)
+{
+    if (!reg)
+        return;
+    if (waited)
+        apr_atomic_inc32(&reg->admit_waits);
+    if (evicted)
+        apr_atomic_inc32(&reg->evicted);
+    if (why == CI_DIR_OWNER_FULL)
+        apr_atomic_inc32(&reg->refused_owner);
+    else if (why == CI_DIR_NODE_FULL)
+        apr_atomic_inc32(&reg->refused_node);
+    else if (why == CI_DIR_BUDGET_FULL)
+        apr_atomic_inc32(&reg->refused_budget);
+}
+
+/* Admissions: waits, refusals by limit, evictions (since the registry was
+ * made: the server's start). */
+static void admission_status(request_rec *r, int flags)
+{
+    unsigned w = apr_atomic_read32(&reg->admit_waits), o = apr_atomic_read32(&reg->refused_owner),
+             n = apr_atomic_read32(&reg->refused_node), b = apr_atomic_read32(&reg->refused_budget),
+             e = apr_atomic_read32(&reg->evicted);
+    if (flags & AP_STATUS_SHORT)
+        ap_rprintf(r, "CodeInterpreterAdmissions: waited=%u refused_owner_cap=%u "
+                      "refused_server_cap=%u refused_memory_budget=%u evicted=%u\n",
+                   w, o, n, b, e);
+    else
+        ap_rprintf(r, "<p>Container admissions: %u waited for room; refused at the "
+                      "per-caller cap %u, the server's cap %u, the memory budget %u; %u "
+                      "idle containers evicted to admit others</p>\n", w, o, n, b, e);
+}
+
 static void containers_status(request_rec *r, int flags)
 {
     const char *text = NULL, *err = NULL, *perr;
@@ -691,17 +728,21 @@ static void containers_status(request_rec *r, int flags)
         ap_rprintf(r, "CodeInterpreterContainers: running=%d executing=%d idle=%d "
                       "local_sandboxes=%d expired=%d\n", running, executing,
                    running - executing, sandboxes, expired);
-        json_object_object_foreach(tools, name, n)
-            ap_rprintf(r, "CodeInterpreterContainers-%s: %d\n", name,
-                       json_object_get_int(n));
+        if (tools) {
+            json_object_object_foreach(tools, name, n)
+                ap_rprintf(r, "CodeInterpreterContainers-%s: %d\n", name,
+                           json_object_get_int(n));
+        }
         return;
     }
     ap_rprintf(r, "<p>Containers: %d running (%d executing, %d idle; %d local "
                   "sandboxes), %d expired kept for late references</p>\n<ul>\n",
                running, executing, running - executing, sandboxes, expired);
-    json_object_object_foreach(tools, tname, tn)
-        ap_rprintf(r, "<li>%s: %d</li>\n", ap_escape_html(r->pool, tname),
-                   json_object_get_int(tn));
+    if (tools) {
+        json_object_object_foreach(tools, tname, tn)
+            ap_rprintf(r, "<li>%s: %d</li>\n", ap_escape_html(r->pool, tname),
+                       json_object_get_int(tn));
+    }
     ap_rputs("</ul>\n", r);
 }
 
@@ -746,6 +787,7 @@ static int ci_status(request_rec *r, int flags)
     if (!(flags & AP_STATUS_SHORT))
         ap_rputs("</table>\n", r);
     containers_status(r, flags);
+    admission_status(r, flags);
     return OK;
 }
 

@@ -10,6 +10,7 @@
 #define CI_REGISTRY_H
 
 #include <httpd.h>
+#include "ci_directory.h"
 #include "ci_sandbox.h"
 
 /* Parent, real post_config: create or reuse the segment, publish the tools. */
@@ -52,6 +53,11 @@ void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
 
 /* The sandbox of SLOT was just used. */
 void ci_registry_touch(int slot);
+
+/* A container's admission: the request WAITED for room, and ended with
+ * WHY (a refusal at a cap or the budget is counted by its limit); EVICTED:
+ * another, idle, container of its owner made room. For server-status. */
+void ci_registry_admission(int waited, ci_dir_status why, int evicted);
 
 /* Counters. */
 void ci_registry_execution(const char *tool, ci_exec_outcome outcome,

@@ -366,8 +366,13 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         ap_log_rerror(APLOG_MARK, APLOG_ERR, s->rv, s->r,
                       "CI0303: sandbox of tool %s could not start: %s",
                       s->def->name, s->err ? s->err : "unknown reason");
-        ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
-                     "The code sandbox could not be started; retry shortly.");
+        if (s->rv == APR_EAGAIN)      /* the provider has no room (E2B's 429) */
+            ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_capacity", s->r->pool,
+                         "The sandbox service has no room for another sandbox now "
+                         "(its concurrency limit); retry shortly.");
+        else
+            ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
+                         "The code sandbox could not be started; retry shortly.");
         return APR_EGENERAL;
     }
     *res = s->res;

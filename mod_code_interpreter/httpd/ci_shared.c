@@ -123,11 +123,14 @@ static json_object *ask_supervisor(apr_pool_t *p, json_object *req, const char *
     return ans;
 }
 
-/* This node's supervisor drops its shadow, and the local sandbox with it. */
-static void drop_local(server_rec *s, apr_pool_t *p, const char *id)
+/* This node's supervisor drops its shadow, and the local sandbox with it
+ * (IF_IDLE: unless a request uses it right now). */
+static void drop_local(server_rec *s, apr_pool_t *p, const char *id, int if_idle)
 {
     const char *err = NULL;
     json_object *req = shadow_request(p, "drop", id);
+    if (if_idle)
+        json_object_object_add(req, "if_idle", json_object_new_boolean(1));
     if (!ask_supervisor(p, req, &err) && !strstr(err ? err : "", "not_found"))
         ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "CI0836: the local sandbox of "
                      "container %s could not be ended: %s", id, err ? err : "");
@@ -138,7 +141,7 @@ void ci_shared_destroy(server_rec *s, apr_pool_t *p, const ci_container *c)
     if (c->handle)
         destroy_remote(s, p, c);
     else if (c->node && !strcmp(c->node, node_name))
-        drop_local(s, p, c->id);
+        drop_local(s, p, c->id, 0);
     /* else: a local sandbox the supervisor ends itself (one node), or
      * another node's, ended by that node's claim or its shadow's expiry; or
      * a container that never had a sandbox */
@@ -396,9 +399,10 @@ static void reconcile(claimer *cl, apr_pool_t *p)
         if (!id)
             continue;
         ap_log_error(APLOG_MARK, APLOG_INFO, 0, cl->s, "CI0838: the local sandbox of "
-                     "container %s ended: the shared directory no longer has it running",
+                     "container %s ends (once no request uses it): the shared directory "
+                     "no longer has it running",
                      id);
-        drop_local(cl->s, p, id);
+        drop_local(cl->s, p, id, 1);
     }
 }
 

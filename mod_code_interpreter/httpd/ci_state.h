@@ -24,6 +24,8 @@ typedef struct ci_req_state {
                                   tool not served here any more: the model
                                   is told its state is gone */
     int container_lost_tool;   /* ... because of its tool */
+    const char *container_held;/* the container the directory holds for this
+                                  request: let go at its end (finish) */
     apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
                                   (ci_filesapi_file): put into the container
                                   when this request makes it */

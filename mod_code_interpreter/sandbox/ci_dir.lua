@@ -42,6 +42,8 @@ Data model:
   ci:n:NODE    hash    id -> memory_bytes: the running containers created on
                        NODE: the node's cap and memory budget. A container
                        counts only on its own node.
+                       held_until: a request in flight holds it until then
+                       (not evicted, not claimed); busy, busy_until: a run.
   ci:d         zset    expiry (last_active_at + idle) -> id: running
                        containers' deadlines, for claim_due.
   ci:r:RID     string  {c: container id, o: owner}: the container response
@@ -319,13 +321,32 @@ end
 -- The owner's least recently used idle container that evicting frees room
 -- for NODE: one of NODE's; for the owner's cap alone, also a remote one
 -- (a handle: any node can destroy it).
-local function idlest(live, node, local_only)
+-- Held by a request in flight (made or found by it) until then.
+local function held_now(r)
+  return is_num(r.held_until) and r.held_until > now
+end
+
+-- In use: busy, held, or used within the grace (never evicted).
+local function active(r, lim)
+  return busy_now(r) or held_now(r) or r.last_active_at + lim.grace * 1000000 > now
+end
+
+local function idlest(live, node, local_only, lim)
   local best
   for _, r in ipairs(live) do
     local here = r.node == node or (not local_only and r.handle ~= nil and r.handle ~= NULL)
-    if here and not busy_now(r) and (not best or older(r, best)) then best = r end
+    if here and not active(r, lim) and (not best or older(r, best)) then best = r end
   end
   return best
+end
+
+-- The node is full for an owner holding OWNED: its cap, or all but its
+-- reserve taken and the owner holding at least as many as the reserve.
+local function node_full_for(n, owned, lim)
+  if lim.node <= 0 then return false end
+  if n >= lim.node then return true end
+  return lim.reserve > 0 and lim.reserve < lim.node and n >= lim.node - lim.reserve and
+         owned >= lim.reserve
 end
 
 -- Room under the caps and the budget, from the owner's own containers only:
@@ -334,12 +355,12 @@ local function admit(owner, node, lim, memory)
   local live = owner_live(owner)
   local n, used = node_live(node)
   local owner_full = lim.owner > 0 and #live >= lim.owner
-  local node_full = lim.node > 0 and n >= lim.node
+  local node_full = node_full_for(n, #live, lim)
   local budget_full = lim.budget > 0 and used + memory > lim.budget
   if not owner_full and not node_full and not budget_full then return 'ok' end
-  local victim = idlest(live, node, node_full or budget_full)
+  local victim = idlest(live, node, node_full or budget_full, lim)
   if not victim then
-    return owner_full and 'owner_full' or node_full and 'node_full' or 'budget_full'
+    return node_full and 'node_full' or owner_full and 'owner_full' or 'budget_full'
   end
   if budget_full and used - victim.memory_bytes + memory > lim.budget then
     return 'budget_full'
@@ -353,7 +374,8 @@ local function limits_of(req)
   return {
     node = int_of(l, 'node', 0), owner = int_of(l, 'owner', 0),
     retention = int_of(l, 'retention', 3600), items = int_of(l, 'items', DEFAULT_ITEMS),
-    budget = int_of(l, 'budget', 0),
+    budget = int_of(l, 'budget', 0), grace = int_of(l, 'grace', 0),
+    reserve = int_of(l, 'reserve', 0),
   }
 end
 
@@ -435,6 +457,15 @@ local function memo_of(key, owner)
   return nil
 end
 
+-- The request asking holds R for req.hold seconds (its deadline), when it
+-- says so: true when that changed R (not saved here).
+local function hold(r, req)
+  local seconds = int_of(req, 'hold', 0)
+  if seconds <= 0 then return false end
+  r.held_until = now + seconds * 1000000
+  return true
+end
+
 -- ---- the operations ----------------------------------------------------------
 
 local function op_create(o)
@@ -456,7 +487,9 @@ local function op_create(o)
     table.insert(o.ans.gone, evicted.id)
   end
   if st == 'ok' then
-    o.ans.container = container_json(new_rec(o.req, o.owner, id or fresh_id, node, lim, idle))
+    local r = new_rec(o.req, o.owner, id or fresh_id, node, lim, idle)
+    if hold(r, o.req) then save(r) end
+    o.ans.container = container_json(r)
   end
 end
 
@@ -468,7 +501,10 @@ end
 
 local function op_get(o)
   local st, r = named(o)
-  if st == 'ok' and o.req.touch == true then touch(r) end
+  if st == 'ok' and o.req.touch == true then
+    if hold(r, o.req) then save(r) end
+    touch(r)
+  end
   o.ans.status = st
   if r then o.ans.container = container_json(r) end
 end
@@ -571,7 +607,13 @@ local function op_finish(o)
   if not r then return end
   -- An expired one is still what the response led to: the next turn is
   -- told its state is gone rather than nothing.
-  if r.status == 'running' then touch(r) end
+  if r.status == 'running' then
+    if held_now(r) then
+      r.held_until = 0                        -- the request is done with it
+      save(r)
+    end
+    touch(r)
+  end
   for _, it in ipairs(type(o.req.items) == 'table' and o.req.items or {}) do
     local id, text = str_of(it, 'id'), str_of(it, 'text')
     if id and text and string.sub(id, 1, 3) == 'ci_' then remember(id, r, text, max) end
@@ -602,7 +644,8 @@ local function op_claim_due(o)
     local r = raw(id)
     if not r or r.status ~= 'running' then
       redis.call('ZREM', K_DEADLINES, id)
-    elseif not busy_now(r) and (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
+    elseif not busy_now(r) and not held_now(r) and
+           (r.node == node or (r.handle ~= nil and r.handle ~= NULL)) then
       retire(r, 'expired')
       local c = container_json(r)
       c.owner = r.owner            -- no owner asked: the caller checks auth with it

@@ -128,7 +128,18 @@ static void take_limits(op *o)
     lim.retention = apr_time_from_sec(int_of(l, "retention", 3600));
     lim.max_items_bytes = (apr_size_t)int_of(l, "items", 64 << 20);
     lim.memory_budget = (apr_uint64_t)int_of(l, "budget", 0);
+    lim.grace = apr_time_from_sec(int_of(l, "grace", 0));
+    lim.reserve = (int)int_of(l, "reserve", 0);
     ci_directory_set_limits(o->d, &lim);
+}
+
+/* The request asking holds C for "hold" seconds (its deadline), when it
+ * says so: neither evicted nor expired before it is done. */
+static void hold(op *o, ci_container *c)
+{
+    apr_int64_t seconds = int_of(o->req, "hold", 0);
+    if (seconds > 0)
+        ci_directory_hold(o->d, c, o->now + apr_time_from_sec(seconds));
 }
 
 static void op_create(op *o)
@@ -147,9 +158,11 @@ static void op_create(op *o)
                                        ci_json_str(o->req, "memory_limit"),
                                        (apr_uint64_t)int_of(o->req, "memory_bytes", 0), idle,
                                        o->now, &c, &evicted);
-    if (c)
+    if (c) {
         ci_directory_set_origin(o->d, c, ci_json_str(o->req, "provider"),
                                 ci_json_str(o->req, "cred"));
+        hold(o, c);
+    }
     answer_status(o, st);
     if (c)
         answer_container(o, "container", c);
@@ -169,8 +182,10 @@ static void op_get(op *o)
     ci_container *c;
     json_object *touch = ci_json_get(o->req, "touch", json_type_boolean);
     ci_dir_status st = get_named(o, &c);
-    if (st == CI_DIR_OK && touch && json_object_get_boolean(touch))
+    if (st == CI_DIR_OK && touch && json_object_get_boolean(touch)) {
         ci_directory_touch(o->d, c, o->now);
+        hold(o, c);
+    }
     answer_status(o, st);
     if (c)
         answer_container(o, "container", c);
@@ -259,8 +274,10 @@ static void op_finish(op *o)
         return;
     /* An expired one is still what the response led to: the next turn is
      * told its state is gone rather than nothing. */
-    if (st == CI_DIR_OK)
+    if (st == CI_DIR_OK) {
         ci_directory_touch(o->d, c, o->now);
+        ci_directory_hold(o->d, c, 0);           /* the request is done with it */
+    }
     for (i = 0; i < n; i++) {
         json_object *it = json_object_array_get_idx(items, i);
         const char *id = ci_json_str(it, "id"), *text = ci_json_str(it, "text");
@@ -321,6 +338,13 @@ static void op_drop(op *o)
     ci_container *c = ci_directory_find(o->d, ci_json_str(o->req, "id"));
     answer_status(o, c ? CI_DIR_OK : CI_DIR_NOT_FOUND);
     if (!c)
+        return;
+    /* if_idle (a node's check against a directory that lost its record): a
+     * request using it right now (a run, a wait, an attach) keeps it until
+     * it is done, and its own expiry ends it then, never from under the
+     * request's feet. (A delete or an expiry ends it at once.) */
+    if (c->busy && c->status == CI_CNTR_RUNNING &&
+        json_object_get_boolean(ci_json_get(o->req, "if_idle", json_type_boolean)))
         return;
     if (c->status == CI_CNTR_RUNNING)
         ci_directory_delete(o->d, c, o->now);

@@ -6,10 +6,13 @@
  *
  * Requests are {"op": NAME, "owner": KEYED_HASH, ...}:
  *   create      id?, name?, tool, provider?, cred?, memory_limit?,
- *               memory_bytes?, idle (seconds), limits {node, owner,
- *               retention (s), items (bytes), budget (bytes)}
+ *               memory_bytes?, idle (seconds), hold? (seconds: the request
+ *               holds it so long at most), limits {node, owner, retention
+ *               (s), items (bytes), budget (bytes), grace (s: used within
+ *               it, never evicted), reserve (the node's last places, for
+ *               owners holding fewer)}
  *               -> {status, container, evicted?}
- *   get         id, touch? -> {status, container?}
+ *   get         id, touch?, hold? -> {status, container?}
  *   set_handle  id, handle -> {status}
  *   delete      id -> {status, container?}
  *   expire      id -> {status}    (its sandbox is gone at the provider)
@@ -17,11 +20,12 @@
  *               -> {status, data: [container], has_more}
  *   response    response_id -> {status, container_id?, pending?}
  *   finish      container_id, response_id?, items [{id, text}], pending?
- *               -> {status}
+ *               -> {status}   (the request lets go of its hold)
  *   recall      item_id -> {status, text?, container_id?}
  *   adopt       id, tool, memory_limit?, idle -> {status}: a shadow of a
  *               shared directory's container, whose local sandbox runs here
- *   drop        id (no owner) -> {status}: the shared directory ended it
+ *   drop        id, if_idle? (no owner) -> {status}: the shared directory
+ *               ended it (IF_IDLE: unless a request is using it now)
  *   shadows     (no owner) -> {status, ids}: the running containers'
  *               ids, for a node to check against the shared directory
  *   claim_due   limit? (no owner) -> {status, containers, gone}: the

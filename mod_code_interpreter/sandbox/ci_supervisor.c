@@ -1677,7 +1677,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
 {
     apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
     apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
-    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20, 0 };
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20, 0, 0, 0 };
     memset(&sup, 0, sizeof(sup));
     sup.p = p;
     sup.cfg = cfg;

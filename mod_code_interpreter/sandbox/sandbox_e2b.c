@@ -498,14 +498,61 @@ static apr_status_t sandbox_init(ci_sandbox *sb, apr_pool_t *p, const ci_sandbox
 }
 
 /* Create a sandbox living TIMEOUT seconds (see create_body). */
+/* Answers a create is tried again after: the service busy (429: the
+ * account's concurrent sandboxes, or its rate) or failing (5xx), or not
+ * reached at all. */
+static int create_retryable(CURLcode rc, long status)
+{
+    if (rc == CURLE_COULDNT_CONNECT)
+        return 1;
+    return rc == CURLE_OK && (status == 429 || status == 500 || status == 502 ||
+                              status == 503 || status == 504);
+}
+
+static apr_status_t e2b_reap(const ci_reap_cred *cred, const char *id, const char **err);
+
+/* A create that timed out here may have succeeded at E2B: the sandboxes its
+ * metadata names (request = TAG) are deleted, as a dead child's are. */
+static void sweep_created(ci_sandbox *sb, apr_pool_t *tmp, const char *tag)
+{
+    answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    char *q = curl_easy_escape(sb->curl, apr_pstrcat(tmp, "request=", tag, NULL), 0);
+    json_object *list;
+    const char *perr;
+    ci_reap_cred cred = { sb->api_base, sb->api_key };
+    long status;
+    size_t i;
+    if (!q)
+        return;
+    ans.buf = apr_palloc(tmp, ans.cap);
+    if (control_call(sb->curl, "GET", apr_pstrcat(tmp, sb->api_base, "/v2/sandboxes?metadata=",
+                                                  q, NULL),
+                     sb->api_key, NULL, &ans, NULL, &status) == CURLE_OK && status == 200 &&
+        (list = ci_json_parse(tmp, ans.buf, ans.len, &perr)))
+        for (i = 0; i < ci_json_len(list); i++) {
+            const char *id = ci_json_str(json_object_array_get_idx(list, i), "sandboxID"),
+                       *why = NULL;
+            if (id && e2b_reap(&cred, id, &why) == APR_SUCCESS)
+                ci_log(CI_LOG_NOTICE, "CI0315: an E2B sandbox made by a create that timed "
+                       "out here was deleted");
+        }
+    curl_free(q);
+}
+
+/* The time a create keeps trying while the service is busy or failing. */
+#define CREATE_RETRY_FOR apr_time_from_sec(10)
+
 static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
                                 const char *tag, int container, int timeout,
                                 ci_sandbox **out, const char **err)
 {
     ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
     answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    apr_time_t give_up = apr_time_now() + CREATE_RETRY_FOR;
+    apr_interval_time_t pause = apr_time_from_msec(250);
     apr_status_t rv;
     apr_pool_t *tmp;
+    const char *body;
     CURLcode rc;
     long status;
 
@@ -515,15 +562,28 @@ static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
     /* The request and the answer (tokens in it) live only until here. */
     apr_pool_create(&tmp, p);
     ans.buf = apr_palloc(tmp, ans.cap);
-    rc = control_call(sb->curl, "POST", apr_pstrcat(tmp, sb->api_base, "/sandboxes", NULL),
-                      sb->api_key, create_body(tmp, def, tag, container, timeout),
-                      &ans, NULL, &status);
+    body = create_body(tmp, def, tag, container, timeout);
+    while ((rc = control_call(sb->curl, "POST",
+                              apr_pstrcat(tmp, sb->api_base, "/sandboxes", NULL),
+                              sb->api_key, body, &ans, NULL, &status),
+            create_retryable(rc, status)) && apr_time_now() + pause < give_up) {
+        explicit_bzero(ans.buf, ans.len);
+        ans.len = 0;
+        ans.over = ans.drop_rest = 0;
+        apr_sleep(pause);             /* backing off: 0.25 s, doubling to 2 s */
+        if (pause < apr_time_from_sec(2))
+            pause *= 2;
+    }
     if (rc != CURLE_OK) {
         *err = unreachable(p, rc, &ans);
         rv = rc == CURLE_OPERATION_TIMEDOUT ? APR_TIMEUP : APR_ECONNREFUSED;
+        if (rc == CURLE_OPERATION_TIMEDOUT)
+            sweep_created(sb, tmp, tag ? tag : "");
     }
-    else if (status != 201)
+    else if (status != 201) {
         *err = refused(p, status, &ans, sb->api_key);
+        rv = status == 429 ? APR_EAGAIN : APR_EGENERAL;
+    }
     else if ((*err = take_created(sb, tmp, &ans)) != NULL) {
         if (sb->id)
             delete_sandbox(sb);   /* it exists all the same */

@@ -22,7 +22,7 @@
 
 static ci_directory *dir(apr_pool_t *p, int max, int per_owner)
 {
-    ci_directory_limits lim = { max, per_owner, MIN(60), 1 << 20, 0 };
+    ci_directory_limits lim = { max, per_owner, MIN(60), 1 << 20, 0, 0, 0 };
     return ci_directory_create(p, &lim);
 }
 
@@ -174,7 +174,7 @@ static void test_responses_and_items(void **state)
 static void test_items_bounded_oldest_first(void **state)
 {
     apr_pool_t *p = *state;
-    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 0 };
+    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 0, 0, 0 };
     ci_directory *d = ci_directory_create(p, &lim);
     ci_container *a = make(d, "own_a", NULL, T0);
     char text[1001];
@@ -206,7 +206,7 @@ static void test_delete(void **state)
 static void test_memory_budget(void **state)
 {
     apr_pool_t *p = *state;
-    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 200 };
+    ci_directory_limits lim = { 0, 0, MIN(60), 4096, 200, 0, 0 };
     ci_directory *d = ci_directory_create(p, &lim);
     ci_container *a1, *a2, *c, *evicted;
     assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL,

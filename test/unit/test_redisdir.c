@@ -98,7 +98,7 @@ static long long admin(const char *port, const char *fmt, ...)
 static int setup(void **state)
 {
     fx *f = calloc(1, sizeof(*f));
-    ci_directory_limits lim = { 0, 0, SEC(3600), 1 << 20, 0 };
+    ci_directory_limits lim = { 0, 0, SEC(3600), 1 << 20, 0, 0, 0 };
     if (!f || apr_pool_create(&f->p, NULL) != APR_SUCCESS)
         return -1;
     f->d = ci_directory_create(f->p, &lim);

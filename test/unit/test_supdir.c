@@ -22,7 +22,7 @@
 
 static ci_directory *dir(apr_pool_t *p)
 {
-    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), 1 << 20, 0 };
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), 1 << 20, 0, 0, 0 };
     return ci_directory_create(p, &lim);
 }
 
