@@ -15,6 +15,9 @@ import pytest
 from conftest import CI, HTTPD, MODDIR, TOP, require
 
 MODULE_PATH = "usr/lib/apache2/modules/mod_code_interpreter.so"
+# What another module builds against (test_provider_module.py builds one).
+HEADER_PATHS = ["usr/include/apache2/" + h
+                for h in ("ci_exec.h", "ci_sandbox.h", "mod_code_interpreter.h")]
 PACKAGE = "libapache2-mod-code-interpreter"
 BUILD_TIMEOUT = 900
 
@@ -132,10 +135,10 @@ def test_make_install_destdir_puts_a_loadable_module(built):
     run(["make", "install", "DESTDIR=" + dest], src)
     so = os.path.join(dest, MODULE_PATH)
     assert os.path.isfile(so)
-    # Nothing is installed outside DESTDIR's module directory.
+    # Nothing is installed but the module and its public headers.
     installed = [os.path.relpath(os.path.join(d, f), dest)
                  for d, _, files in os.walk(dest) for f in files]
-    assert installed == [MODULE_PATH]
+    assert sorted(installed) == sorted([MODULE_PATH] + HEADER_PATHS)
     # It does not point back into the build tree.
     dyn = subprocess.run(["readelf", "-d", so], capture_output=True, text=True)
     if dyn.returncode == 0:
@@ -178,11 +181,11 @@ def test_debian_package():
             "python3-numpy", "python3-pandas", "python3-matplotlib"]
 
         listing = run(["dpkg-deb", "-c", deb], work).stdout
-        for path in ("./" + MODULE_PATH,
+        for path in ["./" + MODULE_PATH] + ["./" + h for h in HEADER_PATHS] + [
                      "./etc/apache2/mods-available/code_interpreter.load",
                      "./etc/apache2/mods-available/code_interpreter.conf",
                      "./usr/share/doc/%s/copyright" % PACKAGE,
-                     "./usr/share/doc/%s/CONFIGURATION.md" % PACKAGE):
+                     "./usr/share/doc/%s/CONFIGURATION.md" % PACKAGE]:
             assert path in listing, listing
 
         control = os.path.join(work, "control")

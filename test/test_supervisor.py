@@ -426,12 +426,19 @@ def uid_of(pid):
     raise AssertionError("no Uid line for %d" % pid)
 
 
+def supervisor_running_as(server, uid):
+    """The supervisor, once it has dropped its privileges: it is named
+    before it takes User, so a fresh one may still be root for a moment."""
+    return wait_for(lambda: [pid for pid in supervisors(server) if uid_of(pid) == uid],
+                    "a supervisor running as uid %d" % uid)[0]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to change User")
 def test_a_changed_user_restarts_the_supervisor(server, model):
-    sup = supervisor(server)
     www = pwd.getpwnam("www-data").pw_uid
     nobody = pwd.getpwnam("nobody")
-    assert uid_of(sup) == www
+    sup = supervisor_running_as(server, www)
+    assert supervisors(server) == [sup]
     conf_path = os.path.join(server.root, "httpd.conf")
     with open(conf_path) as f:
         text = f.read()
@@ -441,8 +448,8 @@ def test_a_changed_user_restarts_the_supervisor(server, model):
     server.mark()
     server.graceful()
     assert not running(sup)
-    [new] = supervisors(server)
-    assert uid_of(new) == nobody.pw_uid
+    new = supervisor_running_as(server, nobody.pw_uid)
+    assert supervisors(server) == [new]
     assert os.stat(socket_path(server)).st_uid == nobody.pw_uid
     assert "CI0605: sandbox supervisor %d stopped (User changed)" % sup \
         in server.log_since_mark()

@@ -11,7 +11,7 @@
 #include "ci_dirconf.h"
 #include "ci_json.h"
 #include "ci_state.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 static apr_file_t *audit_file;           /* this generation's log, or NULL */
 static apr_thread_mutex_t *audit_lock;   /* one line at a time per child */
@@ -100,31 +100,33 @@ void ci_audit_admission(request_rec *r, const char *tool, const char *container,
     write_line(r, line);
 }
 
-void ci_audit_execution(request_rec *r, const char *tool, const char *container,
-                        const ci_call *call, const ci_exec_result *res)
+/* The execution hook's first user (registered by the module): one line per
+ * execution. */
+int ci_audit_execution(request_rec *r, const ci_execution *e)
 {
     json_object *line;
     char when[APR_RFC822_DATE_LEN];
 
     if (!audit_file)
-        return;
+        return DECLINED;
     line = ci_json_own(r->pool, json_object_new_object());
     apr_rfc822_date(when, apr_time_now());
     add_string(line, "time", when);
     add_string(line, "request_id", r->log_id);
     add_string(line, "client", r->useragent_ip);
     add_string(line, "event", "execution");
-    add_string(line, "tool", tool);
-    add_string(line, "container_id", container);
-    add_string(line, "owner", ci_state_get(r)->owner);
-    add_string(line, "call_id", call->item_id);
-    add_string(line, "code", call->code);
-    json_object_object_add(line, "output_bytes", json_object_new_int64((int64_t)res->text_len));
-    json_object_object_add(line, "images", json_object_new_int(res->images ? res->images->nelts : 0));
-    add_string(line, "status", ci_exec_failed(res) ? "failed" : "completed");
-    add_string(line, "outcome", ci_exec_outcome_name(res->outcome));
-    add_string(line, "failure", res->failure);
+    add_string(line, "tool", e->tool);
+    add_string(line, "container_id", e->container_id);
+    add_string(line, "owner", e->owner);
+    add_string(line, "call_id", e->call_id);
+    add_string(line, "code", e->text);
+    json_object_object_add(line, "output_bytes", json_object_new_int64((int64_t)e->output_bytes));
+    json_object_object_add(line, "images", json_object_new_int(e->images));
+    add_string(line, "status", e->failed ? "failed" : "completed");
+    add_string(line, "outcome", ci_exec_outcome_name(e->outcome));
+    add_string(line, "failure", e->failure);
     json_object_object_add(line, "duration_ms",
-                           json_object_new_double((double)res->duration / 1000.0));
+                           json_object_new_double((double)e->duration / 1000.0));
     write_line(r, line);
+    return OK;
 }

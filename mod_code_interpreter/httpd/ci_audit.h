@@ -8,13 +8,13 @@
 
 #include <httpd.h>
 #include <http_config.h>
-#include "ci_loop.h"
+#include "mod_code_interpreter.h"
 
 const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target);
 int ci_audit_open(apr_pool_t *pconf, server_rec *s);
 void ci_audit_child_init(apr_pool_t *pchild);
-void ci_audit_execution(request_rec *r, const char *tool, const char *container,
-                        const ci_call *call, const ci_exec_result *res);
+/* The execution hook's function (mod_code_interpreter.h). */
+int ci_audit_execution(request_rec *r, const ci_execution *e);
 /* A container's admission that was not plain: EVENT "waited" (for room),
  * "refused" (REASON: owner_full, node_full, budget_full) or "evicted"
  * (EVICTED: the idle container that made room). */

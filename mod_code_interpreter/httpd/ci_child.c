@@ -13,7 +13,7 @@
 #include <http_core.h>
 #include <http_log.h>
 #include <mpm_common.h>
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 /* The signals the MPMs end or stop a child with. */
 static const int stop_signals[] = {SIGTERM, SIGHUP, AP_SIG_GRACEFUL, AP_SIG_GRACEFUL_STOP};

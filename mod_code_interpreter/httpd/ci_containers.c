@@ -17,7 +17,7 @@
 #include "ci_state.h"
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 /* ---- the directory ---------------------------------------------------------- */
 

@@ -22,7 +22,7 @@
 #include "ci_shared.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 #define OWNER_KEY "ci-api-owner"
 #define MAX_CREATE_BODY (64 * 1024)

@@ -9,7 +9,7 @@
 #include "ci_owner.h"
 #include "ci_dirconf.h"
 #include "ci_sandbox.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 /* ---- the defaults ------------------------------------------------------- */
 

@@ -20,7 +20,7 @@
 #include "ci_containers.h"
 #include "ci_state.h"
 #include "ci_upstream.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 /* One run of the loop. */
 struct ci_driver {
@@ -171,6 +171,30 @@ static int deadline_error(driver *dv)
 
 /* ---- executions --------------------------------------------------------- */
 
+/* The execution hook (mod_code_interpreter.h): CALL has run, from T0. */
+static void tell_execution(driver *dv, const ci_call *call, apr_time_t t0)
+{
+    const ci_exec_result *res = call->result;
+    ci_execution e;
+
+    memset(&e, 0, sizeof(e));
+    e.tool = dv->st->sandbox->name;
+    e.provider = dv->st->sandbox->provider->name;
+    e.container_id = dv->st->container_id;
+    e.owner = dv->st->owner;
+    e.call_id = call->item_id;
+    e.kind = "code";
+    e.text = call->code;
+    e.outcome = res->outcome;
+    e.failed = ci_exec_failed(res);
+    e.failure = res->failure;
+    e.output_bytes = res->text_len;
+    e.images = res->images ? res->images->nelts : 0;
+    e.started = t0;
+    e.duration = res->duration;
+    ci_run_execution(dv->r, &e);
+}
+
 static int execute_call(driver *dv, ci_call *call)
 {
     ci_exec_result res;
@@ -197,8 +221,7 @@ static int execute_call(driver *dv, ci_call *call)
     if (dv->r->connection->aborted)
         return -1;
     ci_loop_record(dv->loop, call, &res);
-    ci_audit_execution(dv->r, dv->st->sandbox->name, dv->st->container_id, call,
-                       call->result);
+    tell_execution(dv, call, t0);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, dv->r,
                   "CI0201: round %d call %s: %s in %" APR_TIME_T_FMT " us, "
                   "%" APR_SIZE_T_FMT " bytes of output", call->round,

@@ -14,7 +14,7 @@
 #include "ci_shared.h"
 #include "ci_json.h"
 #include "ci_multipart.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 #define CHUNK ((apr_size_t)64 * 1024)
 #define MAX_PART_HEADER 16384
@@ -228,7 +228,7 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
                      c->id);
         return 409;
     }
-    if (!def->provider->files_list) {
+    if (!(def->provider->caps & CI_CAP_FILES)) {
         ci_error_set(err, 501, CI_SERVER, NULL, "not_implemented", r->pool,
                      "Container files are not available for containers of the %s "
                      "provider.", def->provider->name);
@@ -242,8 +242,8 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
     /* A local container's sandbox is found by its id: attaching is how
      * it is started when it has none, and costs little when it has one. A
      * remote one with a handle is kept alive by attaching, for any use. */
-    if ((start && (!c->handle || !def->provider->handle)) ||
-        (c->handle && def->provider->handle))
+    if ((start && (!c->handle || !(def->provider->caps & CI_CAP_REMOTE))) ||
+        (c->handle && (def->provider->caps & CI_CAP_REMOTE)))
         return reach_sandbox(r, owner, c, t, err);
     return OK;
 }

@@ -21,7 +21,7 @@
 #include "ci_registry.h"
 #include "ci_scan.h"
 #include "ci_state.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 static const char replay_filter_name[] = "CODE_INTERPRETER_REPLAY";
 static ap_filter_rec_t *replay_filter_rec;
@@ -352,7 +352,7 @@ static int ci_fixups(request_rec *r)
     body = flatten(&rd, &len);
     sandbox = ci_sandbox_lookup(r->server, d->sandbox);
     opts.function_name = ci_dir_function_name(d);
-    opts.function_description = ci_function_description(sandbox && sandbox->internet);
+    opts.function_description = ci_function_description(sandbox && sandbox->network);
     /* The owner now: before mod_headers may change a header, and only for
      * a body that names the tool. */
     recall.r = r;

@@ -13,7 +13,7 @@
 #include "ci_driver.h"
 #include "ci_output.h"
 #include "ci_state.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 const char ci_output_filter_name[] = "CODE_INTERPRETER_OUT";
 

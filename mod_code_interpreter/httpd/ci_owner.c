@@ -5,7 +5,7 @@
 #include <http_log.h>
 #include "ci_dirconf.h"
 #include "ci_owner.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 #define RETAINED_SECRET "mod_code_interpreter_secret"
 

@@ -24,7 +24,7 @@
 #include "ci_supervisor.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 #define REG_MAGIC 0x43495247u
 #define REG_LAYOUT 5u

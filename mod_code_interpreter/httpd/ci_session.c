@@ -25,7 +25,7 @@
 #include "ci_state.h"
 #include "ci_supervisor.h"
 #include "ci_workers.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 struct ci_session {
     request_rec *r;
@@ -136,7 +136,8 @@ static int adopt_warm(ci_session *s)
         (s->slot = ci_registry_claim(s->def->name, s->container_id)) < 0)
         return 0;
     p = own_pool();
-    if (!ci_sandbox_take_warm(p, s->def, s->container_id, &sb)) {
+    if (!s->def->provider->warm_take ||
+        !s->def->provider->warm_take(p, s->def, s->container_id, &sb)) {
         apr_pool_destroy(p);
         return 1;                 /* the slot is claimed: start one */
     }

@@ -20,7 +20,7 @@
 #include "ci_registry.h"
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 /* A local shadow outlives its shared record by this much: the shared
  * directory's claim normally comes first (see ci_supdir's adopt). */
@@ -42,7 +42,7 @@ int ci_shared_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
     if (!ci_server_directory(r->server) || !c->node || !strcmp(c->node, node_name))
         return 0;
     def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
-    if (def && def->provider->handle)
+    if (def && (def->provider->caps & CI_CAP_REMOTE))
         return 0;                 /* a remote sandbox: any node reaches it */
     apr_table_setn(r->err_headers_out, CI_NODE_HEADER, apr_pstrdup(r->pool, c->node));
     ci_error_set(err, 409, CI_INVALID, NULL, "container_on_other_node", r->pool,
@@ -309,7 +309,7 @@ int ci_shared_adopt(request_rec *r, const char *owner, const ci_container *c,
     json_object *req;
     const char *err = NULL;
     int idle = c->idle_seconds > 0 ? c->idle_seconds : def->idle;
-    if (!ci_server_directory(r->server) || def->provider->handle)
+    if (!ci_server_directory(r->server) || (def->provider->caps & CI_CAP_REMOTE))
         return 0;
     req = shadow_request(r->pool, "adopt", c->id);
     json_object_object_add(req, "owner", json_object_new_string(owner));

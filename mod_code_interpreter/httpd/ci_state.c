@@ -1,7 +1,7 @@
 /* ci_state.c - an intercepted request's state, and error answers. */
 #include <http_protocol.h>
 #include "ci_state.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 ci_req_state *ci_state_get(request_rec *r)
 {

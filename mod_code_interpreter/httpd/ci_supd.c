@@ -45,7 +45,7 @@
 #include "ci_supervisor.h"
 #include "ci_supproto.h"
 #include "ci_workers.h"
-#include "mod_code_interpreter.h"
+#include "ci_module.h"
 
 #define RETAINED_KEY "mod_code_interpreter_supervisor"
 
@@ -323,7 +323,7 @@ static void build_wants(apr_pool_t *pconf, server_rec *s)
     int i, n = 0;
     for (i = 0; i < defs->nelts; i++) {
         const ci_sandbox_def *d = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
-        if (d->provider->warmable && d->warm > 0)
+        if ((d->provider->caps & CI_CAP_WARM) && d->warm > 0)
             warm[n++] = d;
     }
     gen_wants = ci_sup_warm_encode(pconf, warm, n, &gen_wants_len);

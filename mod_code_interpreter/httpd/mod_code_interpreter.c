@@ -4,7 +4,10 @@
  * ci_input.c; the response side in ci_output.c and the loop in ci_driver.c.
  */
 #define CI_MODULE_MAIN
+#include <stdlib.h>
+#include <string.h>
 #include <apr_strings.h>
+#include <ap_provider.h>
 #include <http_core.h>
 #include <http_protocol.h>
 #include <http_request.h>
@@ -25,6 +28,7 @@
 #include "ci_supd.h"
 #include "ci_upstream.h"
 #include "ci_workers.h"
+#include "ci_module.h"
 #include "mod_code_interpreter.h"
 
 /* Lines from the httpd-free code (ci_log.h) go to the main server's log. */
@@ -35,6 +39,58 @@ static void log_sink(ci_log_level level, const char *file, int line,
 {
     ap_log_error(file, line, APLOG_MODULE_INDEX, (int)level, 0, log_server, "%s",
                  message);
+}
+
+/* ---- the public interface (mod_code_interpreter.h) ------------------------ */
+
+APR_IMPLEMENT_OPTIONAL_HOOK_RUN_ALL(ci, CI, int, execution,
+                                    (request_rec *r, const ci_execution *e),
+                                    (r, e), OK, DECLINED)
+
+/* Sandbox providers live in httpd's provider registry: the built-in ones,
+ * registered below, and any another module registers. */
+static const ci_provider *find_provider(const char *name)
+{
+    return ap_lookup_provider(CI_PROVIDER_GROUP, name, CI_PROVIDER_VERSION);
+}
+
+static int builtin_rank(const char *name)
+{
+    int i;
+    for (i = 0; ci_builtin_providers[i]; i++)
+        if (!strcmp(ci_builtin_providers[i]->name, name))
+            return i;
+    return i;
+}
+
+/* Built-in providers first, in their order, then the others by name. */
+static int compare_provider_names(const void *a, const void *b)
+{
+    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
+    int rx = builtin_rank(x), ry = builtin_rank(y);
+    return rx != ry ? rx - ry : strcmp(x, y);
+}
+
+static const char *provider_names(apr_pool_t *p)
+{
+    apr_array_header_t *listed = ap_list_provider_names(p, CI_PROVIDER_GROUP,
+                                                        CI_PROVIDER_VERSION);
+    apr_array_header_t *names = apr_array_make(p, listed->nelts, sizeof(const char *));
+    int i;
+    for (i = 0; i < listed->nelts; i++)
+        *(const char **)apr_array_push(names) =
+            APR_ARRAY_IDX(listed, i, ap_list_provider_names_t).provider_name;
+    qsort(names->elts, names->nelts, sizeof(const char *), compare_provider_names);
+    return ci_provider_list_text(p, names);
+}
+
+static void register_providers(apr_pool_t *p)
+{
+    int i;
+    for (i = 0; ci_builtin_providers[i]; i++)
+        ap_register_provider(p, CI_PROVIDER_GROUP, ci_builtin_providers[i]->name,
+                             CI_PROVIDER_VERSION, ci_builtin_providers[i]);
+    ci_provider_set_finder(find_provider, provider_names);
 }
 
 /* ---- server hooks ------------------------------------------------------ */
@@ -115,6 +171,8 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
 
 static void ci_register_hooks(apr_pool_t *p)
 {
+    register_providers(p);
+    APR_OPTIONAL_HOOK(ci, execution, ci_audit_execution, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_pre_config(ci_pre_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_check_config(ci_check_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);

@@ -13,36 +13,74 @@
 
 extern const ci_provider ci_provider_local;
 extern const ci_provider ci_provider_e2b;
-#ifdef CI_TEST_PROVIDER
-extern const ci_provider ci_provider_test;
-#endif
 
-/* The providers. The first is the default of CodeInterpreterSandbox. */
-static const ci_provider *const providers[] = {
+/* The providers this library carries. The first is the default of
+ * CodeInterpreterSandbox. */
+const ci_provider *const ci_builtin_providers[] = {
     &ci_provider_local,
     &ci_provider_e2b,
-#ifdef CI_TEST_PROVIDER
-    &ci_provider_test,
-#endif
     NULL
 };
 
-const ci_provider *ci_provider_named(const char *name)
+#define MAX_ADDED 8
+static const ci_provider *added[MAX_ADDED];
+static const ci_provider *(*host_find)(const char *name);
+static const char *(*host_names)(apr_pool_t *p);
+
+void ci_provider_set_finder(const ci_provider *(*find)(const char *name),
+                            const char *(*names)(apr_pool_t *p))
+{
+    host_find = find;
+    host_names = names;
+}
+
+void ci_provider_add(const ci_provider *p)
 {
     int i;
-    for (i = 0; providers[i]; i++)
-        if (!strcmp(providers[i]->name, name))
-            return providers[i];
+    for (i = 0; i < MAX_ADDED; i++)
+        if (!added[i] || added[i] == p) {
+            added[i] = p;
+            return;
+        }
+}
+
+static const ci_provider *builtin_named(const char *name)
+{
+    int i;
+    for (i = 0; ci_builtin_providers[i]; i++)
+        if (!strcmp(ci_builtin_providers[i]->name, name))
+            return ci_builtin_providers[i];
+    for (i = 0; i < MAX_ADDED && added[i]; i++)
+        if (!strcmp(added[i]->name, name))
+            return added[i];
     return NULL;
+}
+
+const ci_provider *ci_provider_named(const char *name)
+{
+    return host_find ? host_find(name) : builtin_named(name);
 }
 
 const char *ci_provider_names(apr_pool_t *p)
 {
-    const char *out = providers[0]->name;
+    apr_array_header_t *names = apr_array_make(p, 4, sizeof(const char *));
     int i;
-    for (i = 1; providers[i]; i++)
-        out = apr_pstrcat(p, out, providers[i + 1] ? ", " : " or ",
-                          providers[i]->name, NULL);
+    if (host_names)
+        return host_names(p);
+    for (i = 0; ci_builtin_providers[i]; i++)
+        *(const char **)apr_array_push(names) = ci_builtin_providers[i]->name;
+    for (i = 0; i < MAX_ADDED && added[i]; i++)
+        *(const char **)apr_array_push(names) = added[i]->name;
+    return ci_provider_list_text(p, names);
+}
+
+const char *ci_provider_list_text(apr_pool_t *p, const apr_array_header_t *names)
+{
+    const char *out = "";
+    int i;
+    for (i = 0; i < names->nelts; i++)
+        out = apr_pstrcat(p, out, i == 0 ? "" : i == names->nelts - 1 ? " or " : ", ",
+                          APR_ARRAY_IDX(names, i, const char *), NULL);
     return out;
 }
 
@@ -68,7 +106,7 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
     d->files.max_files = 1000;
     d->files.max_bytes = 0;                          /* the sandbox's disk bounds it */
     if (provider->defaults)
-        provider->defaults(d);
+        provider->defaults(p, d);
     return d;
 }
 
@@ -117,7 +155,7 @@ static const char *find_provider(apr_pool_t *p, int argc, const char *const *arg
                                  const ci_provider **out)
 {
     int i;
-    *out = providers[0];
+    *out = ci_provider_named(ci_builtin_providers[0]->name);
     for (i = 0; i < argc; i++) {
         if (strncmp(argv[i], "provider=", 9) != 0)
             continue;
@@ -186,6 +224,8 @@ static const char *check_tiers(apr_pool_t *p, ci_sandbox_def *d)
     for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last)) {
         char *colon = strchr(entry, ':');
         ci_sandbox_def scratch = *d;
+        if (d->provider->conf_copy)
+            scratch.conf = d->provider->conf_copy(p, d->conf);
         if (!colon || !is_tier_name(entry, (apr_size_t)(colon - entry)) || !colon[1])
             return apr_psprintf(p, "tiers: '%s' is not valid: expected NAME:VALUE "
                                    "with NAME one of 1g, 4g, 16g, 64g", entry);
@@ -213,6 +253,8 @@ const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
                                "tool %s offers: %s.", name, def->name,
                             ci_sandbox_def_tier_names(p, def));
     d = apr_pmemdup(p, def, sizeof(*d));
+    if (def->provider->conf_copy)
+        d->conf = def->provider->conf_copy(p, def->conf);
     def->provider->tier(p, d, value);
     *out = d;
     return NULL;
@@ -257,6 +299,16 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     return NULL;
 }
 
+ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def)
+{
+    ci_sandbox_def *d = apr_pmemdup(p, def, sizeof(*def));
+    d->name = apr_pstrdup(p, def->name);
+    d->tiers = def->tiers ? apr_pstrdup(p, def->tiers) : NULL;
+    if (def->provider->conf_copy && def->conf)
+        d->conf = def->provider->conf_copy(p, def->conf);
+    return d;
+}
+
 const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def)
 {
     return def->provider->resolve ? def->provider->resolve(p, def) : NULL;
@@ -264,18 +316,13 @@ const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def)
 
 const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
 {
-    return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%s|%"
-                        APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%d|%s|%s|%s|%d|%d|%s|%s|%"
+    return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%d|%d|%s|%"
                         APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%"
-                        APR_UINT64_T_FMT,
-                        d->provider->name, d->timeout, d->max_output,
-                        d->python ? d->python : "", d->memory, d->processes, d->disk,
-                        d->warm, d->preload ? d->preload : "",
-                        d->api_base ? d->api_base : "",
-                        d->template_id ? d->template_id : "", d->lifetime,
-                        d->internet, d->sandbox_url ? d->sandbox_url : "",
+                        APR_UINT64_T_FMT "|%s",
+                        d->provider->name, d->timeout, d->max_output, d->warm, d->network,
                         d->tiers ? d->tiers : "", d->rss_bound, d->files.max_file,
-                        d->files.max_files, d->files.max_bytes);
+                        d->files.max_files, d->files.max_bytes,
+                        d->provider->fingerprint ? d->provider->fingerprint(p, d) : "");
 }
 
 /* ---- the box ------------------------------------------------------------- */

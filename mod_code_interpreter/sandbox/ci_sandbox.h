@@ -20,6 +20,7 @@
 
 #include <sys/types.h>
 #include <apr_pools.h>
+#include <apr_tables.h>
 #include <apr_time.h>
 #include "ci_exec.h"
 
@@ -78,8 +79,8 @@ typedef struct ci_file_limits {
     apr_uint64_t max_bytes;    /* bytes of all its files */
 } ci_file_limits;
 
-/* One declared sandbox tool. Provider-specific fields are read only by that
- * provider's file. */
+/* One declared sandbox tool: the keys every provider shares; the provider's
+ * own (CONF) are behind an opaque pointer that only its file reads. */
 typedef struct ci_sandbox_def {
     const char *name;
     const ci_provider *provider;
@@ -94,25 +95,21 @@ typedef struct ci_sandbox_def {
      * declared. The provider's tier entry applies a value to a def. */
     const char *tiers;
     ci_file_limits files;          /* uploads: max_file=, max_files=, max_bytes= */
-    apr_uint64_t rss_bound;        /* local: resident memory of the whole
-                                      sandbox, enforced by the supervisor;
-                                      0: none */
-    /* local */
-    const char *python;
-    apr_uint64_t memory;           /* address space per process */
-    int processes;                 /* tasks inside the sandbox */
-    apr_uint64_t disk;             /* size of /mnt/data and of any one file */
-    int warm;                      /* ready sandboxes per child */
-    const char *preload;           /* comma-separated modules a warm sandbox imports */
-    /* e2b */
-    const char *api_key_spec;      /* as written: env:VAR, file:PATH or literal */
-    const char *api_key;           /* resolved at configuration load; secret */
-    const char *api_base;
-    const char *template_id;
-    int lifetime;                  /* seconds */
-    int internet;
-    const char *sandbox_url;
+    apr_uint64_t rss_bound;        /* resident memory of the whole sandbox, for a
+                                      provider that bounds it here (and the
+                                      memory budget counts); 0: none */
+    int warm;                      /* sandboxes kept ready (CI_CAP_WARM) */
+    int network;                   /* code in it reaches the internet (the
+                                      function's description says so) */
+    void *conf;                    /* the provider's own keys */
 } ci_sandbox_def;
+
+/* What a provider can do (its caps): */
+#define CI_CAP_WARM       0x01   /* start sandboxes ahead of need (warm=, warm_take) */
+#define CI_CAP_REMOTE     0x02   /* its sandboxes outlive the process that made
+                                    them: remote_id, reap, a container's handle */
+#define CI_CAP_CONTAINERS 0x04   /* containers: attach, release (keep_alive) */
+#define CI_CAP_FILES      0x08   /* container files: files_list ... file_put */
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */
@@ -123,10 +120,17 @@ typedef struct ci_reap_cred {
 
 struct ci_provider {
     const char *name;
+    unsigned caps;                 /* CI_CAP_... */
     /* The keys this provider accepts besides the common ones, for messages. */
     const char *keys;
-    /* Fill the provider's defaults into D (the common ones are set). */
-    void (*defaults)(ci_sandbox_def *d);
+    /* Give D the provider's own configuration (D->conf, from P) with its
+     * defaults, and its defaults of common keys (the common ones are set). */
+    void (*defaults)(apr_pool_t *p, ci_sandbox_def *d);
+    /* A copy of CONF (from P), for a def changed by a tier. */
+    void *(*conf_copy)(apr_pool_t *p, const void *conf);
+    /* A text naming every non-secret key of D's own (the registry keeps a
+     * digest: two tools of the same text behave the same). */
+    const char *(*fingerprint)(apr_pool_t *p, const ci_sandbox_def *d);
     /* Parse KEY=V into D. *KNOWN = 0 when KEY is not this provider's.
      * Returns NULL or an error message naming the value and what is expected. */
     const char *(*parse_key)(apr_pool_t *p, ci_sandbox_def *d, const char *key,
@@ -166,8 +170,10 @@ struct ci_provider {
      * containers have no remote sandbox. */
     apr_status_t (*reap_handle)(const ci_reap_cred *cred, const char *handle,
                                 const char **err);
-    /* Sandboxes can be started ahead of need (warm=N). */
-    int warmable;
+    /* A sandbox of D started ahead of need (CI_CAP_WARM), for the container
+     * or request TAG: 1 with *OUT (its memory from P), 0 when none is ready. */
+    int (*warm_take)(apr_pool_t *p, const ci_sandbox_def *d, const char *tag,
+                     ci_sandbox **out);
 
     /* ---- containers: a sandbox that outlives the process using it ----
      * A container's sandbox is reached with attach from any child, used,
@@ -216,10 +222,21 @@ struct ci_provider {
                                const char **err);
 };
 
-/* The provider named NAME, or NULL. */
+/* The provider named NAME, or NULL: through the finder the host installed
+ * (the module: httpd's provider registry, ap_lookup_provider), else among
+ * the built-in ones and those added with ci_provider_add. */
 const ci_provider *ci_provider_named(const char *name);
 /* Every provider's name, for messages ("local or e2b"). */
 const char *ci_provider_names(apr_pool_t *p);
+/* NAMES (const char *) as a message lists them: "a, b or c". */
+const char *ci_provider_list_text(apr_pool_t *p, const apr_array_header_t *names);
+/* The finder and the namer of the host (NULL: the built-in ones). */
+void ci_provider_set_finder(const ci_provider *(*find)(const char *name),
+                            const char *(*names)(apr_pool_t *p));
+/* A provider beside the built-in ones (without a host's registry: tests). */
+void ci_provider_add(const ci_provider *p);
+/* The built-in providers, NULL-terminated (the first is the default). */
+extern const ci_provider *const ci_builtin_providers[];
 
 /* The defaults of a sandbox tool NAME of PROVIDER. */
 ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
@@ -240,6 +257,9 @@ const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
                                 const char *name, const ci_sandbox_def **out);
 /* The tiers DEF offers, for messages ("1g, 4g"). */
 const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def);
+
+/* A copy of DEF in P, its strings and its provider's keys too. */
+ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def);
 
 /* The provider's resolve entry. NULL or why not (no secret in it). */
 const char *ci_sandbox_def_resolve(apr_pool_t *p, ci_sandbox_def *def);

@@ -349,10 +349,7 @@ static box *box_start(const ci_sandbox_def *def, const char *deftext, const char
     apr_pool_create(&p, sup.p);
     b = apr_pcalloc(p, sizeof(*b));
     b->pool = p;
-    b->def = apr_pmemdup(p, def, sizeof(*def));
-    b->def->name = apr_pstrdup(p, def->name);
-    b->def->python = def->python ? apr_pstrdup(p, def->python) : NULL;
-    b->def->preload = def->preload ? apr_pstrdup(p, def->preload) : NULL;
+    b->def = ci_sandbox_def_copy(p, def);
     b->deftext = apr_pstrdup(p, deftext);
     b->tag = apr_pstrdup(p, tag);
     b->slot = -1;
@@ -641,10 +638,7 @@ static void set_wants(apr_array_header_t *wants)
         apr_pool_create(&p, sup.p);
         w = apr_pcalloc(p, sizeof(*w));
         w->pool = p;
-        w->def = apr_pmemdup(p, sw->def, sizeof(*sw->def));
-        w->def->name = apr_pstrdup(p, sw->def->name);
-        w->def->python = apr_pstrdup(p, sw->def->python);
-        w->def->preload = sw->def->preload ? apr_pstrdup(p, sw->def->preload) : NULL;
+        w->def = ci_sandbox_def_copy(p, sw->def);
         w->deftext = apr_pstrdup(p, sw->deftext);
         w->count = sw->count;
         w->next = sup.wants;

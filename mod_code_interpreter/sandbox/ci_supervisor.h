@@ -87,9 +87,5 @@ int ci_sup_send(int fd, int type, apr_uint32_t id, const char *data, apr_size_t 
 apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def, pid_t *pid,
                             int *in_fd, int *out_fd, int *err_fd);
 
-/* A warm sandbox of DEF from the supervisor's pool, for a request (TAG): 1
- * with *OUT (memory from P), 0 when none is ready or DEF is not warm. */
-int ci_sandbox_take_warm(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
-                         ci_sandbox **out);
 
 #endif

@@ -8,6 +8,7 @@
 #include "ci_json.h"
 #include "ci_sandbox.h"
 #include "ci_supproto.h"
+#include "local_conf.h"
 
 void ci_sup_header(unsigned char h[CI_SUP_HEADER], int type, apr_uint32_t id,
                    apr_size_t len)
@@ -180,17 +181,19 @@ static void add_int(json_object *o, const char *key, apr_int64_t v)
 static json_object *def_object(const ci_sandbox_def *d)
 {
     json_object *o = json_object_new_object();
+    /* (only local tools reach the supervisor) */
     json_object_object_add(o, "name", json_object_new_string(d->name));
     json_object_object_add(o, "provider", json_object_new_string(d->provider->name));
     add_int(o, "timeout_us", d->timeout);
     add_int(o, "max_output", (apr_int64_t)d->max_output);
-    json_object_object_add(o, "python", json_object_new_string(d->python ? d->python : ""));
-    add_int(o, "memory", (apr_int64_t)d->memory);
-    add_int(o, "processes", d->processes);
-    add_int(o, "disk", (apr_int64_t)d->disk);
+    const ci_local_conf *c = CI_LOCAL(d);
+    json_object_object_add(o, "python", json_object_new_string(c->python ? c->python : ""));
+    add_int(o, "memory", (apr_int64_t)c->memory);
+    add_int(o, "processes", c->processes);
+    add_int(o, "disk", (apr_int64_t)c->disk);
     add_int(o, "rss_bound", (apr_int64_t)d->rss_bound);
     json_object_object_add(o, "preload",
-                           json_object_new_string(d->preload ? d->preload : ""));
+                           json_object_new_string(c->preload ? c->preload : ""));
     return o;
 }
 
@@ -213,7 +216,9 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     const char *prov = o ? ci_json_str(o, "provider") : NULL;
     const char *python = o ? ci_json_str(o, "python") : NULL;
     const char *preload = o ? ci_json_str(o, "preload") : NULL;
-    const ci_provider *provider = prov ? ci_provider_named(prov) : NULL;
+    /* the supervisor runs local sandboxes only, whatever a peer names */
+    const ci_provider *provider = prov && !strcmp(prov, "local") ? ci_provider_named(prov)
+                                                                 : NULL;
     apr_int64_t timeout = o ? get_int(o, "timeout_us") : -1;
     apr_int64_t max_output = o ? get_int(o, "max_output") : -1;
     apr_int64_t memory = o ? get_int(o, "memory") : -1;
@@ -221,6 +226,7 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     apr_int64_t disk = o ? get_int(o, "disk") : -1;
     apr_int64_t rss_bound = o ? get_int(o, "rss_bound") : -1;
     ci_sandbox_def *d;
+    ci_local_conf *c;
 
     if (!name || !provider || !python || python[0] != '/' || !preload ||
         timeout <= 0 || max_output < 0 || memory < 0 || processes < 0 ||
@@ -229,12 +235,13 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     d = ci_sandbox_def_defaults(p, name, provider);
     d->timeout = timeout;
     d->max_output = (apr_size_t)max_output;
-    d->python = apr_pstrdup(p, python);
-    d->memory = (apr_uint64_t)memory;
-    d->processes = (int)processes;
-    d->disk = (apr_uint64_t)disk;
+    c = CI_LOCAL(d);
+    c->python = apr_pstrdup(p, python);
+    c->memory = (apr_uint64_t)memory;
+    c->processes = (int)processes;
+    c->disk = (apr_uint64_t)disk;
     d->rss_bound = (apr_uint64_t)rss_bound;
-    d->preload = preload[0] ? apr_pstrdup(p, preload) : NULL;
+    c->preload = preload[0] ? apr_pstrdup(p, preload) : NULL;
     *out = d;
     return NULL;
 }

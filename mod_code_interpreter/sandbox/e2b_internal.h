@@ -12,6 +12,19 @@
 #include "ci_curl.h"
 #include "ci_sandbox.h"
 
+/* The e2b provider's own keys of a sandbox tool (ci_sandbox_def's conf). */
+typedef struct ci_e2b_conf {
+    const char *api_key_spec;      /* as written: env:VAR, file:PATH or literal */
+    const char *api_key;           /* resolved at configuration load; secret */
+    const char *api_base;
+    const char *template_id;
+    int lifetime;                  /* seconds */
+    const char *sandbox_url;
+} ci_e2b_conf;
+
+/* DEF's e2b keys (DEF is a tool of the e2b provider). */
+#define CI_E2B(def) ((ci_e2b_conf *)(def)->conf)
+
 /* The code-interpreter server's port (data plane: /execute, /contexts). */
 #define E2B_PORT "49999"
 

@@ -160,7 +160,7 @@ static const char *default_domain(apr_pool_t *p, const char *api_base)
 static int lifetime_of(const ci_sandbox_def *def)
 {
     int need = (int)apr_time_sec(def->timeout) + LIFETIME_MARGIN_S;
-    return def->lifetime > need ? def->lifetime : need;
+    return CI_E2B(def)->lifetime > need ? CI_E2B(def)->lifetime : need;
 }
 
 /* ---- HTTP --------------------------------------------------------------- */
@@ -391,11 +391,11 @@ static const char *create_body(apr_pool_t *p, const ci_sandbox_def *def,
     if (container)
         json_object_object_add(meta, "container", json_object_new_string(tag ? tag : ""));
     json_object_object_add(body, "templateID",
-                           json_object_new_string(def->template_id));
+                           json_object_new_string(CI_E2B(def)->template_id));
     json_object_object_add(body, "timeout", json_object_new_int(timeout));
     json_object_object_add(body, "secure", json_object_new_boolean(1));
     json_object_object_add(body, "allow_internet_access",
-                           json_object_new_boolean(def->internet ? 1 : 0));
+                           json_object_new_boolean(def->network ? 1 : 0));
     json_object_object_add(body, "metadata", meta);
     return ci_json_pstr(p, body, NULL);
 }
@@ -465,8 +465,8 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
     if (!why) {
         sb->envd_token = apr_pstrdup(sb->p, envd);
         sb->traffic_token = traffic && *traffic ? apr_pstrdup(sb->p, traffic) : NULL;
-        if (sb->def->sandbox_url)
-            sb->data_base = trim_slash(sb->p, sb->def->sandbox_url);
+        if (CI_E2B(sb->def)->sandbox_url)
+            sb->data_base = trim_slash(sb->p, CI_E2B(sb->def)->sandbox_url);
         else
             sb->data_base = apr_pstrcat(sb->p, "https://" E2B_PORT "-", sb->id, ".",
                                         domain && *domain ? domain
@@ -481,7 +481,7 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
 static apr_status_t sandbox_init(ci_sandbox *sb, apr_pool_t *p, const ci_sandbox_def *def,
                                  const char **err)
 {
-    if (!def->api_key || !*def->api_key) {
+    if (!CI_E2B(def)->api_key || !*CI_E2B(def)->api_key) {
         *err = "no E2B API key is configured";
         return APR_EINIT;
     }
@@ -492,8 +492,8 @@ static apr_status_t sandbox_init(ci_sandbox *sb, apr_pool_t *p, const ci_sandbox
         *err = "could not create an HTTP client handle";
         return APR_ENOMEM;
     }
-    sb->api_key = apr_pstrdup(p, def->api_key);
-    sb->api_base = trim_slash(p, def->api_base);
+    sb->api_key = apr_pstrdup(p, CI_E2B(def)->api_key);
+    sb->api_base = trim_slash(p, CI_E2B(def)->api_base);
     return APR_SUCCESS;
 }
 
@@ -1174,10 +1174,10 @@ static void e2b_release(ci_sandbox *sb)
 
 static int e2b_reap_cred(const ci_sandbox_def *d, ci_reap_cred *out)
 {
-    if (!d->api_key)
+    if (!CI_E2B(d)->api_key)
         return 0;
-    out->locator = d->api_base;
-    out->secret = d->api_key;
+    out->locator = CI_E2B(d)->api_base;
+    out->secret = CI_E2B(d)->api_key;
     return 1;
 }
 
@@ -1240,14 +1240,30 @@ static apr_status_t e2b_reap_handle(const ci_reap_cred *cred, const char *handle
 
 /* ---- the tool's keys ----------------------------------------------------- */
 
-static void e2b_defaults(ci_sandbox_def *d)
+static void e2b_defaults(apr_pool_t *p, ci_sandbox_def *d)
 {
-    d->api_key_spec = "env:E2B_API_KEY";
-    d->api_base = "https://api.e2b.app";
-    d->template_id = "code-interpreter-v1";
-    d->lifetime = 300;
-    d->internet = 0;
-    d->sandbox_url = NULL;
+    ci_e2b_conf *c = apr_pcalloc(p, sizeof(*c));
+    c->api_key_spec = "env:E2B_API_KEY";
+    c->api_base = "https://api.e2b.app";
+    c->template_id = "code-interpreter-v1";
+    c->lifetime = 300;
+    c->sandbox_url = NULL;
+    d->conf = c;
+}
+
+static void *e2b_conf_copy(apr_pool_t *p, const void *conf)
+{
+    return apr_pmemdup(p, conf, sizeof(ci_e2b_conf));
+}
+
+/* Not the key: only its spec (a rotated key is told apart by the registry's
+ * digest of the credentials). */
+static const char *e2b_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
+{
+    const ci_e2b_conf *c = CI_E2B(d);
+    return apr_psprintf(p, "%s|%s|%d|%s", c->api_base ? c->api_base : "",
+                        c->template_id ? c->template_id : "", c->lifetime,
+                        c->sandbox_url ? c->sandbox_url : "");
 }
 
 static const char *e2b_parse_key(apr_pool_t *p, ci_sandbox_def *d, const char *key,
@@ -1257,34 +1273,34 @@ static const char *e2b_parse_key(apr_pool_t *p, ci_sandbox_def *d, const char *k
     if (!strcmp(key, "api_key")) {
         if (!*v)
             return "an empty value is not valid: expected env:VAR, file:PATH or the key";
-        d->api_key_spec = v;
+        CI_E2B(d)->api_key_spec = v;
         return NULL;
     }
     if (!strcmp(key, "api_base")) {
-        d->api_base = v;
+        CI_E2B(d)->api_base = v;
         return ci_parse_url(p, v);
     }
     if (!strcmp(key, "sandbox_url")) {
-        d->sandbox_url = v;
+        CI_E2B(d)->sandbox_url = v;
         return ci_parse_url(p, v);
     }
     if (!strcmp(key, "template")) {
         if (!*v)
             return "an empty value is not valid: expected a template name";
-        d->template_id = v;
+        CI_E2B(d)->template_id = v;
         return NULL;
     }
     if (!strcmp(key, "lifetime"))
-        return ci_parse_seconds(p, v, CI_MAX_SECONDS, &d->lifetime);
+        return ci_parse_seconds(p, v, CI_MAX_SECONDS, &CI_E2B(d)->lifetime);
     if (!strcmp(key, "internet"))
-        return ci_parse_on_off(p, v, &d->internet);
+        return ci_parse_on_off(p, v, &d->network);
     *known = 0;
     return NULL;
 }
 
 static const char *e2b_resolve(apr_pool_t *p, ci_sandbox_def *d)
 {
-    return ci_resolve_secret(p, "api_key", d->api_key_spec, &d->api_key);
+    return ci_resolve_secret(p, "api_key", CI_E2B(d)->api_key_spec, &CI_E2B(d)->api_key);
 }
 
 /* A memory tier is a template (E2B's memory comes with the template). */
@@ -1294,14 +1310,17 @@ static const char *e2b_tier(apr_pool_t *p, ci_sandbox_def *d, const char *value)
     for (c = value; *c; c++)
         if (!apr_isalnum(*c) && !strchr("_-.", *c))
             return apr_psprintf(p, "'%s' is not a valid template id", value);
-    d->template_id = value;
+    CI_E2B(d)->template_id = value;
     return NULL;
 }
 
 const ci_provider ci_provider_e2b = {
     .name = "e2b",
+    .caps = CI_CAP_REMOTE | CI_CAP_CONTAINERS | CI_CAP_FILES,
     .keys = "api_key, api_base, template, lifetime, internet, sandbox_url",
     .defaults = e2b_defaults,
+    .conf_copy = e2b_conf_copy,
+    .fingerprint = e2b_fingerprint,
     .parse_key = e2b_parse_key,
     .resolve = e2b_resolve,
     .start = e2b_start,

@@ -29,6 +29,7 @@
 #include "ci_config.h"
 #include "ci_json.h"
 #include "ci_sandbox.h"
+#include "local_conf.h"
 #include "ci_supervisor.h"
 #include "files_local.h"
 #include "ci_supproto.h"
@@ -81,16 +82,16 @@ static const char *kernel_config(apr_pool_t *p, const ci_sandbox_def *def)
 {
     json_object *cfg = ci_json_own(p, json_object_new_object());
     json_object_object_add(cfg, "max_output", json_object_new_int64(def->max_output));
-    json_object_object_add(cfg, "processes", json_object_new_int(def->processes));
+    json_object_object_add(cfg, "processes", json_object_new_int(CI_LOCAL(def)->processes));
     json_object_object_add(cfg, "preload",
-                           json_object_new_string(def->preload ? def->preload : ""));
+                           json_object_new_string(CI_LOCAL(def)->preload ? CI_LOCAL(def)->preload : ""));
     return ci_json_pstr(p, cfg, NULL);
 }
 
 static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
 {
     apr_array_header_t *a = apr_array_make(p, 96, sizeof(const char *));
-    const char *disk = apr_psprintf(p, "%" APR_UINT64_T_FMT, def->disk);
+    const char *disk = apr_psprintf(p, "%" APR_UINT64_T_FMT, CI_LOCAL(def)->disk);
 
     push(a, BWRAP);
     push(a, "--unshare-all");
@@ -138,7 +139,7 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
     pass_env(a, "OPENBLAS_CORETYPE");
     pass_env(a, "OPENBLAS_L2_SIZE");
     push(a, "--");
-    push(a, def->python);
+    push(a, CI_LOCAL(def)->python);
     push(a, "-I");
     push(a, "-c");
     push(a, ci_kernel_source);
@@ -201,8 +202,8 @@ static const char *direct_failure(apr_pool_t *p, direct *d)
 static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
 {
     memset(lim, 0, sizeof(*lim));
-    lim->address_space = def->memory;
-    lim->file_size = def->disk;
+    lim->address_space = CI_LOCAL(def)->memory;
+    lim->file_size = CI_LOCAL(def)->disk;
     lim->oom_first = 1;
 }
 
@@ -685,11 +686,11 @@ static void local_release(ci_sandbox *sb)
     sb->fd = -1;
 }
 
-int ci_sandbox_take_warm(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
-                         ci_sandbox **out)
+static int local_warm_take(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
+                           ci_sandbox **out)
 {
     const char *err = NULL;
-    if (def->provider != &ci_provider_local || def->warm <= 0)
+    if (def->warm <= 0)
         return 0;
     return ask_for_sandbox(p, def, tag, CI_SUP_WARM_TAKE, out, &err) == 1;
 }
@@ -835,7 +836,7 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
                            "(sysctl kernel.unprivileged_userns_clone=1, "
                            "user.max_user_namespaces > 0) and %s must run",
                         def->name, (long)uid, why ? why : "it could not be forked",
-                        def->python);
+                        CI_LOCAL(def)->python);
     return APR_EGENERAL;
 }
 
@@ -844,15 +845,39 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
 #define MAX_PROCESSES 4096
 #define MAX_WARM 64
 
-static void local_defaults(ci_sandbox_def *d)
+ci_local_conf *ci_local_conf_create(apr_pool_t *p)
 {
-    d->python = "/usr/bin/python3";
-    d->memory = (apr_uint64_t)512 << 20;
-    d->processes = 64;
-    d->disk = (apr_uint64_t)64 << 20;
+    ci_local_conf *c = apr_pcalloc(p, sizeof(*c));
+    c->python = "/usr/bin/python3";
+    c->memory = (apr_uint64_t)512 << 20;
+    c->processes = 64;
+    c->disk = (apr_uint64_t)64 << 20;
+    c->preload = NULL;
+    return c;
+}
+
+static void local_defaults(apr_pool_t *p, ci_sandbox_def *d)
+{
+    d->conf = ci_local_conf_create(p);
     d->warm = 0;
-    d->preload = NULL;
     d->rss_bound = (apr_uint64_t)1 << 30;     /* the default tier, 1g */
+}
+
+static void *local_conf_copy(apr_pool_t *p, const void *conf)
+{
+    const ci_local_conf *c = conf;
+    ci_local_conf *out = apr_pmemdup(p, c, sizeof(*c));
+    out->python = c->python ? apr_pstrdup(p, c->python) : NULL;
+    out->preload = c->preload ? apr_pstrdup(p, c->preload) : NULL;
+    return out;
+}
+
+static const char *local_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
+{
+    const ci_local_conf *c = CI_LOCAL(d);
+    return apr_psprintf(p, "%s|%" APR_UINT64_T_FMT "|%d|%" APR_UINT64_T_FMT "|%s",
+                        c->python ? c->python : "", c->memory, c->processes, c->disk,
+                        c->preload ? c->preload : "");
 }
 
 /* A memory tier is the resident memory the whole sandbox may hold (the
@@ -876,23 +901,24 @@ static const char *parse_preload(apr_pool_t *p, const char *value)
 static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
                                    const char *key, const char *v, int *known)
 {
+    ci_local_conf *c = CI_LOCAL(d);
     *known = 1;
     if (!strcmp(key, "python")) {
         if (v[0] != '/')
             return apr_psprintf(p, "'%s' is not valid: expected an absolute path", v);
-        d->python = v;
+        c->python = v;
         return NULL;
     }
     if (!strcmp(key, "memory"))
-        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &d->memory);
+        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &c->memory);
     if (!strcmp(key, "disk"))
-        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &d->disk);
+        return ci_parse_size(p, v, (apr_uint64_t)1 << 40, &c->disk);
     if (!strcmp(key, "processes"))
-        return ci_parse_count(p, v, MAX_PROCESSES, 0, &d->processes);
+        return ci_parse_count(p, v, MAX_PROCESSES, 0, &c->processes);
     if (!strcmp(key, "warm"))
         return ci_parse_count(p, v, MAX_WARM, 1, &d->warm);
     if (!strcmp(key, "preload")) {
-        d->preload = v;
+        c->preload = v;
         return parse_preload(p, v);
     }
     *known = 0;
@@ -901,15 +927,18 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 
 const ci_provider ci_provider_local = {
     .name = "local",
+    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,
+    .conf_copy = local_conf_copy,
+    .fingerprint = local_fingerprint,
     .parse_key = local_parse_key,
     .probe = local_probe,
     .start = local_start,
     .run = local_run,
     .interrupt = local_interrupt,
     .destroy = local_destroy,
-    .warmable = 1,
+    .warm_take = local_warm_take,
     .attach = local_attach,
     .release = local_release,
     .tier = local_tier,

@@ -1,7 +1,8 @@
 /*
  * sandbox_test.c - a provider for the C unit tests only (built into
- * test/unit/test_sandbox with -DCI_TEST_PROVIDER, never into the module). It
- * shows what a provider is: one file and one line in the table. Its
+ * test/unit/test_sandbox, never into the module, which adds it with
+ * ci_provider_add as a module adds one with ap_register_provider). It shows
+ * what a provider is: one file, its own keys behind def->conf. Its
  * "interpreter" understands a few words:
  *   "print TEXT"  prints TEXT          "raise"  raises (outcome error)
  *   "die"         the interpreter dies "block"  waits until interrupted
@@ -23,11 +24,23 @@ struct ci_sandbox {
 
 ci_test_provider_log ci_test_provider_record;
 
-static void test_defaults(ci_sandbox_def *d)
+/* Its own keys. */
+typedef struct test_conf {
+    const char *api_base;
+    const char *api_key;
+} test_conf;
+
+static void test_defaults(apr_pool_t *p, ci_sandbox_def *d)
 {
-    d->api_key_spec = "secret-of-the-test";
-    d->api_key = d->api_key_spec;
-    d->api_base = "test://reaper";
+    test_conf *c = apr_pcalloc(p, sizeof(*c));
+    c->api_key = "secret-of-the-test";
+    c->api_base = "test://reaper";
+    d->conf = c;
+}
+
+static void *test_conf_copy(apr_pool_t *p, const void *conf)
+{
+    return apr_pmemdup(p, conf, sizeof(test_conf));
 }
 
 static const char *test_parse_key(apr_pool_t *p, ci_sandbox_def *d, const char *key,
@@ -35,8 +48,18 @@ static const char *test_parse_key(apr_pool_t *p, ci_sandbox_def *d, const char *
 {
     *known = !strcmp(key, "api_base");
     if (*known)
-        d->api_base = v;
+        ((test_conf *)d->conf)->api_base = v;
     return NULL;
+}
+
+static const char *test_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
+{
+    return apr_pstrdup(p, ((const test_conf *)d->conf)->api_base);
+}
+
+const char *ci_test_provider_api_base(const ci_sandbox_def *d)
+{
+    return ((const test_conf *)d->conf)->api_base;
 }
 
 static apr_status_t test_start(apr_pool_t *p, const ci_sandbox_def *d, const char *tag,
@@ -115,8 +138,9 @@ static const char *test_remote_id(ci_sandbox *sb)
 
 static int test_reap_cred(const ci_sandbox_def *d, ci_reap_cred *out)
 {
-    out->locator = d->api_base;
-    out->secret = d->api_key;
+    const test_conf *c = d->conf;
+    out->locator = c->api_base;
+    out->secret = c->api_key;
     return 1;
 }
 
@@ -134,8 +158,11 @@ static apr_status_t test_reap(const ci_reap_cred *cred, const char *id, const ch
 
 const ci_provider ci_provider_test = {
     .name = "test",
+    .caps = CI_CAP_REMOTE,
     .keys = "api_base",
     .defaults = test_defaults,
+    .conf_copy = test_conf_copy,
+    .fingerprint = test_fingerprint,
     .parse_key = test_parse_key,
     .start = test_start,
     .run = test_run,

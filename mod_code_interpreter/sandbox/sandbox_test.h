@@ -9,4 +9,8 @@ typedef struct ci_test_provider_log {
 
 extern ci_test_provider_log ci_test_provider_record;
 
+struct ci_sandbox_def;
+/* Its own key api_base, as a tool of it has it. */
+const char *ci_test_provider_api_base(const struct ci_sandbox_def *d);
+
 #endif

@@ -30,6 +30,8 @@
 
 #include "ci_config.h"
 #include "ci_sandbox.h"
+#include "e2b_internal.h"
+#include "local_conf.h"
 #include "ci_error.h"
 #include "ci_exec.h"
 #include "ci_json.h"
@@ -2662,23 +2664,21 @@ static void assert_defaults(ci_sandbox_def *d, const char *name, const char *pro
     assert_int_equal(d->timeout, apr_time_from_sec(30));
     assert_int_equal(d->max_output, 64 * 1024);
     if (!e2b) {
-        assert_str(d->python, "/usr/bin/python3");
-        assert_int_equal(d->memory, (apr_uint64_t)512 << 20);
-        assert_int_equal(d->processes, 64);
-        assert_int_equal(d->disk, (apr_uint64_t)64 << 20);
+        assert_str(CI_LOCAL(d)->python, "/usr/bin/python3");
+        assert_int_equal(CI_LOCAL(d)->memory, (apr_uint64_t)512 << 20);
+        assert_int_equal(CI_LOCAL(d)->processes, 64);
+        assert_int_equal(CI_LOCAL(d)->disk, (apr_uint64_t)64 << 20);
         assert_int_equal(d->warm, 0);
-        assert_null(d->preload);
-        assert_null(d->api_key_spec);
+        assert_null(CI_LOCAL(d)->preload);
         return;
     }
-    assert_null(d->python);
-    assert_str(d->api_key_spec, "env:E2B_API_KEY");
-    assert_null(d->api_key);
-    assert_str(d->api_base, "https://api.e2b.app");
-    assert_str(d->template_id, "code-interpreter-v1");
-    assert_int_equal(d->lifetime, 300);
-    assert_int_equal(d->internet, 0);
-    assert_null(d->sandbox_url);
+    assert_str(CI_E2B(d)->api_key_spec, "env:E2B_API_KEY");
+    assert_null(CI_E2B(d)->api_key);
+    assert_str(CI_E2B(d)->api_base, "https://api.e2b.app");
+    assert_str(CI_E2B(d)->template_id, "code-interpreter-v1");
+    assert_int_equal(CI_E2B(d)->lifetime, 300);
+    assert_int_equal(d->network, 0);
+    assert_null(CI_E2B(d)->sandbox_url);
 }
 
 static ci_sandbox_def *def_ok_(apr_pool_t *p, const char *name, int argc,
@@ -2728,12 +2728,12 @@ static void test_sandbox_local_keys(void **state)
     assert_ptr_equal(d->provider, ci_provider_named("local"));
     assert_int_equal(d->timeout, apr_time_from_sec(45));
     assert_int_equal(d->max_output, 1 << 20);
-    assert_str(d->python, "/opt/py/bin/python3");
-    assert_int_equal(d->memory, (apr_uint64_t)1 << 30);
-    assert_int_equal(d->processes, 16);
-    assert_int_equal(d->disk, (apr_uint64_t)256 << 20);
+    assert_str(CI_LOCAL(d)->python, "/opt/py/bin/python3");
+    assert_int_equal(CI_LOCAL(d)->memory, (apr_uint64_t)1 << 30);
+    assert_int_equal(CI_LOCAL(d)->processes, 16);
+    assert_int_equal(CI_LOCAL(d)->disk, (apr_uint64_t)256 << 20);
     assert_int_equal(d->warm, 2);
-    assert_str(d->preload, "numpy,pandas,matplotlib.pyplot");
+    assert_str(CI_LOCAL(d)->preload, "numpy,pandas,matplotlib.pyplot");
     d = DEF_OK(p, "py", "warm=0", "timeout=86400", "max_output=16M");
     assert_int_equal(d->warm, 0);
     assert_int_equal(d->timeout, apr_time_from_sec(86400));
@@ -2778,16 +2778,16 @@ static void test_sandbox_e2b_keys(void **state)
                                "lifetime=600", "internet=on", "max_output=128k");
     assert_ptr_equal(d->provider, ci_provider_named("e2b"));
     assert_int_equal(d->timeout, apr_time_from_sec(10));
-    assert_str(d->api_key_spec, "file:/etc/ci/key");
-    assert_null(d->api_key);            /* resolved separately */
-    assert_str(d->api_base, "https://e2b.internal:8443");
-    assert_str(d->sandbox_url, "https://sb.internal");
-    assert_str(d->template_id, "my-tpl");
-    assert_int_equal(d->lifetime, 600);
-    assert_int_equal(d->internet, 1);
+    assert_str(CI_E2B(d)->api_key_spec, "file:/etc/ci/key");
+    assert_null(CI_E2B(d)->api_key);            /* resolved separately */
+    assert_str(CI_E2B(d)->api_base, "https://e2b.internal:8443");
+    assert_str(CI_E2B(d)->sandbox_url, "https://sb.internal");
+    assert_str(CI_E2B(d)->template_id, "my-tpl");
+    assert_int_equal(CI_E2B(d)->lifetime, 600);
+    assert_int_equal(d->network, 1);
     assert_int_equal(d->max_output, 128 * 1024);
     d = DEF_OK(p, "cloud", "provider=e2b", "internet=OFF");
-    assert_int_equal(d->internet, 0);
+    assert_int_equal(d->network, 0);
 
     DEF_BAD(p, "cloud", "internet: 'yes' is not valid: expected on or off",
             "provider=e2b", "internet=yes");
@@ -2846,19 +2846,18 @@ static void test_sandbox_resolve_key(void **state)
     /* local sandboxes have no key */
     d = ci_sandbox_def_defaults(p, "py", ci_provider_named("local"));
     assert_null(ci_sandbox_def_resolve(p, d));
-    assert_null(d->api_key);
 
     /* env: */
     d = ci_sandbox_def_defaults(p, "cloud", ci_provider_named("e2b"));
-    d->api_key_spec = "env:CI_UNIT_TEST_KEY";
+    CI_E2B(d)->api_key_spec = "env:CI_UNIT_TEST_KEY";
     setenv("CI_UNIT_TEST_KEY", "sk-env-123", 1);
     assert_null(ci_sandbox_def_resolve(p, d));
-    assert_str(d->api_key, "sk-env-123");
-    d->api_key = NULL;
+    assert_str(CI_E2B(d)->api_key, "sk-env-123");
+    CI_E2B(d)->api_key = NULL;
     unsetenv("CI_UNIT_TEST_KEY");
     assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=env:CI_UNIT_TEST_KEY: the environment variable is not set");
-    assert_null(d->api_key);
+    assert_null(CI_E2B(d)->api_key);
     setenv("CI_UNIT_TEST_KEY", "", 1);
     assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=env:CI_UNIT_TEST_KEY: the environment variable is not set");
@@ -2866,30 +2865,30 @@ static void test_sandbox_resolve_key(void **state)
 
     /* file: the first line, trimmed */
     path = write_temp(p, "  sk-file-456 \r\nsecond line\n");
-    d->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
+    CI_E2B(d)->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
     assert_null(ci_sandbox_def_resolve(p, d));
-    assert_str(d->api_key, "sk-file-456");
+    assert_str(CI_E2B(d)->api_key, "sk-file-456");
     unlink(path);
-    d->api_key = NULL;
+    CI_E2B(d)->api_key = NULL;
     assert_str(ci_sandbox_def_resolve(p, d),
                apr_psprintf(p, "api_key=file:%s: the file cannot be read", path));
-    assert_null(d->api_key);
-    d->api_key_spec = "file:/nonexistent/dir/key";
+    assert_null(CI_E2B(d)->api_key);
+    CI_E2B(d)->api_key_spec = "file:/nonexistent/dir/key";
     assert_str(ci_sandbox_def_resolve(p, d),
                "api_key=file:/nonexistent/dir/key: the file cannot be read");
     /* a key not on the first line is not taken, and not shown */
     path = write_temp(p, "\nsk-secret-789\n");
-    d->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
+    CI_E2B(d)->api_key_spec = apr_pstrcat(p, "file:", path, NULL);
     e = ci_sandbox_def_resolve(p, d);
     assert_str(e, apr_psprintf(p, "api_key=file:%s: the file holds no key", path));
     assert_null(strstr(e, "sk-secret"));
-    assert_null(d->api_key);
+    assert_null(CI_E2B(d)->api_key);
     unlink(path);
 
     /* anything else is the key itself */
-    d->api_key_spec = "sk-literal-000";
+    CI_E2B(d)->api_key_spec = "sk-literal-000";
     assert_null(ci_sandbox_def_resolve(p, d));
-    assert_str(d->api_key, "sk-literal-000");
+    assert_str(CI_E2B(d)->api_key, "sk-literal-000");
 }
 
 /* ======================================================================== */

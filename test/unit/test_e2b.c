@@ -32,6 +32,7 @@
 #include "ci_exec.h"
 #include "ci_log.h"
 #include "ci_sandbox.h"
+#include "e2b_internal.h"
 #include "ci_workers.h"
 
 #define E2B (ci_provider_named("e2b"))
@@ -294,9 +295,9 @@ static int teardown(void **state)
 static ci_sandbox_def *make_def(apr_pool_t *p)
 {
     ci_sandbox_def *d = ci_sandbox_def_defaults(p, "cloud", ci_provider_named("e2b"));
-    d->api_key = KEY;
-    d->api_base = fake_base;
-    d->sandbox_url = fake_base;
+    CI_E2B(d)->api_key = KEY;
+    CI_E2B(d)->api_base = fake_base;
+    CI_E2B(d)->sandbox_url = fake_base;
     return d;
 }
 
@@ -305,8 +306,8 @@ static ci_sandbox_def *make_def(apr_pool_t *p)
 static ci_sandbox_def *def_without_sandbox_url(apr_pool_t *p)
 {
     ci_sandbox_def *def = make_def(p);
-    def->api_base = apr_psprintf(p, "http://api.localhost:%s/", getenv("FAKE_E2B_PORT"));
-    def->sandbox_url = NULL;
+    CI_E2B(def)->api_base = apr_psprintf(p, "http://api.localhost:%s/", getenv("FAKE_E2B_PORT"));
+    CI_E2B(def)->sandbox_url = NULL;
     def->timeout = apr_time_from_sec(5);
     return def;
 }
@@ -350,7 +351,7 @@ static const char *start_fails(apr_pool_t *p, const ci_sandbox_def *def)
     assert_non_null(err);
     copy = apr_pstrdup(p, err);
     apr_pool_destroy(sbpool);
-    assert_null(strstr(copy, def->api_key));
+    assert_null(strstr(copy, CI_E2B(def)->api_key));
     assert_null(strstr(copy, "e2b_"));
     return copy;
 }
@@ -385,7 +386,7 @@ static const char *attach_fails(apr_pool_t *p, const ci_sandbox_def *def, const 
     assert_non_null(err);
     copy = apr_pstrdup(p, err);
     apr_pool_destroy(sbpool);
-    assert_null(strstr(copy, def->api_key));
+    assert_null(strstr(copy, CI_E2B(def)->api_key));
     assert_null(strstr(copy, "e2b_"));
     json_object_object_foreach(member(st, "sandboxes"), sid, sbx) {
         (void)sid;
@@ -556,9 +557,9 @@ static void test_create_body_options(void **state)
     ci_sandbox *sb;
     json_object *st, *body;
 
-    def->internet = 1;
-    def->lifetime = 120;
-    def->template_id = "my-template";
+    def->network = 1;
+    CI_E2B(def)->lifetime = 120;
+    CI_E2B(def)->template_id = "my-template";
     sb = start_ok(p, def, &sbpool);
     st = fake_state();
     body = member(json_object_array_get_idx(member(st, "creates"), 0), "body");
@@ -580,7 +581,7 @@ static void test_create_body_short_lifetime(void **state)
     ci_sandbox *sb;
     json_object *st;
 
-    def->lifetime = 10;
+    CI_E2B(def)->lifetime = 10;
     def->timeout = apr_time_from_sec(60);
     sb = start_ok(p, def, &sbpool);
     run(sb, p, "print(1)");
@@ -924,7 +925,7 @@ static void test_wrong_key_not_in_error(void **state)
     ci_sandbox_def *def = make_def(p);
     const char *err;
 
-    def->api_key = "e2b_wrong_0123456789";
+    CI_E2B(def)->api_key = "e2b_wrong_0123456789";
     err = start_fails(p, def);
     assert_string_equal(err, REFUSED "(HTTP 401: Invalid API key)");
 }
@@ -933,7 +934,7 @@ static void test_unreachable(void **state)
 {
     apr_pool_t *p = *state;
     ci_sandbox_def *def = make_def(p);
-    def->api_base = "http://127.0.0.1:1";
+    CI_E2B(def)->api_base = "http://127.0.0.1:1";
     assert_string_equal(start_fails(p, def), "the E2B sandbox service could not be "
                         "reached (Couldn't connect to server)");
 }
@@ -994,7 +995,7 @@ static void test_delete_after_key_rotation(void **state)
     char *key = apr_pstrdup(p, KEY);
     json_object *st, *del;
 
-    def->api_key = key;
+    CI_E2B(def)->api_key = key;
     sb = start_ok(p, def, &sbpool);
     memset(key, 'z', strlen(key));   /* the configuration's copy is gone */
     stop(sb, sbpool);
@@ -1167,7 +1168,7 @@ static void test_handle_reattaches_same_sandbox(void **state)
     json_object_put(st);
     let_go(sb, sbpool);
 
-    def->api_key = apr_pstrdup(p, KEY);   /* the def's own copy, not the handle's */
+    CI_E2B(def)->api_key = apr_pstrdup(p, KEY);   /* the def's own copy, not the handle's */
     sb = attach_ok(p, def, handle, 300, &sbpool);
     st = fake_state();
     assert_int_equal(json_object_array_length(member(st, "creates")), 1);

@@ -17,6 +17,7 @@
 
 #include "ci_sandbox.h"
 #include "ci_supproto.h"
+#include "local_conf.h"
 
 static apr_pool_t *pool;
 
@@ -157,11 +158,11 @@ static void test_create_carries_the_whole_definition(void **state)
     assert_string_equal(got->provider->name, "local");
     assert_int_equal(got->timeout, apr_time_from_sec(7));
     assert_int_equal(got->max_output, 3 * 1024);
-    assert_string_equal(got->python, "/usr/bin/python3.11");
-    assert_int_equal(got->memory, (apr_uint64_t)300 << 20);
-    assert_int_equal(got->processes, 9);
-    assert_int_equal(got->disk, (apr_uint64_t)5 << 20);
-    assert_string_equal(got->preload, "json,math");
+    assert_string_equal(CI_LOCAL(got)->python, "/usr/bin/python3.11");
+    assert_int_equal(CI_LOCAL(got)->memory, (apr_uint64_t)300 << 20);
+    assert_int_equal(CI_LOCAL(got)->processes, 9);
+    assert_int_equal(CI_LOCAL(got)->disk, (apr_uint64_t)5 << 20);
+    assert_string_equal(CI_LOCAL(got)->preload, "json,math");
     assert_string_equal(deftext, ci_sup_def_encode(pool, def));
 }
 

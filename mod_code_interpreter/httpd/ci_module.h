@@ -1,9 +1,9 @@
 /*
- * mod_code_interpreter.h - the module record, for the glue files' use of
+ * ci_module.h - the module record, for the glue files' use of
  * ap_get_module_config and their log lines (APLOG_USE_MODULE).
  */
-#ifndef MOD_CODE_INTERPRETER_H
-#define MOD_CODE_INTERPRETER_H
+#ifndef CI_MODULE_H
+#define CI_MODULE_H
 
 #include <httpd.h>
 #include <http_config.h>
