@@ -179,6 +179,12 @@ def script_input(rounds, prefix=""):
     return prefix + "SCRIPT: " + json.dumps(rounds)
 
 
+def answered_deletes(state):
+    """How many deletes the fake E2B has answered (STATE: its state): a
+    delete is recorded when it arrives and gets its status when answered."""
+    return sum(1 for d in state["deletes"] if d["status"] is not None)
+
+
 class FakeE2B:
     """Control of a test/fake_e2b.py started with start_helper."""
 

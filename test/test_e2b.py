@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
-from conftest import (ANONYMOUS, CLIENT_HEADERS, TOOL, FakeE2B, Httpd, base_conf,
-                      script_input, start_helper, wait_until)
+from conftest import (ANONYMOUS, CLIENT_HEADERS, TOOL, FakeE2B, Httpd, answered_deletes,
+                      base_conf, script_input, start_helper, wait_until)
 from test_configtest import assert_syntax_error
 
 OUTPUTS = "code_interpreter_call.outputs"
@@ -171,7 +171,7 @@ def test_state_is_kept_across_rounds_in_one_sandbox(e2b):
     assert c1["container_id"] == c2["container_id"]
     assert c1["container_id"].startswith("cntr_")
 
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert st["created"] == 1
     [create] = st["creates"]
     assert create["status"] == 201
@@ -199,7 +199,7 @@ def test_each_request_gets_its_own_sandbox(e2b):
     c2, told2 = run_one(e2b, "print('y' in globals())")
     assert (told1, told2) == ("True\n", "False\n")
     assert c1["container_id"] != c2["container_id"]
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 2)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 2)
     assert st["created"] == 2
     assert len({c["id"] for c in st["creates"]}) == 2
 
@@ -257,7 +257,7 @@ def test_key_on_control_plane_only_token_on_data_plane_only(e2b):
     assert status == 200, body
     assert body["output"][-1]["content"][0]["text"] == "1\n"
     live = e2b.fake.state()
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert st["leaks"] == []
     [create] = st["creates"]
     assert create["api_key"] == KEY
@@ -353,7 +353,7 @@ def test_cut_stream_discards_the_sandbox_for_the_next_call(e2b):
                                                      "False\n" + CUT + RESTARTED]
     assert c1["container_id"] == c2["container_id"]
     # each failed execution discards its sandbox; the next call starts another
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 2)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 2)
     assert st["created"] == 2
     assert [d["status"] for d in st["deletes"]] == [204, 204]
     assert len({e["sandbox_id"] for e in st["executes"]}) == 2
@@ -434,7 +434,7 @@ def test_sandbox_expired_between_calls(e2b, model):
     assert c3["outputs"] == [{"type": "logs", "logs": "False\n"}]
     assert json.loads(msg["content"][0]["text"]) == \
         ["(no output)", EXPIRED_MSG + RESTARTED, "False\n"]
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 2)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 2)
     second = st["creates"][1]["id"]
     assert [(d["id"], d["status"]) for d in st["deletes"]] == [(first, 404), (second, 204)]
     # the expired sandbox was not sent the second execution
@@ -503,7 +503,7 @@ def test_create_without_token_is_503_and_the_sandbox_deleted(e2b):
     assert code == 503
     assert body == {"error": {"message": UNAVAILABLE, "type": "server_error",
                               "param": None, "code": "sandbox_unavailable"}}
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     [create] = st["creates"]
     assert create["status"] == 201
     assert [(d["id"], d["status"]) for d in st["deletes"]] == [(create["id"], 204)]
@@ -549,7 +549,7 @@ def test_streamed_round_trip(e2b):
     assert (c1["status"], c2["status"]) == ("completed", "completed")
     assert c2["outputs"] == [{"type": "logs", "logs": "42\n"}]
     assert msg["content"][0]["text"] == "42\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert st["created"] == 1
     assert len({e["sandbox_id"] for e in st["executes"]}) == 1
 
@@ -627,7 +627,7 @@ def test_parallel_requests_each_get_their_own_sandbox(e2b):
         status, _, body = results[i]
         assert status == 200, body
         assert body["output"][-1]["content"][0]["text"] == "%d\n" % (i * 2)
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 6)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 6)
     assert st["created"] == 6
     assert len({c["id"] for c in st["creates"]}) == 6
     assert sorted(d["status"] for d in st["deletes"]) == [204] * 6
@@ -702,7 +702,7 @@ def test_key_from_file_rotates_on_graceful(e2b):
     call, told = run_one(e2b, "print(42)", path="/e2bfile/v1/responses")
     assert call["status"] == "completed"
     assert told == "42\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert [c["api_key"] for c in st["creates"]] == [KEY_A]
     assert [d["api_key"] for d in st["deletes"]] == [KEY_A]
 
@@ -712,7 +712,7 @@ def test_key_from_file_rotates_on_graceful(e2b):
     call, told = run_one(e2b, "print(43)", path="/e2bfile/v1/responses")
     assert call["status"] == "completed"
     assert told == "43\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert [c["api_key"] for c in st["creates"]] == [KEY_B]
     assert [d["api_key"] for d in st["deletes"]] == [KEY_B]
     assert st["leaks"] == []
@@ -721,7 +721,7 @@ def test_key_from_file_rotates_on_graceful(e2b):
     e2b.fake.reset()
     call, told = run_one(e2b, "print(44)")
     assert told == "44\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert [c["api_key"] for c in st["creates"]] == [KEY]
 
 
@@ -745,7 +745,7 @@ def test_sandbox_in_flight_across_graceful_is_deleted_with_its_own_key(e2b):
     status, _, body = result["r"]
     assert status == 200, body
     assert body["output"][-1]["content"][0]["text"] == "7\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 1)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 1)
     assert [c["api_key"] for c in st["creates"]] == [old]
     assert [(d["api_key"], d["status"]) for d in st["deletes"]] == [(old, 204)]
 

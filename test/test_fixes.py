@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import TOOL, Httpd, base_conf, script_input
+from conftest import TOOL, Httpd, answered_deletes, base_conf, script_input
 from test_e2b import e2b, run_one  # noqa: F401  (the fixture, reused)
 
 
@@ -72,7 +72,7 @@ def test_a_failed_delete_is_logged(e2b):
     e2b.fake.control(delete_status=500)
     call, told = run_one(e2b, "print(42)")
     assert told == "42\n"
-    st = e2b.fake.wait(lambda s: len(s["deletes"]) >= 2)
+    st = e2b.fake.wait(lambda s: answered_deletes(s) >= 2)
     [create] = st["creates"]
     assert [(d["id"], d["status"]) for d in st["deletes"]] == \
         [(create["id"], 500), (create["id"], 500)]

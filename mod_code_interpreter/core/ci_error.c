@@ -22,6 +22,7 @@ ci_error *ci_error_set(ci_error *err, int status, const char *type,
     err->type = type;
     err->param = param;
     err->code = code;
+    err->retry_after = status == 503 ? CI_RETRY_AFTER_DEFAULT : 0;
     return err;
 }
 

@@ -13,9 +13,16 @@ typedef struct ci_error {
     const char *message;  /* for the client; never holds a secret */
     const char *param;    /* the offending field, or NULL */
     const char *code;     /* machine code, or NULL */
+    int retry_after;      /* seconds to wait before trying again (the
+                             Retry-After header), 0: none */
 } ci_error;
 
-/* Fill ERR and return it (message formatted into P). */
+/* What a client is told to wait after a 503 unless the error says
+ * otherwise (the directory, a cap, a sandbox starting). */
+#define CI_RETRY_AFTER_DEFAULT 5
+
+/* Fill ERR and return it (message formatted into P); a 503 gets
+ * CI_RETRY_AFTER_DEFAULT. */
 ci_error *ci_error_set(ci_error *err, int status, const char *type,
                        const char *param, const char *code, apr_pool_t *p,
                        const char *fmt, ...)

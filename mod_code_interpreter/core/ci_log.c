@@ -4,16 +4,17 @@
 #include "ci_log.h"
 
 static ci_log_sink *log_sink;
-static ci_log_level log_max = CI_LOG_DEBUG;
+static int log_max = CI_LOG_DEBUG;
 
-void ci_log_set(ci_log_sink *sink)
+void ci_log_set(ci_log_sink *sink, int max_level)
 {
     log_sink = sink;
+    log_max = max_level;
 }
 
 int ci_log_wants(ci_log_level level)
 {
-    return log_sink && level <= log_max;
+    return log_sink && (int)level <= log_max;
 }
 
 void ci_log_at(ci_log_level level, const char *file, int line, const char *fmt, ...)

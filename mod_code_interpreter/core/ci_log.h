@@ -16,7 +16,10 @@ typedef enum {
 typedef void ci_log_sink(ci_log_level level, const char *file, int line,
                          const char *message);
 
-void ci_log_set(ci_log_sink *sink);
+/* Lines go to SINK, those up to MAX_LEVEL only (the host's log level, as
+ * md_log_set's level callback: a debug line is never formatted when the
+ * host would drop it). */
+void ci_log_set(ci_log_sink *sink, int max_level);
 /* Whether a line at LEVEL would go anywhere (to skip building it). */
 int ci_log_wants(ci_log_level level);
 void ci_log_at(ci_log_level level, const char *file, int line, const char *fmt, ...)

@@ -57,11 +57,6 @@ ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
     return l;
 }
 
-void ci_loop_set_container(ci_loop *l, const char *container_id)
-{
-    l->container_id = container_id;
-}
-
 void ci_loop_notice(ci_loop *l, const char *text)
 {
     l->notice = text;

@@ -44,9 +44,6 @@ typedef struct ci_loop ci_loop;
 ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
                         const char *container_id);
 
-/* The container the calls ran in, once known (lazily, at the first call). */
-void ci_loop_set_container(ci_loop *l, const char *container_id);
-
 /* Tell the model TEXT before the next function output (once). */
 void ci_loop_notice(ci_loop *l, const char *text);
 

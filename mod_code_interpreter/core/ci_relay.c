@@ -28,7 +28,6 @@ struct ci_relay {
     ci_relay_status status;
     json_object *response;
     ci_error err;
-    apr_size_t events;
     apr_hash_t *annotated;     /* "item_id#part" -> annotations passed on (int) */
 };
 
@@ -251,7 +250,6 @@ static int on_event(void *baton, const ci_sse_event *sev)
     json_object *ev;
     const char *type, *why = NULL;
     int rc;
-    r->events++;
     if (ci_sse_event_json(r->evpool, sev, &ev, &type, &why) != CI_SSE_READ_OK)
         rc = fail(r, "bad_upstream_response", CI_SERVER, "The model upstream "
                   "streamed an event that is not a Responses API event: %s", why);
@@ -324,4 +322,3 @@ ci_relay_status ci_relay_end(ci_relay *r)
 json_object *ci_relay_response(const ci_relay *r) { return r->response; }
 const ci_error *ci_relay_error(const ci_relay *r) { return &r->err; }
 int ci_relay_started(const ci_relay *r) { return r->started; }
-apr_size_t ci_relay_events(const ci_relay *r) { return r->events; }

@@ -65,7 +65,4 @@ const ci_error *ci_relay_error(const ci_relay *r);
 /* Whether response.created has gone to the client. */
 int ci_relay_started(const ci_relay *r);
 
-/* Events read from the upstream so far, all rounds. */
-apr_size_t ci_relay_events(const ci_relay *r);
-
 #endif

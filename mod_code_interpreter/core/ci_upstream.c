@@ -223,20 +223,6 @@ static struct curl_slist *header_list(const apr_table_t *headers)
     return list;
 }
 
-static void set_transport(CURL *h, const ci_upstream_opts *o, ci_curl_transport *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->connect_timeout = o->connect_timeout;
-    t->timeout = o->timeout;
-    t->proxy = o->proxy;
-    t->ca_file = o->ca_file;
-    t->client_cert = o->client_cert;
-    t->client_key = o->client_key;
-    t->abort = o->progress;
-    t->abort_baton = o->progress_baton;
-    ci_curl_set_transport(h, t);
-}
-
 static apr_status_t map_curl_error(CURLcode rc, const answer_buf *b)
 {
     if (b->over)
@@ -259,7 +245,6 @@ static apr_status_t exchange(apr_pool_t *p, const char *url, const apr_table_t *
     CURL *h = take_handle();
     struct curl_slist *list;
     answer_buf b;
-    ci_curl_transport t;
     CURLcode rc;
     long status = 0;
 
@@ -283,7 +268,7 @@ static apr_status_t exchange(apr_pool_t *p, const char *url, const apr_table_t *
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &b);
-    set_transport(h, opts, &t);
+    ci_curl_set_transport(h, &opts->transport);
     rc = curl_easy_perform(h);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(list);

@@ -8,19 +8,14 @@
 #include <apr_pools.h>
 #include <apr_tables.h>
 #include <apr_time.h>
+#include "ci_curl.h"
 
 typedef struct ci_upstream_opts {
-    apr_interval_time_t connect_timeout;
-    apr_interval_time_t timeout;   /* whole exchange */
+    /* Timeouts, TLS, proxy; its abort callback is called about once a
+     * second while waiting (keepalives, client checks): non-zero aborts the
+     * call (APR_ECONNABORTED). */
+    ci_curl_transport transport;
     apr_size_t max_body;           /* answer bytes accepted */
-    const char *ca_file;           /* NULL: system store */
-    const char *client_cert;       /* PEM, NULL: none */
-    const char *client_key;        /* PEM, NULL: in client_cert or none */
-    const char *proxy;             /* NULL: never a proxy (environment ignored) */
-    /* Called about once a second while waiting (keepalives, client checks);
-     * non-zero aborts the call (APR_ECONNABORTED). */
-    int (*progress)(void *baton);
-    void *progress_baton;
     /* When set, a 200 answer of type text/event-stream is handed to SINK as
      * it arrives instead of being kept; non-zero stops the call
      * (APR_EOF). Any other answer is kept as without it. */

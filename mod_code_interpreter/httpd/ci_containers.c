@@ -13,21 +13,12 @@
 #include "ci_owner.h"
 #include "ci_registry.h"
 #include "ci_audit.h"
-#include "ci_shared.h"
+#include "ci_dirclient.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
-#include "ci_supervisor.h"
 #include "ci_module.h"
 
 /* ---- the directory ---------------------------------------------------------- */
-
-json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner)
-{
-    json_object *o = ci_json_own(p, json_object_new_object());
-    json_object_object_add(o, "op", json_object_new_string(op));
-    json_object_object_add(o, "owner", json_object_new_string(owner));
-    return o;
-}
 
 static void put_str(json_object *o, const char *key, const char *v)
 {
@@ -35,47 +26,20 @@ static void put_str(json_object *o, const char *key, const char *v)
         json_object_object_add(o, key, json_object_new_string(v));
 }
 
-/* A container evicted to admit another (ANS of a create): the supervisor
- * ended a local one's sandbox with its record; a remote one's is ended at
- * its provider now, not at the provider's own timeout. */
-static void end_evicted(request_rec *r, apr_pool_t *p, json_object *ans)
-{
-    ci_container c;
-    if (!ci_supdir_container_from(p, ci_json_get(ans, "evicted", json_type_object), &c) &&
-        c.handle)
-        ci_shared_destroy(r->server, p, &c);
-}
-
-json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req)
-{
-    apr_size_t len;
-    const char *text = ci_json_text(req, &len), *answer = NULL, *err = NULL, *perr;
-    json_object *ans;
-    if (ci_server_directory(r->server))
-        return ci_shared_ask(r, p, req);
-    if (ci_supervisor_dir(p, text, len, &answer, &err) != 0 ||
-        !(ans = ci_json_parse(p, answer, strlen(answer), &perr))) {
-        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0801: the container directory "
-                      "could not be asked: %s", err ? err : "a malformed answer");
-        return NULL;
-    }
-    end_evicted(r, p, ans);
-    return ans;
-}
-
+/* REQ asked; the sandboxes its answer lets go are ended here. */
 static json_object *dir_ask(request_rec *r, json_object *req)
 {
-    return ci_containers_ask(r, r->pool, req);
+    return ci_dirclient_ask_and_end(r->server, r->pool, req);
 }
 
 static json_object *dir_request(apr_pool_t *p, const char *op, const char *owner)
 {
-    return ci_containers_request(p, op, owner);
+    return ci_dirclient_request(p, op, owner);
 }
 
 static ci_dir_status status_of(json_object *ans)
 {
-    return ci_supdir_status_of(ci_json_str(ans, "status"));
+    return ci_dirclient_status_of(ans);
 }
 
 void ci_containers_unavailable(apr_pool_t *p, ci_error *err)
@@ -112,7 +76,7 @@ void ci_containers_refused(request_rec *r, ci_dir_status why, int status, ci_err
                      ci_server_reserve(sc) > 0
                          ? apr_psprintf(r->pool, ", the last %d of them for callers that "
                                         "hold fewer", ci_server_reserve(sc)) : "");
-    apr_table_setn(r->err_headers_out, "Retry-After", "5");
+    err->retry_after = CI_RETRY_AFTER_DEFAULT;
 }
 
 void ci_containers_note_admission(request_rec *r, const char *tool, const char *container,
@@ -135,15 +99,20 @@ json_object *ci_containers_create_waiting(request_rec *r, json_object *req, apr_
                                           int *waited)
 {
     apr_interval_time_t pause = apr_time_from_msec(50);
+    apr_array_header_t *evicted = NULL;
     json_object *ans;
     *waited = 0;
-    while ((ans = dir_ask(r, req)) && ci_containers_capacity(status_of(ans)) &&
-           apr_time_now() + pause < until) {
+    while ((ans = ci_dirclient_ask(r->server, r->pool, req, &evicted)) &&
+           ci_containers_capacity(status_of(ans)) && apr_time_now() + pause < until) {
         *waited = 1;
         apr_sleep(pause);
         if (pause < apr_time_from_msec(400))
             pause *= 2;
     }
+    /* An idle container evicted to admit this one: its sandbox ends now,
+     * not at its provider's own timeout. */
+    if (ans)
+        ci_dirclient_end(r->server, r->pool, evicted);
     return ans;
 }
 
@@ -213,13 +182,12 @@ static json_object *lookup(request_rec *r, const char *owner, const char *id, in
     return ans;
 }
 
-/* The container ANS names runs on another node (ci_shared_elsewhere). */
+/* The container ANS names runs on another node (ci_dirclient_elsewhere). */
 static int elsewhere(request_rec *r, json_object *ans, ci_error *err)
 {
     ci_container c;
-    return !ci_supdir_container_from(r->pool, ci_json_get(ans, "container",
-                                                          json_type_object), &c) &&
-           ci_shared_elsewhere(r, &c, err);
+    return !ci_dirclient_container(r->pool, ans, "container", &c) &&
+           ci_dirclient_elsewhere(r, &c, err);
 }
 
 const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c)
@@ -235,8 +203,7 @@ const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c)
 static int still_served(request_rec *r, json_object *ans)
 {
     ci_container c;
-    return !ci_supdir_container_from(r->pool, ci_json_get(ans, "container",
-                                                          json_type_object), &c) &&
+    return !ci_dirclient_container(r->pool, ans, "container", &c) &&
            ci_containers_tool(r, &c) != NULL;
 }
 
@@ -482,41 +449,15 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
                           ? ci_json_str(ci_json_get(ans, "evicted", json_type_object), "id")
                           : "");
     }
-    if (ci_supdir_container_from(r->pool, ci_json_get(ans, "container", json_type_object),
-                                 out) != 0)
+    if (ci_dirclient_container(r->pool, ans, "container", out) != 0)
         return unavailable(r, err), APR_EGENERAL;
     return APR_SUCCESS;
-}
-
-/* Handles hold a provider's access tokens: the directory keeps them sealed
- * with the server secret (AES-256-GCM, bound to the container's id), opened
- * only in httpd's children. */
-void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
-                                 const char *container_id, const char *handle)
-{
-    json_object *req = dir_request(p, "set_handle", owner);
-    put_str(req, "id", container_id);
-    put_str(req, "handle", ci_seal_for(p, ci_owner_secret(), handle, container_id));
-    ci_containers_ask(r, p, req);
 }
 
 void ci_containers_set_handle(request_rec *r, apr_pool_t *p, ci_req_state *st,
                               const char *handle)
 {
-    ci_containers_record_handle(r, p, st->owner, st->container_id, handle);
-}
-
-const char *ci_containers_unseal(request_rec *r, const ci_container *c)
-{
-    const char *sealed = c->handle;
-    /* bound to its container: a handle copied into another record opens
-     * nothing there */
-    const char *plain = sealed ? ci_unseal_for(r->pool, ci_owner_secret(), sealed, c->id)
-                               : NULL;
-    if (sealed && !plain)
-        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0804: a container's handle "
-                      "could not be opened with this server's secret");
-    return plain;
+    ci_dirclient_record_handle(r, p, st->owner, st->container_id, handle);
 }
 
 void ci_containers_expired(request_rec *r, ci_req_state *st)
@@ -545,7 +486,7 @@ static apr_status_t let_go(void *data)
     req = dir_request(p, "finish", st->owner);
     put_str(req, "container_id", st->container_held);
     st->container_held = NULL;
-    ci_containers_ask(r, p, req);
+    ci_dirclient_ask_and_end(r->server, p, req);
     apr_pool_destroy(p);
     return APR_SUCCESS;
 }
@@ -606,8 +547,7 @@ static apr_array_header_t *files_to_cite(void *baton, apr_pool_t *p)
     if (!b->st->container_exists ||
         !(ans = lookup(b->r, b->st->owner, b->st->container_id, 0)) ||
         status_of(ans) != CI_DIR_OK ||
-        ci_supdir_container_from(b->r->pool, ci_json_get(ans, "container",
-                                                         json_type_object), &c) ||
+        ci_dirclient_container(b->r->pool, ans, "container", &c) ||
         ci_files_target(b->r, b->st->owner, &c, 0, &t, &err) != OK)
         return NULL;
     if (t.def->provider->files_list(p, &t, &files, &why) != CI_FILE_OK) {

@@ -2,8 +2,8 @@
  * ci_containers.h - a request's container: which one it uses (an explicit
  * id, or for "auto" the one its context names), made lazily when the model
  * first calls the tool, and what the response leaves behind for the next
- * turn (its id leads to the container; our items are remembered). The
- * directory lives in the sandbox supervisor (ci_supdir.h).
+ * turn (its id leads to the container; our items are remembered), asked
+ * of the container directory (ci_dirclient.h).
  *
  * A request without an owner (ci_owner.h) has a container nobody can
  * reuse: nothing is recorded and its sandbox ends with the request.
@@ -49,12 +49,6 @@ json_object *ci_containers_create_waiting(request_rec *r, json_object *req, apr_
 void ci_containers_note_admission(request_rec *r, const char *tool, const char *container,
                                   int waited, json_object *ans);
 
-/* A directory request OP of OWNER (JSON, ci_supdir.h; owned by P). */
-json_object *ci_containers_request(apr_pool_t *p, const char *op, const char *owner);
-/* Ask the directory REQ (memory from P): the answer, or NULL (logged) when
- * the supervisor cannot be asked. */
-json_object *ci_containers_ask(request_rec *r, apr_pool_t *p, json_object *req);
-
 /* A create request for OWNER's new container of TOOL in memory tier TIER
  * (NULL: the default), with ID (NULL: one minted by the directory), NAME,
  * IDLE seconds, and the server's caps and budget. */
@@ -81,14 +75,9 @@ apr_status_t ci_containers_ensure(request_rec *r, struct ci_req_state *st,
 void ci_containers_set_handle(request_rec *r, apr_pool_t *p, struct ci_req_state *st,
                               const char *handle);
 
-/* The same for OWNER's container CONTAINER_ID, outside a request's loop. */
-void ci_containers_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
-                                 const char *container_id, const char *handle);
 /* The tool container C runs on: the one it was made with, as declared now
  * on the same provider; NULL when a reload removed or changed it. */
 const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c);
-/* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
-const char *ci_containers_unseal(request_rec *r, const ci_container *c);
 
 /* The container's sandbox is gone at its provider (E2B's lifetime cap):
  * the container is expired. */

@@ -19,7 +19,7 @@
 #include "ci_files_in.h"
 #include "ci_json.h"
 #include "ci_owner.h"
-#include "ci_shared.h"
+#include "ci_dirclient.h"
 #include "ci_state.h"
 #include "ci_supdir.h"
 #include "ci_module.h"
@@ -112,26 +112,27 @@ static json_object *resource(apr_pool_t *p, const ci_container *c)
 
 static json_object *dir_request(api_req *a, const char *op)
 {
-    json_object *o = ci_containers_request(a->r->pool, op, a->owner);
+    json_object *o = ci_dirclient_request(a->r->pool, op, a->owner);
     if (a->id)
         json_object_object_add(o, "id", json_object_new_string(a->id));
     return o;
 }
 
+/* REQ asked; the sandboxes its answer lets go (a deleted container's, an
+ * evicted one's) are ended here. */
 static json_object *dir_ask(api_req *a, json_object *req)
 {
-    return ci_containers_ask(a->r, a->r->pool, req);
+    return ci_dirclient_ask_and_end(a->r->server, a->r->pool, req);
 }
 
 static ci_dir_status status_of(json_object *ans)
 {
-    return ci_supdir_status_of(ci_json_str(ans, "status"));
+    return ci_dirclient_status_of(ans);
 }
 
 static int container_of(api_req *a, json_object *ans, const char *key, ci_container *c)
 {
-    return ci_supdir_container_from(a->r->pool, ci_json_get(ans, key, json_type_object),
-                                    c);
+    return ci_dirclient_container(a->r->pool, ans, key, c);
 }
 
 /* ---- the operations ------------------------------------------------------------ */
@@ -148,15 +149,6 @@ static int get_one(api_req *a)
     return send_json(a->r, 200, resource(a->r->pool, &c));
 }
 
-/* A deleted container's sandbox goes: with a shared directory, its answer
- * did that already (ci_shared_ask); on one node, the supervisor ends a
- * local one with its record, and a remote one is ended at its provider. */
-static void destroy_sandbox(api_req *a, const ci_container *c)
-{
-    if (!ci_server_directory(a->r->server))
-        ci_shared_destroy(a->r->server, a->r->pool, c);
-}
-
 /* Another node's local container is deleted there (its sandbox runs
  * there): 0, or -1 with the 409 sent (*RC). */
 static int deletable_here(api_req *a, int *rc)
@@ -168,7 +160,7 @@ static int deletable_here(api_req *a, int *rc)
     if (!(ans = dir_ask(a, dir_request(a, "get"))))
         return *rc = unavailable(a), -1;
     if (status_of(ans) == CI_DIR_OK && !container_of(a, ans, "container", &c) &&
-        ci_shared_elsewhere(a->r, &c, &a->err))
+        ci_dirclient_elsewhere(a->r, &c, &a->err))
         return *rc = fail(a), -1;
     return 0;
 }
@@ -184,7 +176,6 @@ static int delete_one(api_req *a)
         return unavailable(a);
     if (status_of(ans) != CI_DIR_OK || container_of(a, ans, "container", &c))
         return not_found(a);
-    destroy_sandbox(a, &c);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0814: container %s deleted",
                   a->id);
     o = ci_json_own(a->r->pool, json_object_new_object());
@@ -290,15 +281,11 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
  * with A->err set and the container deleted again (nothing half-made). */
 static int provision(api_req *a, const ci_container *c, const apr_array_header_t *files)
 {
-    json_object *ans;
-    ci_container gone;
     if (ci_files_provision(a->r, a->d, a->owner, c, files, NULL, &a->err) == OK)
         return 0;
     a->id = c->id;
-    /* the record as deleted: its handle, when the sandbox got one */
-    if ((ans = dir_ask(a, dir_request(a, "delete"))) &&
-        !container_of(a, ans, "container", &gone))
-        destroy_sandbox(a, &gone);
+    /* deleted: its sandbox, when it got one, ends with the answer */
+    dir_ask(a, dir_request(a, "delete"));
     a->id = NULL;
     return -1;
 }
@@ -379,7 +366,7 @@ static int own_container(api_req *a, int start, ci_file_target *t, int *rc)
         return *rc = unavailable(a), -1;
     if (status_of(ans) == CI_DIR_NOT_FOUND || container_of(a, ans, "container", &c))
         return *rc = not_found(a), -1;
-    if (ci_shared_elsewhere(a->r, &c, &a->err))
+    if (ci_dirclient_elsewhere(a->r, &c, &a->err))
         return *rc = fail(a), -1;
     if (start && c.status != CI_CNTR_RUNNING) {
         ci_error_set(&a->err, 400, CI_INVALID, NULL, "container_expired", a->r->pool,

@@ -39,10 +39,10 @@ static apr_array_header_t *sandbox_uses;
 
 static ci_sandbox_def *builtin_local(apr_pool_t *p)
 {
-    return ci_sandbox_def_defaults(p, "local", ci_provider_named("local"));
+    return ci_sandbox_def_defaults(p, CI_DEFAULT_TOOL, ci_builtin_providers[0]);
 }
 
-/* The built-in "local" sandbox: made once per configuration, here, never
+/* The built-in sandbox tool: made once per configuration, here, never
  * at request time (pools are not thread-safe). */
 static const ci_sandbox_def *default_local;
 
@@ -160,6 +160,16 @@ apr_interval_time_t ci_dir_connect_timeout(const ci_dir_conf *d)
                : apr_time_from_sec(DEFAULT_CONNECT_TIMEOUT_S);
 }
 
+void ci_dir_transport(const ci_dir_conf *d, ci_curl_transport *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->connect_timeout = ci_dir_connect_timeout(d);
+    t->ca_file = d->ca_file;
+    t->client_cert = d->client_cert;
+    t->client_key = d->client_key;
+    t->proxy = d->proxy;
+}
+
 apr_interval_time_t ci_dir_upstream_timeout(const ci_dir_conf *d)
 {
     return d->upstream_timeout != CI_UNSET ? d->upstream_timeout : 0;
@@ -211,7 +221,7 @@ const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
 {
     ci_server_conf *c = ci_server_config(s);
     const ci_sandbox_def *def = apr_hash_get(c->sandboxes, name, APR_HASH_KEY_STRING);
-    if (!def && !strcmp(name, "local"))
+    if (!def && !strcmp(name, CI_DEFAULT_TOOL))
         def = default_local;
     return def;
 }
@@ -221,7 +231,7 @@ apr_array_header_t *ci_sandbox_all(apr_pool_t *p, server_rec *s)
     ci_server_conf *c = ci_server_config(s);
     apr_array_header_t *defs = apr_array_make(p, 4, sizeof(const ci_sandbox_def *));
     apr_hash_index_t *hi;
-    if (!apr_hash_get(c->sandboxes, "local", APR_HASH_KEY_STRING))
+    if (!apr_hash_get(c->sandboxes, CI_DEFAULT_TOOL, APR_HASH_KEY_STRING))
         *(const ci_sandbox_def **)apr_array_push(defs) = default_local;
     for (hi = apr_hash_first(p, c->sandboxes); hi; hi = apr_hash_next(hi))
         *(const ci_sandbox_def **)apr_array_push(defs) = apr_hash_this_val(hi);
@@ -359,7 +369,7 @@ static const char *set_enabled(cmd_parms *cmd, void *conf, const char *v)
         return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not valid: "
                                                  "expected On, Off or a sandbox name", v));
     d->enabled = 1;
-    d->sandbox = !strcasecmp(v, "on") ? "local" : apr_pstrdup(cmd->pool, v);
+    d->sandbox = !strcasecmp(v, "on") ? CI_DEFAULT_TOOL : apr_pstrdup(cmd->pool, v);
     use = apr_array_push(sandbox_uses);
     use->name = d->sandbox;
     use->file = cmd->directive->filename;

@@ -13,6 +13,7 @@
 #include <ap_expr.h>
 #include "ci_config.h"
 #include "ci_crypto.h"
+#include "ci_curl.h"
 #include "ci_redis.h"
 #include "ci_sandbox.h"
 
@@ -80,6 +81,9 @@ int ci_dir_max_loops(const ci_dir_conf *d);
 apr_interval_time_t ci_dir_deadline(const ci_dir_conf *d);
 apr_interval_time_t ci_dir_keepalive(const ci_dir_conf *d);
 apr_interval_time_t ci_dir_connect_timeout(const ci_dir_conf *d);
+/* The transport of calls to D's upstream (connect timeout, TLS, proxy):
+ * the caller sets the whole exchange's timeout and the abort callback. */
+void ci_dir_transport(const ci_dir_conf *d, ci_curl_transport *t);
 /* CodeInterpreterUpstreamTimeout, or 0: the rest of the deadline. */
 apr_interval_time_t ci_dir_upstream_timeout(const ci_dir_conf *d);
 const char *ci_dir_function_name(const ci_dir_conf *d);
@@ -100,10 +104,15 @@ int ci_server_eviction_grace(const ci_server_conf *c);
 int ci_server_capacity_wait(const ci_server_conf *c);
 int ci_server_reserve(const ci_server_conf *c);
 
-/* The sandbox tool NAME of server S (the built-in "local" when not
- * declared), or NULL. */
+/* The built-in sandbox tool (what "CodeInterpreter On" uses): the default
+ * provider with its defaults, unless a CodeInterpreterSandbox of that name
+ * declares it otherwise. */
+#define CI_DEFAULT_TOOL "local"
+
+/* The sandbox tool NAME of server S (the built-in one when not declared),
+ * or NULL. */
 const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name);
-/* Every sandbox tool of S, the built-in "local" first unless declared.
+/* Every sandbox tool of S, the built-in one first unless declared.
  * Memory from P. */
 apr_array_header_t *ci_sandbox_all(apr_pool_t *p, server_rec *s);
 

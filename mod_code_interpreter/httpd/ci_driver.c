@@ -360,16 +360,12 @@ static void upstream_opts(driver *dv, ci_upstream_opts *o)
     ci_dir_conf *d = dv->d;
     memset(o, 0, sizeof(*o));
     apr_interval_time_t own = ci_dir_upstream_timeout(d);
-    o->connect_timeout = ci_dir_connect_timeout(d);
+    ci_dir_transport(d, &o->transport);
     dv->timeout_is_deadline = !(own > 0 && own < left);
-    o->timeout = dv->timeout_is_deadline ? left : own;
+    o->transport.timeout = dv->timeout_is_deadline ? left : own;
+    o->transport.abort = followup_progress;
+    o->transport.abort_baton = dv;
     o->max_body = (apr_size_t)ci_dir_max_body(d);
-    o->ca_file = d->ca_file;
-    o->client_cert = d->client_cert;
-    o->client_key = d->client_key;
-    o->proxy = d->proxy;
-    o->progress = followup_progress;
-    o->progress_baton = dv;
 }
 
 static int followup_failed(driver *dv, apr_status_t rv, const char *why)
@@ -620,8 +616,7 @@ static apr_status_t send_error(driver *dv)
         set_notes(dv);
         return APR_ECONNABORTED;
     }
-    if (dv->err.status == 503)
-        apr_table_setn(dv->r->headers_out, "Retry-After", "5");
+    ci_error_headers(dv->r, dv->r->headers_out, &dv->err);
     body = ci_error_body(dv->r->pool, &dv->err, &len);
     ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, dv->r, "CI0207: answering %d: %s",
                   dv->err.status, dv->err.message);

@@ -10,8 +10,7 @@
 #include <util_filter.h>
 
 #include "ci_files_in.h"
-#include "ci_containers.h"
-#include "ci_shared.h"
+#include "ci_dirclient.h"
 #include "ci_json.h"
 #include "ci_multipart.h"
 #include "ci_module.h"
@@ -114,12 +113,8 @@ static apr_table_t *files_headers(request_rec *r)
 static void files_opts(const ci_dir_conf *d, ci_upstream_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    o->connect_timeout = ci_dir_connect_timeout(d);
-    o->timeout = FILES_TIMEOUT;
-    o->ca_file = d->ca_file;
-    o->client_cert = d->client_cert;
-    o->client_key = d->client_key;
-    o->proxy = d->proxy;
+    ci_dir_transport(d, &o->transport);
+    o->transport.timeout = FILES_TIMEOUT;
 }
 
 static int files_api_refused(request_rec *r, ci_filesapi_status st, const char *id,
@@ -186,7 +181,7 @@ static int reach_sandbox(request_rec *r, const char *owner, const ci_container *
     const char *why = NULL, *handle;
     apr_pool_t *p;
     apr_status_t rv;
-    if (ci_shared_adopt(r, owner, c, t->def) < 0) {
+    if (ci_dirclient_adopt(r, owner, c, t->def) < 0) {
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", r->pool,
                      "The code sandbox could not be started; retry shortly.");
         return 503;
@@ -208,7 +203,7 @@ static int reach_sandbox(request_rec *r, const char *owner, const ci_container *
         return 503;
     }
     if (!t->handle && (handle = prov->handle ? prov->handle(sb, r->pool) : NULL)) {
-        ci_containers_record_handle(r, r->pool, owner, c->id, handle);
+        ci_dirclient_record_handle(r, r->pool, owner, c->id, handle);
         t->handle = handle;
     }
     prov->release(sb);
@@ -238,7 +233,7 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
         ci_sandbox_def_tier(r->pool, def, c->memory_limit, &def);
     t->def = def;
     t->container = c->id;
-    t->handle = ci_containers_unseal(r, c);
+    t->handle = ci_dirclient_unseal(r, c);
     /* A local container's sandbox is found by its id: attaching is how
      * it is started when it has none, and costs little when it has one. A
      * remote one with a handle is kept alive by attaching, for any use. */

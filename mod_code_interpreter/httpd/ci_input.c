@@ -289,12 +289,12 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
          * request accepted now must not create anything with the old one.
          * The retry lands on a new child. */
         r->connection->keepalive = AP_CONN_CLOSE;
-        apr_table_setn(r->err_headers_out, "Retry-After", "1");
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0104: sandbox tool %s was "
                       "reconfigured by a reload; refused in this older child",
                       sandbox->name);
         ci_error_set(&err, 503, CI_SERVER, NULL, "sandbox_reconfigured", r->pool,
                      "The server is reloading its configuration; retry the request.");
+        err.retry_after = 1;
         return ci_send_error(r, &err);
     }
     st = ci_state_create(r);

@@ -21,7 +21,7 @@
 #include "ci_dirconf.h"
 #include "ci_json.h"
 #include "ci_registry.h"
-#include "ci_supervisor.h"
+#include "ci_supervisor_client.h"
 #include "ci_sandbox.h"
 #include "ci_workers.h"
 #include "ci_module.h"

@@ -21,9 +21,8 @@
 #include "ci_sandbox.h"
 #include "ci_session.h"
 #include "ci_files_in.h"
-#include "ci_shared.h"
+#include "ci_dirclient.h"
 #include "ci_state.h"
-#include "ci_supervisor.h"
 #include "ci_workers.h"
 #include "ci_module.h"
 
@@ -46,14 +45,6 @@ struct ci_session {
     const char *err;
     apr_time_t start_began;
 };
-
-static volatile apr_uint32_t started_count, destroyed_count;
-
-void ci_session_counts(apr_uint32_t *started, apr_uint32_t *destroyed)
-{
-    *started = apr_atomic_read32(&started_count);
-    *destroyed = apr_atomic_read32(&destroyed_count);
-}
 
 /* A remote container's sandbox was made now: how to reach it again goes to
  * the directory. */
@@ -89,7 +80,6 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
         return;
     }
     if (ev == CI_BOX_DESTROYED) {
-        apr_atomic_inc32(&destroyed_count);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
                       "CI0301: sandbox destroyed (%s) tool=%s container=%s", why,
                       s->def->name, s->container_id);
@@ -100,7 +90,6 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
     if (!s->container && prov->remote_id && prov->reap_cred &&
         prov->reap_cred(s->def, &cred))
         ci_registry_set_remote(s->slot, prov->remote_id(sb), prov->name, &cred);
-    apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
                   "CI0302: sandbox started tool=%s provider=%s container=%s in "
                   "%" APR_TIME_T_FMT " us", s->def->name, prov->name, s->container_id,
@@ -142,7 +131,6 @@ static int adopt_warm(ci_session *s)
         return 1;                 /* the slot is claimed: start one */
     }
     ci_box_adopt(s->box, sb, p);
-    apr_atomic_inc32(&started_count);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r,
                   "CI0307: sandbox started tool=%s provider=%s container=%s "
                   "(warm, acquired in %" APR_TIME_T_FMT " us)", s->def->name,
@@ -266,7 +254,7 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
         return APR_EGENERAL;
     }
     s->def = tiered;
-    handle = ci_containers_unseal(s->r, &c);
+    handle = ci_dirclient_unseal(s->r, &c);
     /* file_ids: put into the container this request makes (a container a
      * chain reuses has them already, and later changes stand) */
     if (made_now && s->st->upstream_files &&
@@ -276,7 +264,7 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     if (c.memory_limit)
         ci_sandbox_def_tier(s->root, s->def, c.memory_limit, &tiered);
     s->def = tiered;
-    if (ci_shared_adopt(s->r, s->st->owner, &c, tiered) < 0) {
+    if (ci_dirclient_adopt(s->r, s->st->owner, &c, tiered) < 0) {
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
                      "The code sandbox could not be started; retry shortly.");
         return APR_EGENERAL;
@@ -339,11 +327,11 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
     s->code = apr_pstrdup(s->root, code);
     s->err = NULL;
     if (s->container)
-        ci_shared_busy(s->r, s->st->owner, s->container_id, 1, busy_lease(s));
+        ci_dirclient_busy(s->r, s->st->owner, s->container_id, 1, busy_lease(s));
     rv = ci_job_submit(s->r->pool, run_job, s, &s->job);
     if (rv != APR_SUCCESS) {
         if (s->container)
-            ci_shared_busy(s->r, s->st->owner, s->container_id, 0, 0);
+            ci_dirclient_busy(s->r, s->st->owner, s->container_id, 0, 0);
         s->job = NULL;
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_busy", s->r->pool,
                      "All code execution slots of this server are busy; retry "
@@ -355,7 +343,7 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
             ci_box_interrupt(s->box);
     s->job = NULL;
     if (s->container)
-        ci_shared_busy(s->r, s->st->owner, s->container_id, 0, 0);
+        ci_dirclient_busy(s->r, s->st->owner, s->container_id, 0, 0);
     if (s->rv == APR_ECONNABORTED) {
         ci_error_set(err, 499, CI_SERVER, NULL, NULL, s->r->pool,
                      "The execution was interrupted.");

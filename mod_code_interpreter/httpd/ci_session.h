@@ -30,7 +30,4 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
 /* child_init: keep the allocators of ended sessions for the next ones. */
 void ci_session_child_init(apr_pool_t *pchild, server_rec *s);
 
-/* Sandbox lifecycle counters of this child, for logs and tests. */
-void ci_session_counts(apr_uint32_t *started, apr_uint32_t *destroyed);
-
 #endif

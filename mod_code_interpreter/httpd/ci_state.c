@@ -1,4 +1,5 @@
 /* ci_state.c - an intercepted request's state, and error answers. */
+#include <apr_strings.h>
 #include <http_protocol.h>
 #include "ci_state.h"
 #include "ci_module.h"
@@ -15,15 +16,19 @@ ci_req_state *ci_state_create(request_rec *r)
     return st;
 }
 
+void ci_error_headers(request_rec *r, apr_table_t *headers, const ci_error *err)
+{
+    if (err->retry_after > 0)
+        apr_table_setn(headers, "Retry-After", apr_itoa(r->pool, err->retry_after));
+}
+
 int ci_send_error(request_rec *r, const ci_error *err)
 {
     apr_size_t len;
     const char *body = ci_error_body(r->pool, err, &len);
     r->status = err->status;
     r->status_line = NULL;
-    /* Unavailable for now (the directory, a cap): say when to come back. */
-    if (err->status == 503 && !apr_table_get(r->err_headers_out, "Retry-After"))
-        apr_table_setn(r->err_headers_out, "Retry-After", "5");
+    ci_error_headers(r, r->err_headers_out, err);
     apr_table_unset(r->headers_out, "Content-Length");
     ap_set_content_type(r, "application/json");
     ap_set_content_length(r, (apr_off_t)len);

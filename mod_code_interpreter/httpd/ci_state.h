@@ -40,5 +40,8 @@ ci_req_state *ci_state_create(request_rec *r);
 
 /* Answer R now with ERR (OpenAI shape), before any byte was sent. */
 int ci_send_error(request_rec *r, const ci_error *err);
+/* ERR's headers (Retry-After) into HEADERS: every error answer's are set
+ * here. */
+void ci_error_headers(request_rec *r, apr_table_t *headers, const ci_error *err);
 
 #endif

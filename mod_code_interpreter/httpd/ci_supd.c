@@ -43,6 +43,7 @@
 #include "ci_registry.h"
 #include "ci_supd.h"
 #include "ci_supervisor.h"
+#include "ci_supervisor_client.h"
 #include "ci_supproto.h"
 #include "ci_workers.h"
 #include "ci_module.h"
@@ -67,8 +68,6 @@ static apr_size_t gen_wants_len;
 
 /* ---- in the supervisor process ------------------------------------------ */
 
-static int sup_level;
-
 /* Lines go to descriptor 2, the main error log when it is a file (piped
  * logs are not kept: see keep_stderr), in httpd's own format. */
 static void sup_sink(ci_log_level level, const char *file, int line,
@@ -79,8 +78,6 @@ static void sup_sink(ci_log_level level, const char *file, int line,
     char date[APR_CTIME_LEN];
     char buf[1024];
     int n;
-    if ((int)level > sup_level)
-        return;
     apr_ctime(date, apr_time_now());
     n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
                  names[level & 7], (long)getpid(), message);
@@ -160,8 +157,7 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     if ((lfd = close_inherited(lfd)) < 0)
         _exit(1);
     apr_pool_create(&p, NULL);
-    sup_level = ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX);
-    ci_log_set(sup_sink);
+    ci_log_set(sup_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
     /* Every sandbox is the OOM killer's first choice (oom_score_adj 1000),
      * before anything of httpd's: set here, while the process may still
      * write it (after setuid it is not dumpable, and its /proc files, and

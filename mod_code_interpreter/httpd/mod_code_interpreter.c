@@ -24,7 +24,7 @@
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
-#include "ci_shared.h"
+#include "ci_dirclient.h"
 #include "ci_supd.h"
 #include "ci_upstream.h"
 #include "ci_workers.h"
@@ -134,7 +134,8 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                           server_rec *s)
 {
     log_server = s;
-    ci_log_set(log_sink);
+    /* The main server's level for this module: where the lines go. */
+    ci_log_set(log_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
     if (ap_state_query(AP_SQ_MAIN_STATE) == AP_SQ_MS_CREATE_PRE_CONFIG)
         return OK;
     if (ci_upstream_global_init(pconf) != APR_SUCCESS) {
@@ -166,7 +167,7 @@ static void ci_child_init(apr_pool_t *pchild, server_rec *s)
     ci_audit_child_init(pchild);
     ci_registry_child_init(pchild, s);
     ci_session_child_init(pchild, s);
-    ci_shared_child_init(pchild, s);
+    ci_dirclient_child_init(pchild, s);
 }
 
 static void ci_register_hooks(apr_pool_t *p)

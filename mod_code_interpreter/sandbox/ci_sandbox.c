@@ -380,11 +380,6 @@ ci_box *ci_box_create(apr_pool_t *p, const ci_sandbox_def *def, const char *tag,
     return b;
 }
 
-const ci_provider *ci_box_provider(const ci_box *b)
-{
-    return b->def->provider;
-}
-
 static void set_sandbox(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool)
 {
     apr_thread_mutex_lock(b->lock);

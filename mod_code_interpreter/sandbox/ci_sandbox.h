@@ -300,7 +300,6 @@ void ci_box_release(ci_box *b);
 void ci_box_interrupt(ci_box *b);
 /* Destroy the sandbox, if any (WHY goes to the listener). */
 void ci_box_destroy(ci_box *b, const char *why);
-const ci_provider *ci_box_provider(const ci_box *b);
 
 /* Output read from a provider is refused past this many bytes per execution,
  * whatever max_output says (images travel in it too). */

@@ -392,6 +392,22 @@ static const struct {
     { "finish", op_finish }, { "recall", op_recall }, { "adopt", op_adopt },
 };
 
+/* The answer, with "gone": the ids whose sandboxes must go now (as the
+ * shared directory's scripts answer; claim_due names its own, which the
+ * supervisor does not end itself). */
+static const char *answer_text(op *o)
+{
+    if (!ci_json_get(o->ans, "gone", json_type_array)) {
+        json_object *gone = json_object_new_array();
+        int i;
+        for (i = 0; i < o->gone->nelts; i++)
+            json_object_array_add(gone, json_object_new_string(
+                                      APR_ARRAY_IDX(o->gone, i, const char *)));
+        json_object_object_add(o->ans, "gone", gone);
+    }
+    return ci_json_text(o->ans, NULL);
+}
+
 const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
                             apr_size_t len, apr_time_t now, apr_array_header_t *gone)
 {
@@ -409,15 +425,15 @@ const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
     o.owner = ci_json_str(o.req, "owner");
     if (name && !strcmp(name, "drop")) {          /* no owner: see op_drop */
         op_drop(&o);
-        return ci_json_text(o.ans, NULL);
+        return answer_text(&o);
     }
     if (name && !strcmp(name, "shadows")) {
         op_shadows(&o);
-        return ci_json_text(o.ans, NULL);
+        return answer_text(&o);
     }
     if (name && !strcmp(name, "claim_due")) {     /* no owner either */
         op_claim_due(&o);
-        return ci_json_text(o.ans, NULL);
+        return answer_text(&o);
     }
     for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)
         if (!strcmp(name, ops[i].name)) {
@@ -425,8 +441,8 @@ const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
                 answer_status(&o, CI_DIR_NO_OWNER);
             else
                 ops[i].fn(&o);
-            return ci_json_text(o.ans, NULL);
+            return answer_text(&o);
         }
     add_str(o.ans, "status", "bad_request");
-    return ci_json_text(o.ans, NULL);
+    return answer_text(&o);
 }

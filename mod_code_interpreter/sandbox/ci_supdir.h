@@ -31,6 +31,9 @@
  *   claim_due   limit? (no owner) -> {status, containers, gone}: the
  *               containers with a remote sandbox (a handle) that expired
  *               here and that nobody has ended yet, each handed out once
+ * Every answer has "gone": the ids of the containers whose sandboxes must go
+ * now (deleted, evicted, expired, dropped; claim_due's own), as the shared
+ * directory's scripts answer; the caller ends those it can reach.
  * status is "ok", "not_found", "expired", "owner_full", "node_full",
  * "no_owner", "budget_full" or "bad_request". A container is {id, name, tool,
  * memory_limit, handle, created_at, last_active_at (microseconds),

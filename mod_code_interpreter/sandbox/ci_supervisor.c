@@ -51,6 +51,7 @@
 #include "ci_directory.h"
 #include "ci_json.h"
 #include "ci_log.h"
+#include "ci_ndjson.h"
 #include "ci_supdir.h"
 #include "ci_supervisor.h"
 #include "ci_supproto.h"

@@ -217,8 +217,8 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     const char *python = o ? ci_json_str(o, "python") : NULL;
     const char *preload = o ? ci_json_str(o, "preload") : NULL;
     /* the supervisor runs local sandboxes only, whatever a peer names */
-    const ci_provider *provider = prov && !strcmp(prov, "local") ? ci_provider_named(prov)
-                                                                 : NULL;
+    const ci_provider *provider = prov && !strcmp(prov, ci_provider_local.name)
+                                  ? &ci_provider_local : NULL;
     apr_int64_t timeout = o ? get_int(o, "timeout_us") : -1;
     apr_int64_t max_output = o ? get_int(o, "max_output") : -1;
     apr_int64_t memory = o ? get_int(o, "memory") : -1;

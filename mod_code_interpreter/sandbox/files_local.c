@@ -9,7 +9,7 @@
 #include <apr_base64.h>
 #include <apr_strings.h>
 #include "ci_sandbox.h"
-#include "ci_supervisor.h"
+#include "ci_supervisor_client.h"
 #include "ci_cfiles.h"
 #include "ci_json.h"
 #include "files_local.h"
@@ -51,7 +51,7 @@ static ci_file_status exchange(answer *a, json_object *o, ci_fileop_line_fn fn,
 {
     apr_size_t len;
     const char *req = ci_json_pstr(a->p, o, &len);
-    int got = ci_supervisor_fileop_put(a->p, req, len, fn, a, up, err);
+    int got = ci_supervisor_fileop(a->p, req, len, fn, a, up, err);
     if (got == 0)
         return CI_FILE_NO_SANDBOX;
     return got < 0 ? CI_FILE_FAILED : CI_FILE_OK;

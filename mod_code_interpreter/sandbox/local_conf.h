@@ -21,6 +21,9 @@ typedef struct ci_local_conf {
 /* DEF's local keys (DEF is a tool of the local provider). */
 #define CI_LOCAL(def) ((ci_local_conf *)(def)->conf)
 
+/* The provider (sandbox_local.c). */
+extern const ci_provider ci_provider_local;
+
 /* A local tool's keys, with their defaults (from P). */
 ci_local_conf *ci_local_conf_create(apr_pool_t *p);
 

@@ -37,6 +37,7 @@
 #include "ci_json.h"
 #include "ci_log.h"
 #include "ci_sandbox.h"
+#include "ci_ndjson.h"
 #include "ci_workers.h"
 #include "e2b_internal.h"
 

@@ -17,6 +17,8 @@
 #include "fuzz_common.h"
 #include "ci_config.h"
 #include "ci_sandbox.h"
+#include "e2b_internal.h"
+#include "local_conf.h"
 
 #define MAX_WORDS 64
 #define MAX_LINES 64
@@ -91,35 +93,37 @@ static void check_sandbox(apr_pool_t *p, const char *name, int argc,
                "timeout %lld", (long long)d->timeout);
     FUZZ_CHECK(d->max_output >= 1 && d->max_output <= ((apr_size_t)16 << 20),
                "max_output %zu", (size_t)d->max_output);
+    FUZZ_CHECK(d->network == 0 || d->network == 1, "network %d", d->network);
     if (d->provider == ci_provider_named("local")) {
-        FUZZ_CHECK(d->python && d->python[0] == '/', "python '%s'", d->python);
-        FUZZ_CHECK(d->memory >= 1 && d->memory <= ((apr_uint64_t)1 << 40),
-                   "memory %llu", (unsigned long long)d->memory);
-        FUZZ_CHECK(d->disk >= 1 && d->disk <= ((apr_uint64_t)1 << 40), "disk");
-        FUZZ_CHECK(d->processes >= 1 && d->processes <= 4096, "processes %d",
-                   d->processes);
+        const ci_local_conf *l = CI_LOCAL(d);
+        FUZZ_CHECK(l->python && l->python[0] == '/', "python '%s'", l->python);
+        FUZZ_CHECK(l->memory >= 1 && l->memory <= ((apr_uint64_t)1 << 40),
+                   "memory %llu", (unsigned long long)l->memory);
+        FUZZ_CHECK(l->disk >= 1 && l->disk <= ((apr_uint64_t)1 << 40), "disk");
+        FUZZ_CHECK(l->processes >= 1 && l->processes <= 4096, "processes %d",
+                   l->processes);
         FUZZ_CHECK(d->warm >= 0 && d->warm <= 64, "warm %d", d->warm);
-        FUZZ_CHECK(!d->preload || strspn(d->preload,
+        FUZZ_CHECK(!l->preload || strspn(l->preload,
                                          "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklm"
                                          "nopqrstuvwxyz0123456789_.,") ==
-                                      strlen(d->preload),
-                   "preload '%s'", d->preload);
+                                      strlen(l->preload),
+                   "preload '%s'", l->preload);
     }
     else {
+        const ci_e2b_conf *e = CI_E2B(d);
         FUZZ_CHECK(d->provider == ci_provider_named("e2b"), "provider %s", d->provider->name);
-        FUZZ_CHECK(d->api_key_spec && *d->api_key_spec, "empty api_key");
-        FUZZ_CHECK(d->template_id && *d->template_id, "empty template");
-        FUZZ_CHECK(d->lifetime >= 1 && d->lifetime <= 86400, "lifetime %d",
-                   d->lifetime);
-        FUZZ_CHECK(d->internet == 0 || d->internet == 1, "internet %d", d->internet);
-        FUZZ_CHECK(!ci_parse_url(p, d->api_base), "api_base '%s'", d->api_base);
-        FUZZ_CHECK(!d->sandbox_url || !ci_parse_url(p, d->sandbox_url),
-                   "sandbox_url '%s'", d->sandbox_url);
+        FUZZ_CHECK(e->api_key_spec && *e->api_key_spec, "empty api_key");
+        FUZZ_CHECK(e->template_id && *e->template_id, "empty template");
+        FUZZ_CHECK(e->lifetime >= 1 && e->lifetime <= 86400, "lifetime %d",
+                   e->lifetime);
+        FUZZ_CHECK(!ci_parse_url(p, e->api_base), "api_base '%s'", e->api_base);
+        FUZZ_CHECK(!e->sandbox_url || !ci_parse_url(p, e->sandbox_url),
+                   "sandbox_url '%s'", e->sandbox_url);
         /* Keys from the environment or literal; never files (a fuzzed path
          * could name a device or a FIFO). */
-        if (strncmp(d->api_key_spec, "file:", 5)) {
+        if (strncmp(e->api_key_spec, "file:", 5)) {
             const char *ke = ci_sandbox_def_resolve(p, d);
-            FUZZ_CHECK(ke || (d->api_key && *d->api_key), "resolved to no key");
+            FUZZ_CHECK(ke || (e->api_key && *e->api_key), "resolved to no key");
         }
     }
 }

@@ -15,6 +15,7 @@
  */
 #include "fuzz_common.h"
 #include "ci_exec.h"
+#include "ci_ndjson.h"
 
 #define MARKER_MAX "\n[... 18446744073709551615 more bytes of output were cut ...]\n"
 #define FIGURE_LINE "[a PNG figure was created and is shown to the user]\n"

@@ -34,6 +34,7 @@
 #include "local_conf.h"
 #include "ci_error.h"
 #include "ci_exec.h"
+#include "ci_ndjson.h"
 #include "ci_json.h"
 #include "ci_loop.h"
 #include "ci_request.h"

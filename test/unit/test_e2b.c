@@ -2083,7 +2083,7 @@ int main(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_ALL);
     apr_pool_create(&global_pool, NULL);
     apr_thread_mutex_create(&log_lock, APR_THREAD_MUTEX_DEFAULT, global_pool);
-    ci_log_set(log_sink);
+    ci_log_set(log_sink, CI_LOG_DEBUG);
     fake_base = apr_psprintf(global_pool, "http://127.0.0.1:%s", port);
     if (!getenv("E2B_TEST_INLINE") &&
         ci_workers_start(global_pool, 4, 16) != APR_SUCCESS) {

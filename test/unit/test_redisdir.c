@@ -182,6 +182,7 @@ static json_object *both(fx *f, const char *req, apr_time_t now)
                  ci_json_text(ci_json_get(rc, "gone", json_type_array), NULL),
                  ci_json_text(lgone, NULL));
     json_object_object_del(rc, "gone");
+    json_object_object_del(l, "gone");
     strip_node(rc);
     if (!json_object_equal(rc, l))
         fail_msg("%s:\n  Redis %s\n  here  %s", req, ci_json_text(rc, NULL),

@@ -1,0 +1,40 @@
+/*
+ * ci_ndjson.h - the incremental reader of an execution's output stream: one
+ * JSON object per line ({"type": "stdout"|"stderr"|"result"|"error"|
+ * "files"|"ready"|"end_of_execution", ...}), as the local kernel and E2B's
+ * /execute write it; bounded, and cut at max_output for the model.
+ */
+#ifndef CI_NDJSON_H
+#define CI_NDJSON_H
+
+#include <apr_pools.h>
+#include "ci_exec.h"
+
+typedef struct ci_ndjson ci_ndjson;
+
+/* A reader keeping at most MAX_OUTPUT bytes of text and refusing to read more
+ * than HARD_CAP bytes in all (images included). Memory from P. */
+ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
+                            apr_size_t hard_cap);
+
+/* Feed bytes as they arrive. Returns 0, or -1 once the hard cap is passed
+ * (stop reading: the execution failed). */
+int ci_ndjson_feed(ci_ndjson *nd, const char *data, apr_size_t len);
+
+/* True once {"type":"end_of_execution"} was read. */
+int ci_ndjson_ended(const ci_ndjson *nd);
+/* True once {"type":"ready"} was read (local kernel start-up). */
+int ci_ndjson_ready(const ci_ndjson *nd);
+
+/* Build the result. STOPPED is how the provider stopped reading early
+ * (CI_EXEC_TIMED_OUT, CI_EXEC_LOST, CI_EXEC_INTERRUPTED, with FAILURE telling
+ * the model why), or CI_EXEC_COMPLETED when it read to the end of the stream:
+ * then the stream says how it ended (no end_of_execution: lost, "the output
+ * stream was cut"). Memory from the reader's pool. */
+void ci_ndjson_result(ci_ndjson *nd, ci_exec_outcome stopped, const char *failure,
+                      ci_exec_result *out);
+
+/* Reset for the next execution of the same sandbox. */
+void ci_ndjson_reset(ci_ndjson *nd);
+
+#endif

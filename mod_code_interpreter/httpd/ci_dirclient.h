@@ -1,0 +1,139 @@
+/*
+ * ci_dirclient.h - the container directory as httpd asks it: one client,
+ * two back ends in a table. The directory's operations and their answers
+ * are ci_supdir.h's JSON whichever back end serves them:
+ *
+ * - "supervisor": one node's directory, in the node's sandbox supervisor
+ *   (ci_dirclient_supervisor.c), asked over its socket;
+ * - "redis": a directory several nodes share (CodeInterpreterDirectory
+ *   redis://...; ci_dirclient_redis.c), each operation one atomic script
+ *   (sandbox/ci_dir.lua), its records authenticated with the server
+ *   secret. What runs on a node stays there: a local container's sandbox,
+ *   in the node's supervisor, which keeps a shadow record of it (adopt) so
+ *   that ATTACH, busy marks and its own expiry work as on one node.
+ *
+ * An answer may say that some containers' sandboxes must end now (evicted
+ * to admit another, deleted, claimed when due): ci_dirclient_ask hands
+ * them to its caller, which ends them (ci_dirclient_end) - never a side
+ * effect of asking.
+ *
+ * Expiry: a child thread claims, once a second, the due containers this
+ * node may end (a shared directory: its own local ones and any remote one;
+ * one node's: those with a remote sandbox, when credentials for one are
+ * known here); the claim is atomic, so exactly one process ends each.
+ */
+#ifndef CI_DIRCLIENT_H
+#define CI_DIRCLIENT_H
+
+#include <httpd.h>
+#include <json-c/json.h>
+#include "ci_directory.h"
+#include "ci_error.h"
+#include "ci_sandbox.h"
+
+/* A back end. */
+typedef struct ci_dirclient_backend {
+    const char *name;
+    /* REQ asked (its "node" added where the back end needs it): the
+     * answer, from P, its records checked; or NULL with *ERR (no secret).
+     * Its "gone" names the containers whose sandboxes must end now. */
+    json_object *(*ask)(server_rec *s, apr_pool_t *p, json_object *req, const char **err);
+    /* Child init: the due containers this child claims, if any
+     * (ci_dirclient_claim_from). */
+    void (*child_init)(apr_pool_t *pchild, server_rec *s);
+    /* What this node runs, for server-status (the supervisor's STATUS,
+     * JSON): 0 with *ANSWER, or -1. */
+    int (*status)(apr_pool_t *p, const char **answer, const char **err);
+    /* Before a local container's sandbox is attached on this node: the
+     * supervisor's shadow of container C of OWNER (tool DEF), made or
+     * refreshed. 0, or -1. NULL: nothing to do (one node's directory). */
+    int (*adopt)(request_rec *r, const char *owner, const ci_container *c,
+                 const ci_sandbox_def *def);
+    /* Every few claims: end the local sandboxes whose containers the
+     * directory no longer has running. NULL: nothing to reconcile. */
+    void (*reconcile)(server_rec *s, apr_pool_t *p);
+    /* The directory keeps busy marks (executions on other nodes must not
+     * let a container be evicted or expired). */
+    int marks_busy;
+} ci_dirclient_backend;
+
+extern const ci_dirclient_backend ci_dirclient_supervisor;
+extern const ci_dirclient_backend ci_dirclient_redis;
+
+/* Child init: the node's name, then the back end's. */
+void ci_dirclient_child_init(apr_pool_t *pchild, server_rec *s);
+
+/* The name this node goes by in a shared directory ("ServerName:port"). */
+const char *ci_dirclient_node(void);
+
+/* A request OP of OWNER (JSON, ci_supdir.h; owned by P). */
+json_object *ci_dirclient_request(apr_pool_t *p, const char *op, const char *owner);
+
+/* Ask REQ of S's directory (memory from P): the answer, or NULL (logged)
+ * when it cannot be asked. *GONE (may be NULL when the caller knows its
+ * operation ends nothing) gets the records (ci_container) whose sandboxes
+ * must end now: end them with ci_dirclient_end. */
+json_object *ci_dirclient_ask(server_rec *s, apr_pool_t *p, json_object *req,
+                              apr_array_header_t **gone);
+/* Ask REQ, and end what its answer says must go. */
+json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object *req);
+/* End the sandboxes of GONE (ci_container) where they run, when this node
+ * can reach them. */
+void ci_dirclient_end(server_rec *s, apr_pool_t *p, const apr_array_header_t *gone);
+
+/* An answer's status, and its record KEY ("container", "evicted") into *C:
+ * 0, or -1 when it has none. */
+ci_dir_status ci_dirclient_status_of(json_object *ans);
+int ci_dirclient_container(apr_pool_t *p, json_object *ans, const char *key,
+                           ci_container *c);
+
+/* What this node's supervisor says it runs (server-status). */
+int ci_dirclient_status(server_rec *s, apr_pool_t *p, const char **answer,
+                        const char **err);
+
+/* Before container C's local sandbox is attached here (the back end's
+ * adopt). 0, or -1 (logged). */
+int ci_dirclient_adopt(request_rec *r, const char *owner, const ci_container *c,
+                       const ci_sandbox_def *def);
+
+/* An execution begins (BUSY) or ends in OWNER's container ID: with a
+ * directory that keeps busy marks, eviction and expiry skip it meanwhile,
+ * for LEASE seconds at most (a node that dies mid-run does not keep it
+ * busy), and either is a use. */
+void ci_dirclient_busy(request_rec *r, const char *owner, const char *id, int busy,
+                       int lease);
+
+/* The header naming the node that runs a local container, on a 409. */
+#define CI_NODE_HEADER "X-CodeInterpreter-Node"
+
+/* Whether container C's sandbox is local to another node (a shared
+ * directory; a provider whose sandboxes are not remote): then ERR is the
+ * 409 container_on_other_node naming that node, and the node's name is in
+ * CI_NODE_HEADER of R's answer, so that a balancer can route on it. */
+int ci_dirclient_elsewhere(request_rec *r, const ci_container *c, ci_error *err);
+
+/* The container's sandbox can now be reached with HANDLE: recorded,
+ * sealed with the server secret and bound to the container's id. */
+void ci_dirclient_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
+                                const char *container_id, const char *handle);
+/* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
+const char *ci_dirclient_unseal(request_rec *r, const ci_container *c);
+
+/* Start this child's thread claiming due containers from the back end
+ * (stopped and joined when PCHILD is cleared). */
+void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s);
+
+/* ---- for the back ends ---------------------------------------------------- */
+
+/* A shadow request OP (with ID when not NULL) for this node's supervisor
+ * (ci_supdir's adopt, drop, shadows), owned by P. */
+json_object *ci_dirclient_shadow_request(apr_pool_t *p, const char *op, const char *id);
+/* REQ asked of this node's supervisor: its answer with status "ok", or
+ * NULL with *ERR. */
+json_object *ci_dirclient_ask_supervisor(apr_pool_t *p, json_object *req,
+                                         const char **err);
+/* This node's supervisor drops its shadow of ID, and the local sandbox with
+ * it (IF_IDLE: unless a request uses it right now). */
+void ci_dirclient_drop_local(server_rec *s, apr_pool_t *p, const char *id, int if_idle);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * ci_dirclient_supervisor.c - the "supervisor" back end of the container
+ * directory's client (ci_dirclient.h): one node's directory, kept by the
+ * node's sandbox supervisor and asked over its socket. The supervisor ends
+ * the local sandboxes an operation lets go itself; those with a remote
+ * sandbox (a container evicted or deleted) are named in the answer's
+ * "gone", for the caller to end.
+ */
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_dirclient.h"
+#include "ci_json.h"
+#include "ci_registry.h"
+#include "ci_supervisor_client.h"
+
+/* A text asked of the supervisor, parsed: the answer or NULL with *ERR. */
+static json_object *ask_text(apr_pool_t *p, json_object *req, const char **err)
+{
+    apr_size_t len;
+    const char *text = ci_json_text(req, &len), *answer = NULL, *perr = NULL;
+    json_object *ans;
+    if (ci_supervisor_dir(p, text, len, &answer, err) != 0)
+        return NULL;
+    if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
+        !json_object_is_type(ans, json_type_object)) {
+        *err = "a malformed answer";
+        return NULL;
+    }
+    return ans;
+}
+
+json_object *ci_dirclient_ask_supervisor(apr_pool_t *p, json_object *req,
+                                         const char **err)
+{
+    json_object *ans = ask_text(p, req, err);
+    const char *status = ans ? ci_json_str(ans, "status") : NULL;
+    if (ans && (!status || strcmp(status, "ok"))) {
+        *err = apr_psprintf(p, "it answered %s", ci_json_text(ans, NULL));
+        return NULL;
+    }
+    return ans;
+}
+
+static json_object *supervisor_ask(server_rec *s, apr_pool_t *p, json_object *req,
+                                   const char **err)
+{
+    return ask_text(p, req, err);
+}
+
+/* Due containers are claimed from this node's supervisor when one may have
+ * a remote sandbox (its clock expires them, a child ends them at their
+ * provider): when credentials for one are known here. */
+static void supervisor_child_init(apr_pool_t *pchild, server_rec *s)
+{
+    if (ci_registry_remote_creds())
+        ci_dirclient_claim_from(pchild, s);
+}
+
+const ci_dirclient_backend ci_dirclient_supervisor = {
+    .name = "supervisor",
+    .ask = supervisor_ask,
+    .child_init = supervisor_child_init,
+    .status = ci_supervisor_status,
+    .adopt = NULL,
+    .reconcile = NULL,
+    .marks_busy = 0,
+};
