@@ -1,0 +1,566 @@
+/*
+ * ci_supervisor_boxes.c - the supervisor's sandboxes ("boxes"), by id: their
+ * life, their runs (a container's take turns in its run queue), their output
+ * relayed to whoever's run it is, their deadlines and interrupts.
+ *
+ * Who owns a sandbox: the connection that created or took it (destroyed
+ * when that connection closes: a child that dies leaves nothing running),
+ * a warm pool (destroyed when the parent no longer wants it), or a
+ * container (ATTACH): then it stays across connections until its container
+ * expires or is deleted, every connection attached to it may run code, and
+ * their runs take turns in arrival order. A warm sandbox holds a registry
+ * slot of its own until a connection takes it; the child then claims one
+ * for it. A container's sandbox keeps its slot here.
+ *
+ * Timeouts: the supervisor enforces each execution's deadline (the tool's
+ * timeout carried in the definition). A request's own sandbox is killed: END
+ * says timed_out and the next run starts a fresh one. A container's is
+ * interrupted first, as Ctrl-C would: SIGINT to every process of the
+ * sandbox but bubblewrap's own, so that Python raises KeyboardInterrupt and
+ * the interpreter and its state live on (END says timed_out, kept); only
+ * when the run has not ended INTERRUPT_GRACE later is the sandbox killed and
+ * started again empty.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <apr_strings.h>
+#include "ci_json.h"
+#include "ci_log.h"
+#include "ci_supervisor_internal.h"
+#include "ci_workers.h"
+
+#define START_TIMEOUT apr_time_from_sec(60)
+#define INTERRUPT_GRACE apr_time_from_sec(2)
+
+/* ---- sandboxes ---------------------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* Kill the sandbox (it is our child) and let go of its descriptors. */
+void sup_box_kill(box *b)
+{
+    ci_spawn_kill(&b->pid);
+    close_fd(&b->in_fd);
+    close_fd(&b->out_fd);
+    close_fd(&b->err_fd);
+    sup_outq_free(&b->input);
+    b->state = BOX_DEAD;
+}
+
+static void box_release_slot(box *b)
+{
+    if (b->slot < 0)
+        return;
+    if (b->counted_warm)
+        sup_state.cfg->hooks->set_warm(b->slot, 0);
+    b->counted_warm = 0;
+    sup_state.cfg->hooks->release(b->slot);
+    b->slot = -1;
+}
+
+/* Who hears a sandbox's output: its connection, or its container's runner. */
+conn *sup_client_of(const box *b)
+{
+    return b->container ? b->runner : b->owner;
+}
+
+/* A container's sandbox goes: everyone waiting on it is told. */
+static void release_waiting(box *b, const char *why)
+{
+    conn *c;
+    while (b->waiters) {
+        waiter *w = b->waiters;
+        b->waiters = w->next;
+        sup_send_text(w->c, CI_SUP_ERROR, 0, why);
+        free(w);
+    }
+    while (b->runq) {
+        queued *q = b->runq;
+        b->runq = q->next;
+        sup_send_end(q->from, b->id, CI_EXEC_LOST);
+        free(q->code);
+        free(q);
+    }
+    if (b->runner)
+        sup_send_end(b->runner, b->id, CI_EXEC_LOST);
+    b->runner = NULL;
+    for (c = sup_state.conns; c; c = c->next)
+        if (c->attached == b)
+            c->attached = NULL;
+}
+
+void sup_box_free(box *b)
+{
+    box **pp;
+    for (pp = &sup_state.boxes; *pp; pp = &(*pp)->next)
+        if (*pp == b) {
+            *pp = b->next;
+            break;
+        }
+    if (b->container)
+        release_waiting(b, "the container's sandbox was removed");
+    box_release_slot(b);
+    sup_box_kill(b);
+    apr_pool_destroy(b->pool);
+}
+
+static apr_uint32_t new_id(void)
+{
+    if (++sup_state.next_id == 0)
+        sup_state.next_id = 1;
+    return sup_state.next_id;
+}
+
+static void set_nonblock(int fd)
+{
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+/* Fork B's sandbox (again, for a container's after a failure): STARTING
+ * until its kernel says ready. -1 when it could not be forked. */
+int sup_box_spawn(box *b)
+{
+    if (ci_local_spawn(b->pool, b->def, &b->pid, &b->in_fd, &b->out_fd, &b->err_fd)
+        != APR_SUCCESS)
+        return -1;
+    set_nonblock(b->in_fd);
+    set_nonblock(b->out_fd);
+    set_nonblock(b->err_fd);
+    ci_ndjson_reset(b->nd);
+    b->state = BOX_STARTING;
+    b->deadline = apr_time_now() + START_TIMEOUT;
+    ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
+           b->id, (long)b->pid, b->def->name, b->tag);
+    return 0;
+}
+
+/* Start a sandbox of DEF (its text DEFTEXT). NULL with *ERR when it could
+ * not even be forked; otherwise it is STARTING until its kernel says ready. */
+box *sup_box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
+                   const char **err)
+{
+    apr_pool_t *p;
+    box *b;
+    apr_pool_create(&p, sup_state.p);
+    b = apr_pcalloc(p, sizeof(*b));
+    b->pool = p;
+    b->def = ci_sandbox_def_copy(p, def);
+    b->deftext = apr_pstrdup(p, deftext);
+    b->tag = apr_pstrdup(p, tag);
+    b->slot = -1;
+    b->in_fd = b->out_fd = b->err_fd = -1;
+    b->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
+    b->id = new_id();
+    if (sup_box_spawn(b) < 0) {
+        *err = "the local sandbox could not be forked";
+        apr_pool_destroy(p);
+        return NULL;
+    }
+    b->next = sup_state.boxes;
+    sup_state.boxes = b;
+    return b;
+}
+
+/* The box with ID that C owns: nothing a client sends reaches another
+ * connection's sandbox. */
+static box *owned(conn *c, apr_uint32_t id)
+{
+    box *b;
+    for (b = sup_state.boxes; b; b = b->next)
+        if (b->id == id && (b->owner == c || (b->container && c->attached == b)))
+            return b;
+    return NULL;
+}
+
+/* ---- requests ----------------------------------------------------------- */
+
+void sup_handle_create(conn *c, const ci_sup_frame *f, int take)
+{
+    apr_pool_t *p;
+    ci_sandbox_def *def;
+    const char *tag, *deftext, *err;
+    box *b;
+    apr_pool_create(&p, sup_state.p);
+    if ((err = ci_sup_create_decode(p, f, &def, &tag, &deftext)))
+        sup_send_text(c, CI_SUP_ERROR, 0, err);
+    else if (take) {
+        if ((b = sup_warm_ready(deftext))) {
+            box_release_slot(b);      /* the child claims one for it */
+            b->warm = NULL;
+            b->owner = c;
+            b->tag = apr_pstrdup(b->pool, tag);
+            sup_send_frame(c, CI_SUP_OK, b->id, NULL, 0);
+            sup_state.refill_due = 1; /* after the answer is out */
+        }
+        else
+            sup_send_frame(c, CI_SUP_NONE, 0, NULL, 0);
+    }
+    else if ((b = sup_box_start(def, deftext, tag, &err)))
+        b->owner = c;                 /* OK once its kernel is ready */
+    else
+        sup_send_text(c, CI_SUP_ERROR, 0, err);
+    apr_pool_destroy(p);
+}
+
+/* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}
+ * (RAW: CODE is a file operation's line, checked by sup_handle_fileop). */
+static int queue_code(box *b, const char *code, apr_size_t len, int raw)
+{
+    apr_pool_t *p;
+    json_object *req;
+    const char *line;
+    apr_size_t n;
+    int rc;
+    if (raw)
+        return sup_outq_add(&b->input, code, len) < 0 ||
+               sup_outq_add(&b->input, "\n", 1) < 0 ? -1 : 0;
+    apr_pool_create(&p, b->pool);
+    req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "code", json_object_new_string_len(code, (int)len));
+    line = ci_json_pstr(p, req, &n);
+    rc = sup_outq_add(&b->input, line, n) < 0 ||
+         sup_outq_add(&b->input, "\n", 1) < 0 ? -1 : 0;
+    apr_pool_destroy(p);
+    return rc;
+}
+
+/* Hand CODE to B's idle kernel for C. */
+static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw)
+{
+    const char *refusal;
+    if (raw == RAW_PUT && (refusal = sup_put_limits(b, code, len))) {
+        sup_answer_fileop(b, c, refusal);
+        return;
+    }
+    if (queue_code(b, code, len, raw) < 0) {
+        sup_box_kill(b);
+        sup_send_end(c, b->id, CI_EXEC_LOST);
+        return;
+    }
+    ci_ndjson_reset(b->nd);
+    b->state = BOX_RUNNING;
+    b->deadline = apr_time_now() + (raw ? FILEOP_TIMEOUT : b->def->timeout);
+    b->interrupted = CI_EXEC_COMPLETED;
+    b->fileop = raw != 0;
+    b->upload = raw == RAW_PUT;
+    /* The line before the first one is as good as a newline. */
+    b->tail[0] = '\n';
+    b->tail_len = 1;
+    if (b->container)
+        b->runner = c;
+}
+
+/* Ctrl-C for B's code: SIGINT to the processes of the sandbox that are not
+ * bubblewrap's (its monitor and the namespace's init stay untouched). */
+static void interrupt_kernel(box *b, ci_exec_outcome why)
+{
+    pid_t pids[256];
+    apr_pool_t *p;
+    int i, n;
+    apr_pool_create(&p, sup_state.p);
+    n = b->pid > 0 ? sup_descendants(sup_proc_parents(p), b->pid, pids, 256) : 0;
+    apr_pool_destroy(p);
+    for (i = 1; i < n; i++)
+        if (!sup_is_bwrap(pids[i]))
+            kill(pids[i], SIGINT);
+    b->interrupted = why;
+    b->deadline = apr_time_now() + INTERRUPT_GRACE;
+    ci_log(CI_LOG_INFO, "CI0619: sandbox %u of container %s interrupted (%s)", b->id,
+           b->container, ci_exec_outcome_name(why));
+}
+
+/* A container's sandbox is free: the next queued run starts, on a fresh
+ * sandbox when the last one was lost. */
+void sup_next_run(box *b)
+{
+    queued *q;
+    /* (a run answered at once, a refused put, lets the next one go) */
+    while ((q = b->runq) && !b->runner && b->state != BOX_STARTING &&
+           b->state != BOX_RUNNING) {
+        if (b->state == BOX_DEAD) {
+            if (sup_box_spawn(b) < 0)
+                release_waiting(b, "the local sandbox could not be forked");
+            return;
+        }
+        b->runq = q->next;
+        begin_run(b, q->from, q->code, q->len, q->raw);
+        free(q->code);
+        free(q);
+    }
+}
+
+int sup_enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw)
+{
+    queued *q = calloc(1, sizeof(*q)), **at;
+    if (!q || !(q->code = malloc(len ? len : 1))) {
+        free(q);
+        return -1;
+    }
+    memcpy(q->code, code, len);
+    q->len = len;
+    q->raw = raw;
+    q->from = c;
+    for (at = &b->runq; *at; at = &(*at)->next)
+        ;
+    *at = q;
+    return 0;
+}
+
+/* C's run waiting in B's queue, removed: 1, or 0 when it had none. */
+static int dequeue(box *b, conn *c)
+{
+    queued **qp;
+    for (qp = &b->runq; *qp; qp = &(*qp)->next)
+        if ((*qp)->from == c) {
+            queued *q = *qp;
+            *qp = q->next;
+            free(q->code);
+            free(q);
+            return 1;
+        }
+    return 0;
+}
+
+void sup_handle_run(conn *c, const ci_sup_frame *f)
+{
+    box *b = owned(c, f->id);
+    if (b && b->container && f->len <= INT_MAX) {
+        sup_touch_container(b);
+        if (sup_enqueue(b, c, f->data, f->len, 0) < 0)
+            sup_send_end(c, f->id, CI_EXEC_LOST);
+        sup_next_run(b);
+        return;
+    }
+    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
+        sup_send_end(c, f->id, CI_EXEC_LOST);
+        return;
+    }
+    begin_run(b, c, f->data, f->len, 0);
+}
+
+/* Stop B's execution with OUTCOME: the sandbox is killed. A request's next
+ * run starts a fresh one, as it always did; a container's sandbox is
+ * started again for the next run in its queue (the interpreter's state is
+ * gone, and the run's failure text says so). */
+void sup_stop_run(box *b, ci_exec_outcome outcome)
+{
+    int was_running = b->state == BOX_RUNNING;
+    conn *to = sup_client_of(b);
+    b->interrupted = CI_EXEC_COMPLETED;
+    sup_box_kill(b);
+    if (was_running && to)
+        sup_send_end(to, b->id, outcome);
+    if (b->container) {
+        b->runner = NULL;
+        sup_next_run(b);
+    }
+}
+
+/* C goes: its place in its container's queue, and its run in progress. */
+void sup_detach(conn *c)
+{
+    box *b = c->attached;
+    queued **qp;
+    waiter **wp;
+    if (!b)
+        return;
+    c->attached = NULL;
+    for (qp = &b->runq; *qp;) {
+        queued *q = *qp;
+        if (q->from == c) {
+            *qp = q->next;
+            free(q->code);
+            free(q);
+        }
+        else
+            qp = &q->next;
+    }
+    for (wp = &b->waiters; *wp;) {
+        waiter *w = *wp;
+        if (w->c == c) {
+            *wp = w->next;
+            free(w);
+        }
+        else
+            wp = &w->next;
+    }
+    if (b->runner == c && b->upload)
+        sup_end_upload(b, 0);         /* nothing half-written */
+    if (b->runner == c) {
+        /* Its child left mid-run (it died, or gave up): the run is
+         * interrupted as a timeout is, and the container lives on for the
+         * conversation's next turn. What the run still prints goes nowhere. */
+        b->runner = NULL;
+        /* A file operation is left to end by itself (its deadline holds):
+         * a SIGINT could reach the kernel once it is idle again. */
+        if (b->state == BOX_RUNNING && !b->fileop &&
+            b->interrupted == CI_EXEC_COMPLETED)
+            interrupt_kernel(b, CI_EXEC_INTERRUPTED);
+    }
+}
+
+/* INTERRUPT: a container's run in progress is interrupted as Ctrl-C would
+ * (one still waiting leaves the queue); a request's run is stopped. */
+void sup_handle_interrupt(conn *c, const ci_sup_frame *f)
+{
+    box *b;
+    if ((b = owned(c, f->id)) && b->container) {
+        if (b->runner == c && b->state == BOX_RUNNING &&
+            b->interrupted == CI_EXEC_COMPLETED)
+            interrupt_kernel(b, CI_EXEC_INTERRUPTED);
+        else if (b->runner != c && dequeue(b, c))
+            sup_send_end(c, b->id, CI_EXEC_INTERRUPTED);   /* it never ran */
+    }
+    else if (b)
+        sup_stop_run(b, CI_EXEC_INTERRUPTED);
+}
+
+/* DESTROY: a request's sandbox goes; a container's stays, C detached. */
+void sup_handle_destroy(conn *c, const ci_sup_frame *f)
+{
+    box *b;
+    if ((b = owned(c, f->id)) && b->container)
+        sup_detach(c);                /* a container's stays */
+    else if (b)
+        sup_box_free(b);
+    sup_send_frame(c, CI_SUP_OK, f->id, NULL, 0);
+}
+
+/* ---- sandbox output ----------------------------------------------------- */
+
+static void start_failed(box *b, const char *why)
+{
+    char buf[512];
+    ssize_t n = b->err_fd >= 0 ? read(b->err_fd, buf, sizeof(buf) - 1) : -1;
+    const char *msg;
+    buf[n > 0 ? n : 0] = '\0';
+    if (strchr(buf, '\n'))
+        *strchr(buf, '\n') = '\0';
+    msg = apr_psprintf(b->pool, "the local sandbox did not start (%s)%s%s", why,
+                       n > 0 ? ": " : "", n > 0 ? buf : "");
+    ci_log(CI_LOG_WARNING, "CI0615: sandbox %u of tool %s: %s", b->id, b->def->name, msg);
+    if (b->owner)
+        sup_send_text(b->owner, CI_SUP_ERROR, 0, msg);
+    if (b->container)
+        release_waiting(b, msg);
+    sup_box_free(b);
+}
+
+static void became_ready(box *b)
+{
+    b->state = BOX_IDLE;
+    if (b->container) {
+        while (b->waiters) {
+            waiter *w = b->waiters;
+            b->waiters = w->next;
+            sup_send_frame(w->c, CI_SUP_OK, b->id, NULL, 0);
+            free(w);
+        }
+        sup_next_run(b);
+    }
+    else if (b->owner)
+        sup_send_frame(b->owner, CI_SUP_OK, b->id, NULL, 0);
+    else if (b->slot >= 0) {
+        sup_state.cfg->hooks->set_warm(b->slot, 1);
+        b->counted_warm = 1;
+    }
+}
+
+void sup_box_readable(box *b)
+{
+    char buf[READ_CHUNK];
+    ssize_t n = read(b->out_fd, buf, sizeof(buf));
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {                       /* the kernel is gone */
+        if (b->state == BOX_STARTING)
+            start_failed(b, "eof");
+        else if (!b->owner && !b->container) {
+            sup_box_free(b);            /* a warm one: the pool makes another */
+            sup_state.refill_due = 1;
+        }
+        else
+            sup_stop_run(b, CI_EXEC_LOST);
+        return;
+    }
+    if (b->state == BOX_RUNNING && sup_client_of(b) && !(b->fileop && b->put_refusal))
+        sup_send_frame(sup_client_of(b), CI_SUP_OUTPUT, b->id, buf, (apr_size_t)n);
+    if (b->state == BOX_RUNNING && b->fileop) {
+        sup_fileop_output(b, buf, (apr_size_t)n);
+        return;
+    }
+    if (ci_ndjson_feed(b->nd, buf, (apr_size_t)n) < 0) {
+        sup_stop_run(b, CI_EXEC_LOST);  /* past the hard cap */
+        return;
+    }
+    if (b->state == BOX_STARTING && ci_ndjson_ready(b->nd))
+        became_ready(b);
+    else if (b->state == BOX_RUNNING && ci_ndjson_ended(b->nd)) {
+        conn *to = sup_client_of(b);
+        ci_exec_outcome why = b->interrupted;
+        b->state = BOX_IDLE;
+        b->interrupted = CI_EXEC_COMPLETED;
+        if (to && why != CI_EXEC_COMPLETED)
+            sup_send_end_kept(to, b->id, why);
+        else if (to)
+            sup_send_end(to, b->id, CI_EXEC_COMPLETED);
+        if (b->container) {
+            b->runner = NULL;
+            sup_touch_container(b);
+            sup_next_run(b);
+        }
+    }
+}
+
+void sup_check_deadlines(void)
+{
+    apr_time_t now = apr_time_now();
+    box *b, *next;
+    for (b = sup_state.boxes; b; b = next) {
+        next = b->next;
+        if (b->state == BOX_STARTING && now >= b->deadline)
+            start_failed(b, "timeout");
+        else if (b->state == BOX_RUNNING && now >= b->deadline && b->fileop &&
+                 b->runner) {
+            /* A file operation past its time: its client is too slow (the
+             * kernel waits on the relay's back-pressure). The client is
+             * dropped, not the kernel interrupted: what is left is read and
+             * discarded, and the container keeps its state. */
+            ci_log(CI_LOG_INFO, "CI0623: file operation on container %s took too "
+                   "long: its connection closed", b->container);
+            b->runner->closing = 2;
+            b->deadline = now + FILEOP_DRAIN;
+        }
+        else if (b->state == BOX_RUNNING && now >= b->deadline && b->container &&
+                 b->interrupted == CI_EXEC_COMPLETED)
+            interrupt_kernel(b, CI_EXEC_TIMED_OUT);
+        else if (b->state == BOX_RUNNING && now >= b->deadline)
+            sup_stop_run(b, b->interrupted != CI_EXEC_COMPLETED ? b->interrupted
+                                                                 : CI_EXEC_TIMED_OUT);
+    }
+}
+
+/* Reap anything that died without our noticing its output's end. */
+void sup_reap_strays(void)
+{
+    int status;
+    pid_t pid;
+    box *b;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+        for (b = sup_state.boxes; b; b = b->next)
+            if (b->pid == pid) {
+                b->pid = -1;          /* the output's EOF tells the rest */
+                break;
+            }
+}

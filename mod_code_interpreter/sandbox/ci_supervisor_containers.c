@@ -1,0 +1,167 @@
+/*
+ * ci_supervisor_containers.c - containers in the supervisor: the container
+ * directory served here (DIR), and each container's sandbox: started (or
+ * taken warm) at the first ATTACH, marked busy while it runs or awaits
+ * code, destroyed when its container expires, is deleted or is evicted.
+ *
+ * The container directory (ci_directory, through ci_supdir) lives in the
+ * supervisor: this process outlives children and graceful restarts, and
+ * being one thread it serialises every change.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <apr_strings.h>
+#include "ci_directory.h"
+#include "ci_log.h"
+#include "ci_supdir.h"
+#include "ci_supervisor_internal.h"
+
+void sup_touch_container(box *b)
+{
+    if (b->container)
+        ci_directory_touch_id(sup_state.dir, b->container, apr_time_now());
+}
+
+box *sup_container_box(const char *id)
+{
+    box *b;
+    for (b = sup_state.boxes; b; b = b->next)
+        if (b->container && !strcmp(b->container, id))
+            return b;
+    return NULL;
+}
+
+/* A sandbox for container ID: a warm one, or a new one (with a slot). */
+static box *container_start(const ci_sandbox_def *def, const char *deftext,
+                            const char *id, const char **err)
+{
+    box *b = sup_warm_ready(deftext);
+    int slot;
+    if (b) {
+        b->warm = NULL;               /* it keeps its slot, now as live */
+        if (b->counted_warm)
+            sup_state.cfg->hooks->set_warm(b->slot, 0);
+        b->counted_warm = 0;
+        sup_state.refill_due = 1;
+        ci_log(CI_LOG_DEBUG, "CI0620: warm sandbox %u became container %s's", b->id,
+               id);
+    }
+    else {
+        if ((slot = sup_state.cfg->hooks->claim(def->name)) < 0) {
+            *err = "this server is running as many code sandboxes as it allows";
+            return NULL;
+        }
+        if (!(b = sup_box_start(def, deftext, id, err))) {
+            sup_state.cfg->hooks->release(slot);
+            return NULL;
+        }
+        b->slot = slot;
+    }
+    b->container = b->tag = apr_pstrdup(b->pool, id);
+    return b;
+}
+
+void sup_handle_attach(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    ci_sandbox_def *def;
+    const char *id, *deftext, *err = NULL;
+    ci_container *rec;
+    box *b;
+    waiter *w;
+    apr_pool_create(&p, sup_state.p);
+    sup_detach(c);
+    if ((err = ci_sup_create_decode(p, f, &def, &id, &deftext)))
+        ;
+    else if (!(rec = ci_directory_find(sup_state.dir, id)) ||
+             rec->status != CI_CNTR_RUNNING)
+        err = "the container is not running";
+    else if (!(b = sup_container_box(id)))
+        b = container_start(def, deftext, id, &err);
+    if (err) {
+        sup_send_text(c, CI_SUP_ERROR, 0, err);
+        apr_pool_destroy(p);
+        return;
+    }
+    apr_pool_destroy(p);
+    c->attached = b;
+    if (b->state == BOX_IDLE || b->state == BOX_RUNNING) {
+        sup_send_frame(c, CI_SUP_OK, b->id, NULL, 0);
+        return;
+    }
+    if (b->state == BOX_DEAD && sup_box_spawn(b) < 0) {
+        c->attached = NULL;
+        sup_send_text(c, CI_SUP_ERROR, 0, "the local sandbox could not be forked");
+        return;
+    }
+    if (!(w = calloc(1, sizeof(*w)))) {
+        c->closing = 1;
+        return;
+    }
+    w->c = c;
+    w->next = b->waiters;
+    b->waiters = w;
+}
+
+static void kill_container(const char *id, const char *why)
+{
+    box *b = sup_container_box(id);
+    if (!b)
+        return;
+    ci_log(CI_LOG_INFO, "CI0618: sandbox %u of container %s destroyed (%s)", b->id, id,
+           why);
+    sup_box_free(b);
+}
+
+/* Containers whose sandbox runs or awaits code are busy: neither expired
+ * nor evicted while they are. */
+static void mark_busy(void)
+{
+    box *b;
+    for (b = sup_state.boxes; b; b = b->next) {
+        ci_container *rec = b->container
+                            ? ci_directory_find(sup_state.dir, b->container) : NULL;
+        if (rec)
+            rec->busy = b->runner || b->runq || b->waiters || b->state == BOX_STARTING;
+    }
+}
+
+void sup_handle_dir(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    apr_array_header_t *gone;
+    const char *answer;
+    int i;
+    mark_busy();
+    apr_pool_create(&p, sup_state.p);
+    gone = apr_array_make(p, 2, sizeof(const char *));
+    answer = ci_supdir_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
+    sup_send_text(c, CI_SUP_DIR_ANSWER, 0, answer);
+    for (i = 0; i < gone->nelts; i++)
+        kill_container(APR_ARRAY_IDX(gone, i, const char *), "deleted or evicted");
+    apr_pool_destroy(p);
+}
+
+/* Once a second: containers in use are alive; the idle past their expiry
+ * lose their sandboxes. */
+void sup_expire_containers(void)
+{
+    apr_time_t now = apr_time_now();
+    apr_array_header_t *expired;
+    apr_pool_t *p;
+    box *b;
+    int i;
+    if (now < sup_state.next_expiry_check)
+        return;
+    sup_state.next_expiry_check = now + apr_time_from_msec(TICK_MS);
+    sup_enforce_memory();
+    for (b = sup_state.boxes; b; b = b->next)
+        if (b->container && (b->runner || b->runq || b->state == BOX_STARTING))
+            sup_touch_container(b);
+    mark_busy();
+    apr_pool_create(&p, sup_state.p);
+    expired = ci_directory_expire(sup_state.dir, now, p);
+    for (i = 0; i < expired->nelts; i++)
+        kill_container(APR_ARRAY_IDX(expired, i, ci_container *)->id, "expired");
+    apr_pool_destroy(p);
+}

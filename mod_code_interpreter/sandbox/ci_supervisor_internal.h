@@ -1,0 +1,239 @@
+/*
+ * ci_supervisor_internal.h - what the local sandbox supervisor's files
+ * share: its state (one, as there is one thread), its sandboxes and
+ * connections, and what each file offers the others. Not for use outside
+ * the supervisor (ci_supervisor.h is its public side):
+ *
+ *   ci_supervisor.c             the entry, the poll loop, connections and
+ *                               their frames, peer checks, status
+ *   ci_supervisor_boxes.c       sandboxes by id: their life, runs and
+ *                               containers' run queues, relayed output,
+ *                               deadlines and interrupts
+ *   ci_supervisor_containers.c  the container directory hosted here (DIR),
+ *                               containers' sandboxes, expiry
+ *   ci_supervisor_warm.c        warm pools
+ *   ci_supervisor_files.c       file operations relayed to a container's
+ *                               sandbox, upload limits measured outside
+ *   ci_supervisor_procs.c       processes as /proc shows them: parents, a
+ *                               sandbox's tree, its memory and its bound
+ */
+#ifndef CI_SUPERVISOR_INTERNAL_H
+#define CI_SUPERVISOR_INTERNAL_H
+
+#include <sys/types.h>
+#include <apr_pools.h>
+#include <apr_tables.h>
+#include <apr_time.h>
+#include "ci_directory.h"
+#include "ci_exec.h"
+#include "ci_ndjson.h"
+#include "ci_sandbox.h"
+#include "ci_supervisor.h"
+#include "ci_supproto.h"
+
+#define READ_CHUNK 65536
+#define BACKLOG_MAX ((apr_size_t)1024 * 1024)   /* stop reading a sandbox past it */
+#define TICK_MS 1000
+#define PROCS_MAX 256
+#define FILEOP_TIMEOUT apr_time_from_sec(300)   /* without progress (fileop_progress) */
+#define FILEOP_DRAIN apr_time_from_sec(30)   /* then, the kernel's to end it */
+/* How a file operation's output ends: this exact line (the kernel's
+ * json.dumps; a name inside a line is escaped, never this line). */
+#define FILEOP_END "\n{\"type\": \"end_of_execution\"}\n"
+#define FILEOP_END_LEN (sizeof(FILEOP_END) - 1)
+#define RAW_PUT 2                               /* queued: a put (see queued) */
+
+/* ---- an output queue (ci_supervisor.c) ---------------------------------- */
+
+typedef struct outq {
+    char *buf;
+    apr_size_t start, used, cap;
+} outq;
+
+/* Queue LEN bytes of DATA. -1 out of memory. */
+int sup_outq_add(outq *q, const void *data, apr_size_t len);
+/* The bytes still to write. */
+apr_size_t sup_outq_len(const outq *q);
+void sup_outq_free(outq *q);
+
+/* ---- state -------------------------------------------------------------- */
+
+typedef struct conn conn;
+typedef struct want want;       /* a warm pool (ci_supervisor_warm.c) */
+
+/* A RUN waiting for a container's sandbox (malloc'd: the box lives long). */
+typedef struct queued {
+    conn *from;
+    char *code;
+    apr_size_t len;
+    int raw;                    /* a FILEOP: CODE is the kernel's whole line
+                                   (RAW_PUT: a put, data to follow) */
+    struct queued *next;
+} queued;
+
+/* A connection waiting for an ATTACH to be answered. */
+typedef struct waiter {
+    conn *c;
+    struct waiter *next;
+} waiter;
+
+typedef enum { BOX_STARTING, BOX_IDLE, BOX_RUNNING, BOX_DEAD } box_state;
+
+typedef struct box {
+    apr_uint32_t id;
+    apr_pool_t *pool;
+    ci_sandbox_def *def;
+    const char *deftext;
+    const char *tag;
+    pid_t pid;
+    int in_fd, out_fd, err_fd;
+    outq input;                 /* the code line on its way to the kernel */
+    ci_ndjson *nd;
+    box_state state;
+    apr_time_t deadline;        /* of the start or of the execution */
+    conn *owner;                /* NULL: warm */
+    want *warm;                 /* the pool it belongs to while warm */
+    int slot;                   /* the registry slot of a warm one, -1 */
+    int counted_warm;           /* the registry counts it as warm */
+    const char *container;      /* the container it is the sandbox of, or NULL */
+    conn *runner;               /* a container's: whose run is in progress */
+    queued *runq;               /* a container's: runs waiting their turn */
+    waiter *waiters;            /* a container's: ATTACHes not yet answered */
+    ci_exec_outcome interrupted;/* a container's run was interrupted (SIGINT)
+                                   for this reason; COMPLETED: it was not */
+    pid_t procs[PROCS_MAX];     /* its processes, as last read from /proc */
+    int nprocs;
+    apr_time_t procs_at;        /* when (0: never) */
+    int fileop;                 /* the run in progress is a file operation */
+    int upload;                 /* ... a put whose data is still coming from
+                                   its runner */
+    apr_int64_t put_room;       /* the bytes the put may write (max_file=,
+                                   and max_bytes= less the other files, as
+                                   measured here); -1: no bound */
+    apr_uint64_t put_sent;      /* the bytes relayed so far */
+    const char *put_refusal;    /* past its room: the outcome its client
+                                   gets, whatever the kernel says */
+    char tail[FILEOP_END_LEN + 1];  /* a file operation's last output bytes */
+    apr_size_t tail_len;
+    struct box *next;
+} box;
+
+struct conn {
+    int fd;
+    pid_t pid;
+    int helloed, is_parent, closing;
+    ci_sup_reader *reader;
+    apr_pool_t *pool;
+    outq out;
+    box *attached;              /* the container sandbox it attached to */
+    struct conn *next;
+};
+
+/* The daemon's state: one, as there is one thread (ci_supervisor.c). */
+typedef struct sup_daemon {
+    apr_pool_t *p;
+    const ci_sup_config *cfg;
+    box *boxes;
+    conn *conns;
+    want *wants;
+    apr_uint32_t next_id;
+    int refill_due;             /* at the end of this turn of the loop, or the
+                                   cap refused a warm slot: retry each tick */
+    ci_directory *dir;
+    apr_time_t next_expiry_check;
+} sup_daemon;
+
+extern sup_daemon sup_state;
+
+/* ---- ci_supervisor.c: frames to a connection ---------------------------- */
+
+void sup_send_frame(conn *c, int type, apr_uint32_t id, const char *data,
+                    apr_size_t len);
+void sup_send_text(conn *c, int type, apr_uint32_t id, const char *text);
+void sup_send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
+/* The run ended with OUTCOME after an interrupt its interpreter survived. */
+void sup_send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
+
+/* ---- ci_supervisor_boxes.c: sandboxes ----------------------------------- */
+
+/* Kill B's sandbox and let go of its descriptors (B stays, DEAD). */
+void sup_box_kill(box *b);
+/* B goes: unlisted, its waiters told, its slot released, its pool gone. */
+void sup_box_free(box *b);
+/* Fork B's sandbox (again): 0, or -1. */
+int sup_box_spawn(box *b);
+/* Start a sandbox of DEF: a new box, or NULL with *ERR. */
+box *sup_box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
+                   const char **err);
+/* Who hears B's output: its connection, or its container's runner. */
+conn *sup_client_of(const box *b);
+/* Stop B's execution with OUTCOME: the sandbox is killed. */
+void sup_stop_run(box *b, ci_exec_outcome outcome);
+/* A container's sandbox is free: its next queued run starts. */
+void sup_next_run(box *b);
+/* Queue C's run of CODE (RAW: a file operation) behind B's. 0, or -1. */
+int sup_enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw);
+/* C leaves its container's queue, and its run in progress. */
+void sup_detach(conn *c);
+/* Requests: CREATE and WARM_TAKE (TAKE), RUN, INTERRUPT, DESTROY. */
+void sup_handle_create(conn *c, const ci_sup_frame *f, int take);
+void sup_handle_run(conn *c, const ci_sup_frame *f);
+void sup_handle_interrupt(conn *c, const ci_sup_frame *f);
+void sup_handle_destroy(conn *c, const ci_sup_frame *f);
+/* B's kernel wrote: its output, relayed. */
+void sup_box_readable(box *b);
+/* Each turn of the loop: deadlines reached, children reaped. */
+void sup_check_deadlines(void);
+void sup_reap_strays(void);
+
+/* ---- ci_supervisor_containers.c: containers ----------------------------- */
+
+/* Container ID's sandbox, or NULL. */
+box *sup_container_box(const char *id);
+/* B's container was used now (the directory's clock). */
+void sup_touch_container(box *b);
+void sup_handle_attach(conn *c, const ci_sup_frame *f);
+void sup_handle_dir(conn *c, const ci_sup_frame *f);
+/* Once a second: expiry, and the memory bound (sup_enforce_memory). */
+void sup_expire_containers(void);
+
+/* ---- ci_supervisor_warm.c: warm pools ----------------------------------- */
+
+/* Start what the pools lack (sup_state.refill_due again when it cannot). */
+void sup_refill(void);
+/* A ready warm sandbox of DEFTEXT, or NULL. */
+box *sup_warm_ready(const char *deftext);
+void sup_handle_warm_set(conn *c, const ci_sup_frame *f);
+/* The pools the configuration asks for at start (sup_state.cfg->wants). */
+void sup_start_wants(apr_pool_t *p);
+
+/* ---- ci_supervisor_files.c: file operations ----------------------------- */
+
+/* A put's limits measured outside: NULL, or the refusal to answer. */
+const char *sup_put_limits(box *b, const char *line, apr_size_t len);
+/* A file operation answered here with TYPE, and the run over. */
+void sup_answer_fileop(box *b, conn *c, const char *type);
+/* The end of B's put: committed, or abandoned. */
+void sup_end_upload(box *b, int commit);
+/* A file operation's output: relayed, watched for its end. */
+void sup_fileop_output(box *b, const char *buf, apr_size_t n);
+/* C's put is ahead of its kernel: C is not read meanwhile. */
+int sup_uploading_ahead(const conn *c);
+/* Requests: FILEOP, and FILEDATA or FILEEND. */
+void sup_handle_fileop(conn *c, const ci_sup_frame *f);
+void sup_handle_filedata(conn *c, const ci_sup_frame *f);
+
+/* ---- ci_supervisor_procs.c: processes ----------------------------------- */
+
+/* PID's parent, or -1. */
+pid_t sup_parent_of(pid_t pid);
+/* Whether PID runs bubblewrap. */
+int sup_is_bwrap(pid_t pid);
+/* Every process of the host with its parent (for sup_descendants). */
+apr_array_header_t *sup_proc_parents(apr_pool_t *p);
+/* ROOT and every process under it in ALL, into OUT (at most MAX). */
+int sup_descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int max);
+/* Sandboxes over their memory bound are killed. */
+void sup_enforce_memory(void);
+
+#endif
