@@ -4,7 +4,8 @@
  * (CodeInterpreterMaxSandboxes), per-tool counters for server-status, and
  * the slots a dead child left. Slots and counters change only through
  * atomic operations; nothing in it is a secret, and nothing read from it is
- * trusted enough to kill a process.
+ * trusted enough to kill a process. Implemented by ci_registry.c and the
+ * files ci_registry_internal.h names.
  */
 #ifndef CI_REGISTRY_H
 #define CI_REGISTRY_H
@@ -63,7 +64,8 @@ void ci_registry_admission(int waited, ci_dir_status why, int evicted);
 void ci_registry_execution(const char *tool, ci_exec_outcome outcome,
                            apr_interval_time_t duration);
 
-/* Hooks: child_status (orphaned slots) and mod_status. */
+/* Hooks: child_status (orphaned slots, ci_orphans.c), end_generation and
+ * monitor (retired credentials, ci_reap_creds.c), mod_status (ci_status.c). */
 void ci_registry_register_hooks(apr_pool_t *p);
 
 #endif
