@@ -215,7 +215,7 @@ MUTANTS = [
      "        try:\n            st = os.stat(name, dir_fd=dfd, follow_symlinks=True)",
      "a symlink is listed as a container file",
      ["test/test_container_files.py::test_symlinks_and_fifos_are_never_served"]),
-    ("files-list-owner-unchecked", "mod_code_interpreter/sandbox/ci_supdir.c",
+    ("files-list-owner-unchecked", "mod_code_interpreter/sandbox/ci_directory_ops.c",
      '    return ci_directory_get(o->d, ci_json_str(o->req, "id"), o->owner, c);',
      '    return (*c = ci_directory_find(o->d, ci_json_str(o->req, "id"))) ? CI_DIR_OK\n'
      '                                                                    : CI_DIR_NOT_FOUND;',
@@ -314,7 +314,7 @@ MUTANTS = [
      "         (1 || EVP_CipherUpdate(ctx, NULL, &n, (const unsigned char *)aad,",
      "a sealed handle copied into another container's record opens the first one's sandbox",
      ["test/test_shared_directory.py::test_a_handle_copied_into_another_record_opens_nothing"]),
-    ("redis-malformed-record-read", "mod_code_interpreter/sandbox/ci_dir.lua",
+    ("redis-malformed-record-read", "mod_code_interpreter/sandbox/ci_directory.lua",
      "  if r and well_formed(r, id) then return r end",
      "  if r then return r end",
      "one malformed record in Redis stops every create on its node",

@@ -277,7 +277,7 @@ def sanitizer_reports(root):
 # What httpd's parent logs once it has (re)read its configuration.
 RESUMING = "configured -- resuming normal operations"
 HTTPD_COMM = os.path.basename(HTTPD)[:15]
-# The local sandbox supervisor (httpd/ci_supd.c names its process so).
+# The local sandbox supervisor (httpd/ci_supervisor_process.c names its process so).
 SUPERVISOR_COMM = "ci-supervisor"
 # Where every test server answers server-status (for its warm sandboxes).
 STATUS_PATH = "/.ci-test/server-status"

@@ -135,7 +135,7 @@ void ci_directory_expire_now(ci_directory *d, ci_container *c, apr_time_t now);
 
 /* It runs again (after expiry), idle IDLE_SECONDS from NOW: a shadow of a
  * shared directory's container, made running again when that container is
- * used again (ci_supdir's adopt). */
+ * used again (ci_directory_ops's adopt). */
 void ci_directory_revive(ci_directory *d, ci_container *c, int idle_seconds,
                          apr_time_t now);
 

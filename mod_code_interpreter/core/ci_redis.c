@@ -21,7 +21,7 @@
 #define SHA1_HEX 40
 #define ID_BYTES 24               /* a container id's 48 hex digits */
 
-extern const char ci_dir_lua_source[];
+extern const char ci_directory_lua_source[];
 
 /* ---- the URL --------------------------------------------------------------- */
 
@@ -249,7 +249,7 @@ static const char *select_db(apr_pool_t *p, const ci_redis_conf *c, redisContext
 
 static const char *load_script(apr_pool_t *p, conn *k)
 {
-    const char *argv[] = { "SCRIPT", "LOAD", ci_dir_lua_source };
+    const char *argv[] = { "SCRIPT", "LOAD", ci_directory_lua_source };
     redisReply *r;
     const char *why = command(p, k->ctx, 3, argv, REDIS_REPLY_STRING, "SCRIPT LOAD",
                               &r);

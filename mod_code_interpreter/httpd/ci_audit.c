@@ -8,9 +8,9 @@
 #include <http_core.h>
 #include <http_log.h>
 #include "ci_audit.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_json.h"
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_module.h"
 
 static apr_file_t *audit_file;           /* this generation's log, or NULL */
@@ -83,7 +83,7 @@ void ci_audit_admission(request_rec *r, const char *tool, const char *container,
 {
     json_object *line;
     char when[APR_RFC822_DATE_LEN];
-    ci_req_state *st = ci_state_get(r);
+    ci_req_state *st = ci_request_state(r);
     if (!audit_file)
         return;
     line = ci_json_own(r->pool, json_object_new_object());

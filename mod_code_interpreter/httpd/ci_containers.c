@@ -5,7 +5,7 @@
 #include <apr_strings.h>
 #include "ci_containers.h"
 #include <http_log.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_files_in.h"
 #include "ci_citations.h"
 #include "ci_crypto.h"
@@ -14,8 +14,8 @@
 #include "ci_registry.h"
 #include "ci_audit.h"
 #include "ci_dirclient.h"
-#include "ci_state.h"
-#include "ci_supdir.h"
+#include "ci_request_state.h"
+#include "ci_directory_ops.h"
 #include "ci_module.h"
 
 /* ---- the directory ---------------------------------------------------------- */
@@ -90,7 +90,7 @@ void ci_containers_note_admission(request_rec *r, const char *tool, const char *
     if (evicted)
         ci_audit_admission(r, tool, container, "evicted", NULL, ci_json_str(evicted, "id"));
     if (ci_containers_capacity(why))
-        ci_audit_admission(r, tool, container, "refused", ci_supdir_status_name(why), NULL);
+        ci_audit_admission(r, tool, container, "refused", ci_dirops_status_name(why), NULL);
 }
 
 /* Asked again while it is refused for room, until UNTIL: each refusal is a
@@ -171,7 +171,7 @@ static ci_dir_status status_of(json_object *ans);
 static json_object *lookup(request_rec *r, const char *owner, const char *id, int touch)
 {
     json_object *req = dir_request(r->pool, "get", owner), *ans;
-    ci_req_state *st = touch ? ci_state_get(r) : NULL;
+    ci_req_state *st = touch ? ci_request_state(r) : NULL;
     put_str(req, "id", id);
     json_object_object_add(req, "touch", json_object_new_boolean(touch));
     if (st)
@@ -322,7 +322,7 @@ static int check_file_ids(request_rec *r, ci_req_state *st, ci_error *err)
                      "credentials.");
         return 400;
     }
-    return ci_files_check_ids(r, ci_dir_config(r), st->req->file_ids, "file_ids",
+    return ci_files_check_ids(r, ci_loc_config(r), st->req->file_ids, "file_ids",
                               &st->upstream_files, err);
 }
 
@@ -388,7 +388,7 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
  * (and a minute more: its last answer is written after). */
 static int hold_seconds(request_rec *r, const ci_req_state *st)
 {
-    apr_time_t end = st->started + ci_dir_deadline(ci_dir_config(r));
+    apr_time_t end = st->started + ci_loc_deadline(ci_loc_config(r));
     apr_time_t now = apr_time_now();
     return (int)apr_time_sec(end > now ? end - now : 0) + 60;
 }
@@ -397,7 +397,7 @@ static int hold_seconds(request_rec *r, const ci_req_state *st)
  * deadline. */
 static apr_time_t wait_until(request_rec *r, const ci_req_state *st)
 {
-    apr_time_t end = st->started + ci_dir_deadline(ci_dir_config(r));
+    apr_time_t end = st->started + ci_loc_deadline(ci_loc_config(r));
     apr_time_t until = apr_time_now() +
                        apr_time_from_sec(ci_server_capacity_wait(ci_server_config(r->server)));
     return until < end ? until : end;
@@ -436,7 +436,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
         if ((why = status_of(ans)) != CI_DIR_OK) {
             ci_containers_refused(r, why, 503, err);
             ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0807: no container for this "
-                          "request: %s", ci_supdir_status_name(why));
+                          "request: %s", ci_dirops_status_name(why));
             return APR_EAGAIN;
         }
         st->container_exists = 1;
@@ -477,7 +477,7 @@ void ci_containers_expired(request_rec *r, ci_req_state *st)
 static apr_status_t let_go(void *data)
 {
     request_rec *r = data;
-    ci_req_state *st = ci_state_get(r);
+    ci_req_state *st = ci_request_state(r);
     apr_pool_t *p;
     json_object *req;
     if (!st || !st->container_held || !st->owner)

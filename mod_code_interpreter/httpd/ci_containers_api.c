@@ -1,6 +1,6 @@
 /*
  * ci_containers_api.c - the Containers API (ci_containers_api.h): a thin
- * handler over the directory's operations (ci_supdir.h); every lookup is
+ * handler over the directory's operations (ci_directory_ops.h); every lookup is
  * the caller's own, so another caller's container reads as unknown (404).
  */
 #include <string.h>
@@ -16,13 +16,13 @@
 #include <util_script.h>
 #include "ci_cfiles.h"
 #include "ci_containers.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_files_in.h"
 #include "ci_json.h"
 #include "ci_owner.h"
 #include "ci_dirclient.h"
-#include "ci_state.h"
-#include "ci_supdir.h"
+#include "ci_request_state.h"
+#include "ci_directory_ops.h"
 #include "ci_module.h"
 
 #define OWNER_KEY "ci-api-owner"
@@ -229,7 +229,7 @@ static int list(api_req *a)
     n = (int)json_object_array_length(found);
     for (i = 0; i < n; i++) {
         ci_container c;
-        if (!ci_supdir_container_from(a->r->pool, json_object_array_get_idx(found, i), &c))
+        if (!ci_dirops_container_from(a->r->pool, json_object_array_get_idx(found, i), &c))
             json_object_array_add(data, json_object_get(resource(a->r->pool, &c)));
     }
     return capi_send_list(a, data, json_object_get_boolean(
@@ -290,7 +290,7 @@ static apr_time_t capacity_deadline(api_req *a)
 static int create(api_req *a)
 {
     const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
-                                                  a->d->sandbox ? a->d->sandbox : "local");
+                                                  a->d->sandbox ? a->d->sandbox : CI_DEFAULT_TOOL);
     json_object *body = capi_read_json(a), *req, *ans, *ids;
     apr_array_header_t *files = NULL;
     ci_container c;
@@ -382,7 +382,7 @@ static int on_content(api_req *a)
 
 static int api_handler(request_rec *r)
 {
-    ci_dir_conf *d = ci_dir_config(r);
+    ci_loc_conf *d = ci_loc_config(r);
     const char *owner = NULL;
     ci_capi_route route;
     api_req a;

@@ -10,13 +10,13 @@
 #include <httpd.h>
 #include <json-c/json.h>
 #include "ci_directory.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_error.h"
 #include "ci_capi.h"
 
 typedef struct api_req {
     request_rec *r;
-    ci_dir_conf *d;
+    ci_loc_conf *d;
     const char *owner;
     const char *id;              /* the {id} segment, or NULL: the collection */
     const char *file_id;         /* the {file_id} segment of a file's path */

@@ -13,12 +13,12 @@
 #include <ap_listen.h>
 #include "ci_crypto.h"
 #include "ci_dirclient.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_json.h"
 #include "ci_owner.h"
 #include "ci_redis.h"
 #include "ci_registry.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 #include "ci_module.h"
 
 #define CLAIM_EVERY apr_time_from_sec(1)
@@ -72,7 +72,7 @@ static apr_array_header_t *gone_records(apr_pool_t *p, json_object *ans)
     one[1] = ci_json_get(ans, "evicted", json_type_object);
     for (i = 0; i < 2 + n; i++) {
         json_object *j = i < 2 ? one[i] : json_object_array_get_idx(many, i - 2);
-        if (j && !ci_supdir_container_from(p, j, &c) && was_gone(gone, c.id))
+        if (j && !ci_dirops_container_from(p, j, &c) && was_gone(gone, c.id))
             *(ci_container *)apr_array_push(out) = c;
     }
     return out;
@@ -105,13 +105,13 @@ json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object 
 
 ci_dir_status ci_dirclient_status_of(json_object *ans)
 {
-    return ci_supdir_status_of(ci_json_str(ans, "status"));
+    return ci_dirops_status_of(ci_json_str(ans, "status"));
 }
 
 int ci_dirclient_container(apr_pool_t *p, json_object *ans, const char *key,
                            ci_container *c)
 {
-    return ci_supdir_container_from(p, ci_json_get(ans, key, json_type_object), c);
+    return ci_dirops_container_from(p, ci_json_get(ans, key, json_type_object), c);
 }
 
 int ci_dirclient_status(server_rec *s, apr_pool_t *p, const char **answer,

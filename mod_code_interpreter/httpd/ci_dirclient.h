@@ -1,13 +1,13 @@
 /*
  * ci_dirclient.h - the container directory as httpd asks it: one client,
  * two back ends in a table. The directory's operations and their answers
- * are ci_supdir.h's JSON whichever back end serves them:
+ * are ci_directory_ops.h's JSON whichever back end serves them:
  *
  * - "supervisor": one node's directory, in the node's sandbox supervisor
  *   (ci_dirclient_supervisor.c), asked over its socket;
  * - "redis": a directory several nodes share (CodeInterpreterDirectory
  *   redis://...; ci_dirclient_redis.c), each operation one atomic script
- *   (sandbox/ci_dir.lua), its records authenticated with the server
+ *   (sandbox/ci_directory.lua), its records authenticated with the server
  *   secret. What runs on a node stays there: a local container's sandbox,
  *   in the node's supervisor, which keeps a shadow record of it (adopt) so
  *   that ATTACH, busy marks and its own expiry work as on one node.
@@ -66,7 +66,7 @@ void ci_dirclient_child_init(apr_pool_t *pchild, server_rec *s);
 /* The name this node goes by in a shared directory ("ServerName:port"). */
 const char *ci_dirclient_node(void);
 
-/* A request OP of OWNER (JSON, ci_supdir.h; owned by P). */
+/* A request OP of OWNER (JSON, ci_directory_ops.h; owned by P). */
 json_object *ci_dirclient_request(apr_pool_t *p, const char *op, const char *owner);
 
 /* Ask REQ of S's directory (memory from P): the answer, or NULL (logged)
@@ -126,7 +126,7 @@ void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s);
 /* ---- for the back ends ---------------------------------------------------- */
 
 /* A shadow request OP (with ID when not NULL) for this node's supervisor
- * (ci_supdir's adopt, drop, shadows), owned by P. */
+ * (ci_directory_ops's adopt, drop, shadows), owned by P. */
 json_object *ci_dirclient_shadow_request(apr_pool_t *p, const char *op, const char *id);
 /* REQ asked of this node's supervisor: its answer with status "ok", or
  * NULL with *ERR. */

@@ -2,7 +2,7 @@
  * ci_dirclient_redis.c - the "redis" back end of the container directory's
  * client (ci_dirclient.h): a directory several nodes share
  * (CodeInterpreterDirectory redis://...), each operation one atomic script
- * (sandbox/ci_dir.lua) run with ci_redis. Its records are authenticated
+ * (sandbox/ci_directory.lua) run with ci_redis. Its records are authenticated
  * with the server secret; a local container's sandbox is shadowed in this
  * node's supervisor (adopt), and those whose containers Redis no longer
  * has running are ended (reconcile).
@@ -13,7 +13,7 @@
 #include <http_log.h>
 #include "ci_crypto.h"
 #include "ci_dirclient.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_json.h"
 #include "ci_loop.h"
 #include "ci_owner.h"
@@ -22,7 +22,7 @@
 #include "ci_module.h"
 
 /* A local shadow outlives its shared record by this much: the shared
- * directory's claim normally comes first (see ci_supdir's adopt). */
+ * directory's claim normally comes first (see ci_directory_ops's adopt). */
 #define SHADOW_GRACE 600
 
 /* ---- records Redis keeps: authenticated -----------------------------------

@@ -10,7 +10,7 @@
 #include <http_request.h>
 #include <util_filter.h>
 #include "ci_audit.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_driver.h"
 #include "ci_json.h"
 #include "ci_loop.h"
@@ -18,7 +18,7 @@
 #include "ci_session.h"
 #include "ci_sse.h"
 #include "ci_containers.h"
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_upstream.h"
 #include "ci_module.h"
 
@@ -27,7 +27,7 @@ struct ci_driver {
     request_rec *r;
     ap_filter_t *f;
     ci_req_state *st;
-    ci_dir_conf *d;
+    ci_loc_conf *d;
     ci_loop *loop;
     ci_session *session;
     apr_time_t deadline_at;
@@ -128,7 +128,7 @@ static int flush_events(driver *dv, int eos)
 static void keepalive_if_due(driver *dv)
 {
     if (dv->sse && dv->stream_started &&
-        apr_time_now() - dv->last_write >= ci_dir_keepalive(dv->d)) {
+        apr_time_now() - dv->last_write >= ci_loc_keepalive(dv->d)) {
         ci_sse_keepalive(dv->sse);
         flush_events(dv, 0);
     }
@@ -165,7 +165,7 @@ static int deadline_error(driver *dv)
 {
     ci_error_set(&dv->err, 504, CI_SERVER, NULL, "deadline_exceeded", dv->r->pool,
                  "The request did not finish within this server's deadline of "
-                 "%d seconds.", (int)apr_time_sec(ci_dir_deadline(dv->d)));
+                 "%d seconds.", (int)apr_time_sec(ci_loc_deadline(dv->d)));
     return -1;
 }
 
@@ -344,7 +344,7 @@ static apr_table_t *followup_headers(request_rec *r)
 
 static const char *followup_url(driver *dv)
 {
-    return ci_dir_upstream_url(dv->r, dv->d);
+    return ci_loc_upstream_url(dv->r, dv->d);
 }
 
 static int followup_progress(void *baton)
@@ -357,15 +357,15 @@ static int followup_progress(void *baton)
 static void upstream_opts(driver *dv, ci_upstream_opts *o)
 {
     apr_interval_time_t left = dv->deadline_at - apr_time_now();
-    ci_dir_conf *d = dv->d;
+    ci_loc_conf *d = dv->d;
     memset(o, 0, sizeof(*o));
-    apr_interval_time_t own = ci_dir_upstream_timeout(d);
-    ci_dir_transport(d, &o->transport);
+    apr_interval_time_t own = ci_loc_upstream_timeout(d);
+    ci_loc_transport(d, &o->transport);
     dv->timeout_is_deadline = !(own > 0 && own < left);
     o->transport.timeout = dv->timeout_is_deadline ? left : own;
     o->transport.abort = followup_progress;
     o->transport.abort_baton = dv;
-    o->max_body = (apr_size_t)ci_dir_max_body(d);
+    o->max_body = (apr_size_t)ci_loc_max_body(d);
 }
 
 static int followup_failed(driver *dv, apr_status_t rv, const char *why)
@@ -658,10 +658,10 @@ ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
     apr_size_t max;
     dv->r = f->r;
     dv->f = f;
-    dv->st = ci_state_get(f->r);
-    dv->d = ci_dir_config(f->r);
-    dv->deadline_at = dv->st->started + ci_dir_deadline(dv->d);
-    dv->loop = ci_loop_create(f->r->pool, dv->st->req, ci_dir_max_loops(dv->d),
+    dv->st = ci_request_state(f->r);
+    dv->d = ci_loc_config(f->r);
+    dv->deadline_at = dv->st->started + ci_loc_deadline(dv->d);
+    dv->loop = ci_loop_create(f->r->pool, dv->st->req, ci_loc_max_loops(dv->d),
                               dv->st->container_id);
     ci_loop_set_citer(dv->loop, ci_containers_citer(f->r, dv->st));
     if (dv->st->container_lost)
@@ -671,7 +671,7 @@ ci_driver *ci_driver_create(ap_filter_t *f, int relayed)
     if (dv->st->req->wants_stream)
         dv->sse = ci_sse_create(f->r->pool);
     if (dv->sse && relayed) {
-        max = (apr_size_t)ci_dir_max_body(dv->d);
+        max = (apr_size_t)ci_loc_max_body(dv->d);
         dv->relay = ci_relay_create(f->r->pool, dv->loop, dv->sse,
                                     dv->st->container_id, max, max);
     }

@@ -110,10 +110,10 @@ static apr_table_t *files_headers(request_rec *r)
     return h;
 }
 
-static void files_opts(const ci_dir_conf *d, ci_upstream_opts *o)
+static void files_opts(const ci_loc_conf *d, ci_upstream_opts *o)
 {
     memset(o, 0, sizeof(*o));
-    ci_dir_transport(d, &o->transport);
+    ci_loc_transport(d, &o->transport);
     o->transport.timeout = FILES_TIMEOUT;
 }
 
@@ -139,10 +139,10 @@ static int files_api_refused(request_rec *r, ci_filesapi_status st, const char *
     return 502;
 }
 
-int ci_files_check_ids(request_rec *r, const ci_dir_conf *d, json_object *ids,
+int ci_files_check_ids(request_rec *r, const ci_loc_conf *d, json_object *ids,
                        const char *param, apr_array_header_t **files, ci_error *err)
 {
-    const char *url = ci_dir_upstream_url(r, d), *why = NULL;
+    const char *url = ci_loc_upstream_url(r, d), *why = NULL;
     apr_table_t *h = files_headers(r);
     ci_upstream_opts o;
     size_t i, n = json_object_array_length(ids);
@@ -282,7 +282,7 @@ static apr_status_t spool_open(apr_pool_t *p, spool *s)
     return rv;
 }
 
-int ci_files_put_upstream(request_rec *r, const ci_dir_conf *d, const ci_file_target *t,
+int ci_files_put_upstream(request_rec *r, const ci_loc_conf *d, const ci_file_target *t,
                           const ci_filesapi_file *f, ci_cfile *out, ci_error *err)
 {
     const char *name = file_name_of(r->pool, f->filename), *why = NULL;
@@ -309,7 +309,7 @@ int ci_files_put_upstream(request_rec *r, const ci_dir_conf *d, const ci_file_ta
         return put_refused(r, t, name, CI_FILE_FAILED, "no temporary file", err);
     }
     files_opts(d, &o);
-    fst = ci_filesapi_content(p, ci_dir_upstream_url(r, d), files_headers(r), &o, f->id,
+    fst = ci_filesapi_content(p, ci_loc_upstream_url(r, d), files_headers(r), &o, f->id,
                               max, spool_write, &s, &why);
     if (fst == CI_FILESAPI_TOO_LARGE)
         rc = put_refused(r, t, name, CI_FILE_TOO_LARGE, NULL, err);
@@ -330,7 +330,7 @@ int ci_files_put_upstream(request_rec *r, const ci_dir_conf *d, const ci_file_ta
     return rc;
 }
 
-int ci_files_provision(request_rec *r, const ci_dir_conf *d, const char *owner,
+int ci_files_provision(request_rec *r, const ci_loc_conf *d, const char *owner,
                        const ci_container *c, const apr_array_header_t *files,
                        const char **handle, ci_error *err)
 {

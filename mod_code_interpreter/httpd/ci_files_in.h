@@ -15,17 +15,17 @@
 #include <json-c/json.h>
 #include "ci_cfiles.h"
 #include "ci_directory.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_error.h"
 #include "ci_filesapi.h"
 #include "ci_sandbox.h"
 
 /* The file objects of the upstream file ids IDS (at the Files API beside
- * ci_dir_upstream_url) (a JSON array; PARAM names
+ * ci_loc_upstream_url) (a JSON array; PARAM names
  * it in errors), checked with R's credentials: OK with *FILES (an array of
  * ci_filesapi_file), or an HTTP status with ERR (400 naming an unknown id,
  * or an upstream without a Files API; 502 when it cannot be read). */
-int ci_files_check_ids(request_rec *r, const ci_dir_conf *d, json_object *ids,
+int ci_files_check_ids(request_rec *r, const ci_loc_conf *d, json_object *ids,
                        const char *param, apr_array_header_t **files, ci_error *err);
 
 /* Where container C's files go (its tool in its tier, its sandbox's
@@ -38,7 +38,7 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
 
 /* Put the upstream file F into T (within T's tool's limits): OK with *OUT
  * (the stored file, from P), or an HTTP status with ERR. */
-int ci_files_put_upstream(request_rec *r, const ci_dir_conf *d, const ci_file_target *t,
+int ci_files_put_upstream(request_rec *r, const ci_loc_conf *d, const ci_file_target *t,
                           const ci_filesapi_file *f, ci_cfile *out, ci_error *err);
 
 /* Put the "file" part of R's multipart/form-data body into T: OK with *OUT,
@@ -49,7 +49,7 @@ int ci_files_put_multipart(request_rec *r, const ci_file_target *t, ci_cfile *ou
 /* Put the upstream files FILES into container C of OWNER, starting its
  * sandbox (*HANDLE: its new handle, unsealed, when it got one; else left):
  * OK, or an HTTP status with ERR (the files before the failing one stay). */
-int ci_files_provision(request_rec *r, const ci_dir_conf *d, const char *owner,
+int ci_files_provision(request_rec *r, const ci_loc_conf *d, const char *owner,
                        const ci_container *c, const apr_array_header_t *files,
                        const char **handle, ci_error *err);
 

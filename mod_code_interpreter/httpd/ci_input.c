@@ -11,7 +11,7 @@
 #include <http_protocol.h>
 #include <http_request.h>
 #include <util_filter.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_input.h"
 #include "ci_loop.h"
 #include "ci_output.h"
@@ -20,7 +20,7 @@
 #include "ci_owner.h"
 #include "ci_registry.h"
 #include "ci_scan.h"
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_module.h"
 
 static const char replay_filter_name[] = "CODE_INTERPRETER_REPLAY";
@@ -297,7 +297,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
         err.retry_after = 1;
         return ci_send_error(r, &err);
     }
-    st = ci_state_create(r);
+    st = ci_request_state_create(r);
     st->req = req;
     st->sandbox = sandbox;
     st->owner = owner;
@@ -321,7 +321,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
 
 static int ci_fixups(request_rec *r)
 {
-    ci_dir_conf *d = ci_dir_config(r);
+    ci_loc_conf *d = ci_loc_config(r);
     const ci_sandbox_def *sandbox;
     ci_rewrite_opts opts = { 0 };
     ci_recall_baton recall = { 0 };
@@ -338,7 +338,7 @@ static int ci_fixups(request_rec *r)
     if (!d || d->enabled != 1 || r->main || r->prev || r->method_number != M_POST ||
         !is_json(r))
         return DECLINED;
-    if ((rc = read_body(r, ci_dir_max_body(d), &rd)) != OK)
+    if ((rc = read_body(r, ci_loc_max_body(d), &rd)) != OK)
         return rc;
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0105: body of %" APR_OFF_T_FMT
                   " bytes in %d pieces (%d packed): %s", rd.len, rd.pieces, rd.packed,
@@ -351,7 +351,7 @@ static int ci_fixups(request_rec *r)
     t0 = apr_time_now();
     body = flatten(&rd, &len);
     sandbox = ci_sandbox_lookup(r->server, d->sandbox);
-    opts.function_name = ci_dir_function_name(d);
+    opts.function_name = ci_loc_function_name(d);
     opts.function_description = ci_function_description(sandbox && sandbox->network);
     /* The owner now: before mod_headers may change a header, and only for
      * a body that names the tool. */
@@ -374,7 +374,7 @@ static int ci_fixups(request_rec *r)
             return misconfigured(r, d->sandbox);
         rc = intercept(r, sandbox, req, recall.owner);
         if (rc == OK)           /* (an error answer sets no state) */
-            ci_state_get(r)->module_time += apr_time_now() - t0;
+            ci_request_state(r)->module_time += apr_time_now() - t0;
         return rc;
     }
 }

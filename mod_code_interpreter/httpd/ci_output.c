@@ -9,10 +9,10 @@
 #include <http_request.h>
 #include <util_filter.h>
 #include "ci_buf.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_driver.h"
 #include "ci_output.h"
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_module.h"
 
 const char ci_output_filter_name[] = "CODE_INTERPRETER_OUT";
@@ -44,7 +44,7 @@ static int should_pass_through(request_rec *r)
  * it comes (a JSON answer is still taken whole). */
 static int is_event_stream(request_rec *r)
 {
-    const ci_req_state *st = ci_state_get(r);
+    const ci_req_state *st = ci_request_state(r);
     return st && st->req->wants_stream && r->content_type &&
            !strncasecmp(r->content_type, "text/event-stream", 17);
 }
@@ -73,13 +73,13 @@ static out_ctx *make_ctx(ap_filter_t *f)
     request_rec *r = f->r;
     out_ctx *ctx = apr_pcalloc(r->pool, sizeof(*ctx));
     const char *cl = apr_table_get(r->headers_out, "Content-Length");
-    apr_off_t max = ci_dir_max_body(ci_dir_config(r)), n;
+    apr_off_t max = ci_loc_max_body(ci_loc_config(r)), n;
     ci_buf_init(&ctx->body, r->pool, (apr_size_t)max);
     if (cl && apr_strtoff(&n, cl, NULL, 10) == APR_SUCCESS && n > 0 && n <= max)
         ci_buf_reserve(&ctx->body, (apr_size_t)n);  /* one allocation, no regrowth */
-    ctx->relayed = ci_state_get(r) && r->status == HTTP_OK && !r->header_only &&
+    ctx->relayed = ci_request_state(r) && r->status == HTTP_OK && !r->header_only &&
                    is_event_stream(r) && !apr_table_get(r->headers_out, "Content-Encoding");
-    ctx->passthrough = !ctx->relayed && (!ci_state_get(r) || should_pass_through(r));
+    ctx->passthrough = !ctx->relayed && (!ci_request_state(r) || should_pass_through(r));
     if (!ctx->passthrough)
         ctx->dv = ci_driver_create(f, ctx->relayed);
     f->ctx = ctx;

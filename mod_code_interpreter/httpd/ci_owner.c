@@ -3,7 +3,7 @@
 #include <ap_expr.h>
 #include <apr_strings.h>
 #include <http_log.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_owner.h"
 #include "ci_module.h"
 
@@ -31,7 +31,7 @@ const char *ci_owner_set_secret(cmd_parms *cmd, void *dummy, const char *spec)
 
 const char *ci_owner_set_expr(cmd_parms *cmd, void *conf, const char *expr)
 {
-    ci_dir_conf *d = conf;
+    ci_loc_conf *d = conf;
     const char *err = NULL;
     d->owner = ap_expr_parse_cmd(cmd, expr, AP_EXPR_FLAG_STRING_RESULT, &err, NULL);
     if (err)
@@ -72,7 +72,7 @@ const ci_secret *ci_owner_secret(void)
 
 const char *ci_owner_of(request_rec *r)
 {
-    ci_dir_conf *d = ci_dir_config(r);
+    ci_loc_conf *d = ci_loc_config(r);
     const char *err = NULL, *who;
     if (d->owner) {
         who = ap_expr_str_exec(r, d->owner, &err);

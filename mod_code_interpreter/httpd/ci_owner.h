@@ -18,7 +18,7 @@
 
 /* CodeInterpreterSecret file:PATH (server config). */
 const char *ci_owner_set_secret(cmd_parms *cmd, void *dummy, const char *spec);
-/* CodeInterpreterOwner EXPR (directory config; stored in its ci_dir_conf). */
+/* CodeInterpreterOwner EXPR (directory config; stored in its ci_loc_conf). */
 const char *ci_owner_set_expr(cmd_parms *cmd, void *conf, const char *expr);
 
 /* post_config: the secret of this configuration. OK or an HTTP status. */

@@ -12,7 +12,7 @@
 #include <apr_strings.h>
 #include <ap_mpm.h>
 #include <mpm_common.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_registry_internal.h"
 
 typedef struct cred_store {

@@ -13,7 +13,7 @@
 #include <apr_strings.h>
 #include <ap_mpm.h>
 #include <http_log.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_registry_internal.h"
 #include "ci_module.h"
 
@@ -79,7 +79,7 @@ int ci_registry_post_config(apr_pool_t *pconf, server_rec *s)
     ap_mpm_query(AP_MPMQ_GENERATION, &gen);
     apr_atomic_inc32(&ci_reg->generation);
     ci_reg->max_live = (apr_uint32_t)ci_server_max_sandboxes(c);
-    publish_tool("local");
+    publish_tool(CI_DEFAULT_TOOL);
     ci_reg_keep_credentials(pconf, s, (apr_uint32_t)gen);
     for (v = s; v; v = v->next) {
         ci_server_conf *vc = ci_server_config(v);

@@ -15,14 +15,14 @@
 #include <apr_strings.h>
 #include <http_request.h>
 #include "ci_containers.h"
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_idle.h"
 #include "ci_registry.h"
 #include "ci_sandbox.h"
 #include "ci_session.h"
 #include "ci_files_in.h"
 #include "ci_dirclient.h"
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_workers.h"
 #include "ci_module.h"
 
@@ -228,7 +228,7 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
 static apr_status_t provision(ci_session *s, ci_container *c, const char **handle,
                               ci_error *err)
 {
-    return ci_files_provision(s->r, ci_dir_config(s->r), s->st->owner, c,
+    return ci_files_provision(s->r, ci_loc_config(s->r), s->st->owner, c,
                               s->st->upstream_files, handle, err) == OK
          ? APR_SUCCESS : APR_EGENERAL;
 }

@@ -6,7 +6,7 @@
  */
 #include <apr_atomic.h>
 #include <apr_strings.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_registry_internal.h"
 
 static void params_digest(const ci_sandbox_def *d, char *out)
@@ -43,10 +43,10 @@ void ci_reg_publish_table(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen)
     for (v = s; v; v = v->next) {
         ci_server_conf *vc = ci_server_config(v);
         apr_hash_index_t *hi;
-        const ci_sandbox_def *local = apr_hash_get(vc->sandboxes, "local",
+        const ci_sandbox_def *local = apr_hash_get(vc->sandboxes, CI_DEFAULT_TOOL,
                                                    APR_HASH_KEY_STRING);
         if (!local && v == s && t->n < REG_TOOLS)
-            table_entry(&t->e[t->n++], ci_sandbox_lookup(s, "local"));
+            table_entry(&t->e[t->n++], ci_sandbox_lookup(s, CI_DEFAULT_TOOL));
         for (hi = apr_hash_first(pconf, vc->sandboxes); hi; hi = apr_hash_next(hi)) {
             const ci_sandbox_def *d = apr_hash_this_val(hi);
             apr_uint32_t i;

@@ -1,6 +1,6 @@
 /*
  * mod_code_interpreter.c - the module record and the server hooks.
- * Directives and settings live in ci_dirconf.c; the request side in
+ * Directives and settings live in ci_directives.c; the request side in
  * ci_input.c; the response side in ci_output.c and the loop in ci_driver.c.
  */
 #define CI_MODULE_MAIN
@@ -16,7 +16,8 @@
 #include "ci_audit.h"
 #include "ci_child.h"
 #include "ci_containers_api.h"
-#include "ci_dirconf.h"
+#include "ci_directives.h"
+#include "ci_settings.h"
 #include "ci_input.h"
 #include "ci_log.h"
 #include "ci_output.h"
@@ -25,7 +26,7 @@
 #include "ci_sandbox.h"
 #include "ci_session.h"
 #include "ci_dirclient.h"
-#include "ci_supd.h"
+#include "ci_supervisor_process.h"
 #include "ci_upstream.h"
 #include "ci_workers.h"
 #include "ci_module.h"
@@ -97,15 +98,15 @@ static void register_providers(apr_pool_t *p)
 
 static int ci_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 {
-    ci_dirconf_pre_config(pconf);
+    ci_directives_pre_config(pconf);
     return OK;
 }
 
 static int ci_check_config(apr_pool_t *pconf, apr_pool_t *plog,
                            apr_pool_t *ptemp, server_rec *s)
 {
-    int rv = ci_dirconf_check(s);
-    return rv != OK ? rv : ci_supd_check_config(ptemp, s);
+    int rv = ci_directives_check(s);
+    return rv != OK ? rv : ci_supervisor_process_check_config(ptemp, s);
 }
 
 /* Start, then stop, one real sandbox of every tool a location uses whose
@@ -117,7 +118,7 @@ static int probe_sandboxes(apr_pool_t *ptemp, server_rec *s)
     for (i = 0; i < defs->nelts; i++) {
         const ci_sandbox_def *d = APR_ARRAY_IDX(defs, i, const ci_sandbox_def *);
         const char *err = NULL;
-        if (!d->provider->probe || ci_dirconf_used(s, d->name) != d)
+        if (!d->provider->probe || ci_directives_used(s, d->name) != d)
             continue;
         if (d->provider->probe(ptemp, d, ap_unixd_config.user_id,
                                ap_unixd_config.group_id, &err) != APR_SUCCESS) {
@@ -148,7 +149,7 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
         return HTTP_INTERNAL_SERVER_ERROR;
     if (probe_sandboxes(ptemp, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
-    return ci_supd_post_config(pconf, ptemp, s);
+    return ci_supervisor_process_post_config(pconf, ptemp, s);
 }
 
 static void ci_child_init(apr_pool_t *pchild, server_rec *s)

@@ -1,8 +1,8 @@
 /*
  * ci_supervisor.h - the local sandbox supervisor: one process per server,
  * forked by httpd's parent, that owns every local sandbox as its direct
- * child and serves httpd's children over a Unix socket (ci_supproto.h).
- * httpd-free: the glue (httpd/ci_supd.c) forks it, drops its privileges and
+ * child and serves httpd's children over a Unix socket (ci_supervisor_wire.h).
+ * httpd-free: the glue (httpd/ci_supervisor_process.c) forks it, drops its privileges and
  * hands it the registry's slot functions. Its clients talk to it through
  * ci_supervisor_client.h.
  */

@@ -9,7 +9,7 @@
 
 #include <apr_pools.h>
 #include <apr_time.h>
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 
 /* How long an answer that needs no sandbox's work may take. */
 #define CI_SUP_ANSWER_WAIT apr_time_from_sec(10)
@@ -21,7 +21,7 @@ void ci_supervisor_set_path(const char *path);
  * socket, or -1 with *ERR. */
 int ci_supervisor_connect(apr_pool_t *p, const char **err);
 
-/* One directory operation REQ (JSON, ci_supdir.h): 0 with *ANSWER (JSON
+/* One directory operation REQ (JSON, ci_directory_ops.h): 0 with *ANSWER (JSON
  * text from P), or -1 with *ERR. */
 int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
                       const char **answer, const char **err);

@@ -4,7 +4,7 @@
  * taken warm) at the first ATTACH, marked busy while it runs or awaits
  * code, destroyed when its container expires, is deleted or is evicted.
  *
- * The container directory (ci_directory, through ci_supdir) lives in the
+ * The container directory (ci_directory, through ci_directory_ops) lives in the
  * supervisor: this process outlives children and graceful restarts, and
  * being one thread it serialises every change.
  */
@@ -13,7 +13,7 @@
 #include <apr_strings.h>
 #include "ci_directory.h"
 #include "ci_log.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 #include "ci_supervisor_internal.h"
 
 void sup_touch_container(box *b)
@@ -135,7 +135,7 @@ void sup_handle_dir(conn *c, const ci_sup_frame *f)
     mark_busy();
     apr_pool_create(&p, sup_state.p);
     gone = apr_array_make(p, 2, sizeof(const char *));
-    answer = ci_supdir_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
+    answer = ci_dirops_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
     sup_send_text(c, CI_SUP_DIR_ANSWER, 0, answer);
     for (i = 0; i < gone->nelts; i++)
         kill_container(APR_ARRAY_IDX(gone, i, const char *), "deleted or evicted");

@@ -29,7 +29,7 @@
 #include "ci_ndjson.h"
 #include "ci_sandbox.h"
 #include "ci_supervisor.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 
 #define READ_CHUNK 65536
 #define BACKLOG_MAX ((apr_size_t)1024 * 1024)   /* stop reading a sandbox past it */

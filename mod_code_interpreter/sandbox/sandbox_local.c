@@ -35,7 +35,7 @@
 #include "ci_supervisor.h"
 #include "ci_supervisor_client.h"
 #include "files_local.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 #include "ci_workers.h"
 
 #define BWRAP "/usr/bin/bwrap"

@@ -1,5 +1,5 @@
 /*
- * fuzz_supdir.c - the container directory's operations (ci_supdir.c) fed
+ * fuzz_supdir.c - the container directory's operations (ci_directory_ops.c) fed
  * what a peer of the supervisor could send: lines of JSON requests, applied
  * in order to one directory whose clock moves on by a step the input picks,
  * with expiry run between them as the supervisor's tick does.
@@ -11,7 +11,7 @@
  */
 #include "fuzz_common.h"
 #include "ci_directory.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 
 static const char *const statuses[] = {
     "ok", "not_found", "expired", "owner_full", "node_full", "no_owner", "budget_full",
@@ -46,7 +46,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         const char *ans;
         apr_pool_create(&q, p);
         gone = apr_array_make(q, 2, sizeof(const char *));
-        ans = ci_supdir_apply(d, q, line, strlen(line), now, gone);
+        ans = ci_dirops_apply(d, q, line, strlen(line), now, gone);
         check_answer(q, ans);
         for (i = 0; i < gone->nelts; i++) {
             ci_container *c = ci_directory_find(d, APR_ARRAY_IDX(gone, i, const char *));

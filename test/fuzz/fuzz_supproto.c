@@ -14,7 +14,7 @@
  */
 #include "fuzz_common.h"
 #include "ci_sandbox.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 
 #define MAX_FRAMES 4096
 

@@ -1,6 +1,6 @@
 /*
  * test_redisdir.c - the container directory in Redis (ci_redis.h,
- * sandbox/ci_dir.lua) against a real redis-server, started by the caller
+ * sandbox/ci_directory.lua) against a real redis-server, started by the caller
  * (test/test_redisdir_unit.py):
  *
  *   REDIS_PORT        a server without a password (flushed by every test)
@@ -11,9 +11,9 @@
  *                     kills and restarts it
  *
  * Most requests are asked of both directories, the one-node one
- * (ci_supdir_apply on a ci_directory) and Redis, and the answers must be
+ * (ci_dirops_apply on a ci_directory) and Redis, and the answers must be
  * the same, key for key: Redis' adds only "node" (and "auth") to a container and
- * "gone" (what ci_supdir_apply hands back in an array).
+ * "gone" (what ci_dirops_apply hands back in an array).
  *
  * Usage: test_redisdir [--list | NAME-PATTERN]
  */
@@ -38,7 +38,7 @@
 
 #include "ci_json.h"
 #include "ci_redis.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 
 #define T0 apr_time_from_sec(1700000000)
 #define SEC(n) apr_time_from_sec(n)
@@ -171,7 +171,7 @@ static json_object *both(fx *f, const char *req, apr_time_t now)
 {
     apr_array_header_t *gone = apr_array_make(f->p, 2, sizeof(const char *));
     json_object *r = ask_redis(f, req, now), *rc = ci_json_own(f->p, ci_json_copy(r));
-    json_object *l = parse(f->p, ci_supdir_apply(f->d, f->p, req, strlen(req), now, gone));
+    json_object *l = parse(f->p, ci_dirops_apply(f->d, f->p, req, strlen(req), now, gone));
     json_object *lgone = ci_json_own(f->p, json_object_new_array());
     int i;
     for (i = 0; i < gone->nelts; i++)
@@ -218,7 +218,7 @@ static void create_a(fx *f)
                           "\"idle\":60}", T0);
     ci_container c;
     assert_string_equal(status(o), "ok");
-    assert_int_equal(ci_supdir_container_from(f->p, member(o, "container"), &c), 0);
+    assert_int_equal(ci_dirops_container_from(f->p, member(o, "container"), &c), 0);
     assert_string_equal(c.id, ID_A);
     assert_string_equal(c.node, "n1");
     assert_true(c.created_at == T0);
@@ -240,7 +240,7 @@ static void expire_both(fx *f, apr_time_t now, int expected)
                             APR_ARRAY_IDX(here, i, ci_container *)->id);
 }
 
-/* ---- ci_supdir's cases ------------------------------------------------------------- */
+/* ---- ci_directory_ops's cases ------------------------------------------------------------- */
 
 static void test_create_get_owners_apart(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * ci_supd.c - the local sandbox supervisor's life in httpd, in the mould of
+ * ci_supervisor_process.c - the local sandbox supervisor's life in httpd, in the mould of
  * mod_cgid's daemon, but kept across graceful restarts rather than re-forked.
  *
  * - The parent makes the socket (runtime directory, the parent's pid in its
@@ -38,13 +38,13 @@
 #include <http_main.h>
 #include <mpm_common.h>
 #include <unixd.h>
-#include "ci_dirconf.h"
+#include "ci_settings.h"
 #include "ci_log.h"
 #include "ci_registry.h"
-#include "ci_supd.h"
+#include "ci_supervisor_process.h"
 #include "ci_supervisor.h"
 #include "ci_supervisor_client.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 #include "ci_workers.h"
 #include "ci_module.h"
 
@@ -361,7 +361,7 @@ static void check_alive(void)
     keep->pid = 0;
 }
 
-int ci_supd_check_config(apr_pool_t *ptemp, server_rec *s)
+int ci_supervisor_process_check_config(apr_pool_t *ptemp, server_rec *s)
 {
     if (ap_unixd_config.chroot_dir) {
         ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s, "CI0609: ChrootDir "
@@ -372,7 +372,7 @@ int ci_supd_check_config(apr_pool_t *ptemp, server_rec *s)
     return OK;
 }
 
-int ci_supd_post_config(apr_pool_t *pconf, apr_pool_t *ptemp, server_rec *s)
+int ci_supervisor_process_post_config(apr_pool_t *pconf, apr_pool_t *ptemp, server_rec *s)
 {
     gen_pconf = pconf;
     gen_server = s;

@@ -1,5 +1,5 @@
 /*
- * ci_supdir.h - the container directory's operations as the supervisor
+ * ci_directory_ops.h - the container directory's operations as the supervisor
  * serves them: one JSON request in, one JSON answer out, applied to a
  * ci_directory. httpd-free and I/O-free, so that every operation is tested
  * without a supervisor.
@@ -41,8 +41,8 @@
  * shared directory (ci_redis.h): the handle is secret and never leaves
  * httpd.
  */
-#ifndef CI_SUPDIR_H
-#define CI_SUPDIR_H
+#ifndef CI_DIRECTORY_OPS_H
+#define CI_DIRECTORY_OPS_H
 
 #include <apr_pools.h>
 #include <apr_tables.h>
@@ -52,16 +52,16 @@
 /* Apply request REQ at NOW. The answer's text is from P. The ids of
  * containers whose sandboxes must go now (deleted, evicted) are pushed to
  * GONE (const char *, from P). */
-const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
+const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
                             apr_size_t len, apr_time_t now, apr_array_header_t *gone);
 
 /* A container as JSON (owned by P). */
-json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c);
+json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c);
 /* ... and back, into *OUT (memory from P). 0, or -1 when it is not one. */
-int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out);
+int ci_dirops_container_from(apr_pool_t *p, json_object *j, ci_container *out);
 
 /* The status names, both ways. */
-const char *ci_supdir_status_name(ci_dir_status st);
-ci_dir_status ci_supdir_status_of(const char *name);
+const char *ci_dirops_status_name(ci_dir_status st);
+ci_dir_status ci_dirops_status_of(const char *name);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * test_supdir.c - the directory's operations as the supervisor serves them:
+ * test_directory_ops.c - the directory's operations as the supervisor serves them:
  * JSON in, JSON out, and which containers' sandboxes must go.
  */
 #include <stdarg.h>
@@ -14,7 +14,7 @@
 #include <apr_strings.h>
 
 #include "ci_json.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 #include "unit_pool.h"
 
 #define T0 apr_time_from_sec(1700000000)
@@ -33,7 +33,7 @@ static json_object *ask(ci_directory *d, apr_pool_t *p, const char *req, apr_tim
     const char *err = NULL, *ans;
     apr_array_header_t *g = apr_array_make(p, 2, sizeof(const char *));
     json_object *o;
-    ans = ci_supdir_apply(d, p, req, strlen(req), now, g);
+    ans = ci_dirops_apply(d, p, req, strlen(req), now, g);
     o = ci_json_parse(p, ans, strlen(ans), &err);
     assert_non_null(o);
     if (gone)
@@ -64,7 +64,7 @@ static void test_create_get_owners_apart(void **state)
     create_a(d, p);
     o = ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0, NULL);
     assert_string_equal(status(o), "ok");
-    assert_int_equal(ci_supdir_container_from(p, ci_json_get(o, "container",
+    assert_int_equal(ci_dirops_container_from(p, ci_json_get(o, "container",
                                                              json_type_object), &c), 0);
     assert_string_equal(c.name, "n");
     assert_string_equal(c.tool, "local");
@@ -262,7 +262,7 @@ static void test_claim_due_hands_out_expired_remote_ones_once(void **state)
     o = ask(d, p, "{\"op\":\"claim_due\",\"limit\":16}", T0, NULL);
     list = ci_json_get(o, "containers", json_type_array);
     assert_int_equal(json_object_array_length(list), 1);
-    assert_int_equal(ci_supdir_container_from(p, json_object_array_get_idx(list, 0), &c), 0);
+    assert_int_equal(ci_dirops_container_from(p, json_object_array_get_idx(list, 0), &c), 0);
     assert_string_equal(c.id, ID_A);
     assert_string_equal(c.provider, "e2b");
     assert_string_equal(c.cred, "d1gest");
@@ -337,7 +337,7 @@ int main(void)
     };
     int rc;
     apr_initialize();
-    rc = cmocka_run_group_tests_name("ci_supdir", tests, NULL, NULL);
+    rc = cmocka_run_group_tests_name("ci_directory_ops", tests, NULL, NULL);
     apr_terminate();
     return rc;
 }

@@ -1,11 +1,11 @@
 /*
- * ci_dirconf.h - the module's configuration records (server and
- * directory), its directive table, and the effective value of every setting.
- * Every default lives in one place, ci_dirconf.c; nothing else compares a
- * field with CI_UNSET.
+ * ci_settings.h - the module's configuration records (server and location)
+ * and the effective value of every setting. Every default lives in one
+ * place, ci_settings.c; nothing else compares a field with CI_UNSET. The
+ * directives that fill them: ci_directives.h.
  */
-#ifndef CI_DIRCONF_H
-#define CI_DIRCONF_H
+#ifndef CI_SETTINGS_H
+#define CI_SETTINGS_H
 
 #include <apr_hash.h>
 #include <httpd.h>
@@ -37,7 +37,7 @@ typedef struct ci_server_conf {
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */
-typedef struct ci_dir_conf {
+typedef struct ci_loc_conf {
     int enabled;                 /* CI_UNSET, 0, 1 */
     const char *sandbox;         /* sandbox tool name */
     int max_loops;
@@ -55,41 +55,31 @@ typedef struct ci_dir_conf {
     int proxy_set;
     ap_expr_info_t *owner;           /* CodeInterpreterOwner, NULL: Authorization */
     int containers;                  /* CodeInterpreterContainers: CI_UNSET, 0, 1 */
-} ci_dir_conf;
+} ci_loc_conf;
 
-extern const command_rec ci_directives[];
 void *ci_create_server_conf(apr_pool_t *p, server_rec *s);
 void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv);
 void *ci_create_dir_conf(apr_pool_t *p, char *dir);
 void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
 
-/* pre_config: forget the previous generation's CodeInterpreter uses. */
-void ci_dirconf_pre_config(apr_pool_t *pconf);
-/* check_config: every CodeInterpreter NAME names a declared sandbox; a
- * shared directory has CodeInterpreterSecret beside it. */
-int ci_dirconf_check(server_rec *s);
-/* The sandbox tool NAME of S when a CodeInterpreter location uses it, else
- * NULL (the start-up probe checks only the tools in use). */
-const ci_sandbox_def *ci_dirconf_used(server_rec *s, const char *name);
-
 ci_server_conf *ci_server_config(server_rec *s);
-ci_dir_conf *ci_dir_config(request_rec *r);
+ci_loc_conf *ci_loc_config(request_rec *r);
 
 /* Effective values (defaults applied). */
-apr_off_t ci_dir_max_body(const ci_dir_conf *d);
-int ci_dir_max_loops(const ci_dir_conf *d);
-apr_interval_time_t ci_dir_deadline(const ci_dir_conf *d);
-apr_interval_time_t ci_dir_keepalive(const ci_dir_conf *d);
-apr_interval_time_t ci_dir_connect_timeout(const ci_dir_conf *d);
+apr_off_t ci_loc_max_body(const ci_loc_conf *d);
+int ci_loc_max_loops(const ci_loc_conf *d);
+apr_interval_time_t ci_loc_deadline(const ci_loc_conf *d);
+apr_interval_time_t ci_loc_keepalive(const ci_loc_conf *d);
+apr_interval_time_t ci_loc_connect_timeout(const ci_loc_conf *d);
 /* The transport of calls to D's upstream (connect timeout, TLS, proxy):
  * the caller sets the whole exchange's timeout and the abort callback. */
-void ci_dir_transport(const ci_dir_conf *d, ci_curl_transport *t);
+void ci_loc_transport(const ci_loc_conf *d, ci_curl_transport *t);
 /* CodeInterpreterUpstreamTimeout, or 0: the rest of the deadline. */
-apr_interval_time_t ci_dir_upstream_timeout(const ci_dir_conf *d);
-const char *ci_dir_function_name(const ci_dir_conf *d);
+apr_interval_time_t ci_loc_upstream_timeout(const ci_loc_conf *d);
+const char *ci_loc_function_name(const ci_loc_conf *d);
 /* The upstream's Responses URL for R: CodeInterpreterUpstream, else the URL
  * R is proxied to; NULL when neither. */
-const char *ci_dir_upstream_url(request_rec *r, const ci_dir_conf *d);
+const char *ci_loc_upstream_url(request_rec *r, const ci_loc_conf *d);
 /* The shared directory (CodeInterpreterDirectory), or NULL: this node's,
  * in the sandbox supervisor. */
 const ci_redis_conf *ci_server_directory(server_rec *s);

@@ -1,6 +1,6 @@
 /*
- * test_supproto.c - the supervisor protocol's frames and payloads
- * (mod_code_interpreter/sandbox/ci_supproto.c): round trips, frames cut
+ * test_supervisor_wire.c - the supervisor protocol's frames and payloads
+ * (mod_code_interpreter/sandbox/ci_supervisor_wire.c): round trips, frames cut
  * anywhere, malformed and oversized frames, and sandbox definitions that
  * are refused.
  */
@@ -16,7 +16,7 @@
 #include <apr_strings.h>
 
 #include "ci_sandbox.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 #include "local_conf.h"
 
 static apr_pool_t *pool;

@@ -1,13 +1,13 @@
 /*
- * ci_supproto.c - frames and payloads of the supervisor protocol
- * (ci_supproto.h). No httpd headers, no I/O: the callers move the bytes.
+ * ci_supervisor_wire.c - frames and payloads of the supervisor protocol
+ * (ci_supervisor_wire.h). No httpd headers, no I/O: the callers move the bytes.
  */
 #include <string.h>
 #include <apr_strings.h>
 #include <apr_tables.h>
 #include "ci_json.h"
 #include "ci_sandbox.h"
-#include "ci_supproto.h"
+#include "ci_supervisor_wire.h"
 #include "local_conf.h"
 
 void ci_sup_header(unsigned char h[CI_SUP_HEADER], int type, apr_uint32_t id,

@@ -1,15 +1,15 @@
-/* ci_state.c - an intercepted request's state, and error answers. */
+/* ci_request_state.c - an intercepted request's state, and error answers. */
 #include <apr_strings.h>
 #include <http_protocol.h>
-#include "ci_state.h"
+#include "ci_request_state.h"
 #include "ci_module.h"
 
-ci_req_state *ci_state_get(request_rec *r)
+ci_req_state *ci_request_state(request_rec *r)
 {
     return ap_get_module_config(r->request_config, &code_interpreter_module);
 }
 
-ci_req_state *ci_state_create(request_rec *r)
+ci_req_state *ci_request_state_create(request_rec *r)
 {
     ci_req_state *st = apr_pcalloc(r->pool, sizeof(*st));
     ap_set_module_config(r->request_config, &code_interpreter_module, st);

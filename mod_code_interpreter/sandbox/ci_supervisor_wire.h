@@ -1,5 +1,5 @@
 /*
- * ci_supproto.h - the wire protocol between httpd's children (and parent)
+ * ci_supervisor_wire.h - the wire protocol between httpd's children (and parent)
  * and the local sandbox supervisor, over a Unix stream socket. httpd-free.
  *
  * A frame: a 4-byte big-endian length N (the bytes that follow it), a 1-byte
@@ -25,7 +25,7 @@
  *   STATUS                          STATUS (json)
  *   ATTACH (json {tag: CONTAINER_ID, OK (id) once ready | ERROR (message)
  *           def})
- *   DIR (json, ci_supdir.h)         DIR_ANSWER (json)
+ *   DIR (json, ci_directory_ops.h)         DIR_ANSWER (json)
  *   FILEOP (json {container: ID,    NONE when the container has no sandbox;
  *           op: {op: list|get|      else OUTPUT (0, NDJSON lines of the
  *           delete|put, name?,      kernel's file operation)* then END
@@ -48,8 +48,8 @@
  * turns in arrival order. It goes when its container expires or is deleted
  * (DIR), or when the supervisor does.
  */
-#ifndef CI_SUPPROTO_H
-#define CI_SUPPROTO_H
+#ifndef CI_SUPERVISOR_WIRE_H
+#define CI_SUPERVISOR_WIRE_H
 
 #include <apr_pools.h>
 #include "ci_exec.h"

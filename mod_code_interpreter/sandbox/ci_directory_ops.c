@@ -1,10 +1,10 @@
 /*
- * ci_supdir.c - the directory's operations, JSON in and out (ci_supdir.h).
+ * ci_directory_ops.c - the directory's operations, JSON in and out (ci_directory_ops.h).
  */
 #include <string.h>
 #include <apr_strings.h>
 #include "ci_json.h"
-#include "ci_supdir.h"
+#include "ci_directory_ops.h"
 
 #define PENDING_PREFIX "pending:"
 #define MAX_LIST 100
@@ -13,13 +13,13 @@ static const char *const status_names[] = {
     "ok", "not_found", "expired", "owner_full", "node_full", "no_owner", "budget_full"
 };
 
-const char *ci_supdir_status_name(ci_dir_status st)
+const char *ci_dirops_status_name(ci_dir_status st)
 {
     return (unsigned)st < sizeof(status_names) / sizeof(*status_names)
         ? status_names[st] : "bad_request";
 }
 
-ci_dir_status ci_supdir_status_of(const char *name)
+ci_dir_status ci_dirops_status_of(const char *name)
 {
     unsigned i;
     for (i = 0; name && i < sizeof(status_names) / sizeof(*status_names); i++)
@@ -35,7 +35,7 @@ static void add_str(json_object *o, const char *key, const char *v)
     json_object_object_add(o, key, v ? json_object_new_string(v) : NULL);
 }
 
-json_object *ci_supdir_container_json(apr_pool_t *p, const ci_container *c)
+json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c)
 {
     json_object *o = ci_json_own(p, json_object_new_object());
     add_str(o, "id", c->id);
@@ -68,7 +68,7 @@ static apr_int64_t int_of(json_object *j, const char *key, apr_int64_t dflt)
     return v ? json_object_get_int64(v) : dflt;
 }
 
-int ci_supdir_container_from(apr_pool_t *p, json_object *j, ci_container *out)
+int ci_dirops_container_from(apr_pool_t *p, json_object *j, ci_container *out)
 {
     const char *st = ci_json_str(j, "status");
     unsigned i;
@@ -108,13 +108,13 @@ typedef struct op {
 
 static void answer_status(op *o, ci_dir_status st)
 {
-    add_str(o->ans, "status", ci_supdir_status_name(st));
+    add_str(o->ans, "status", ci_dirops_status_name(st));
 }
 
 static void answer_container(op *o, const char *key, const ci_container *c)
 {
     json_object_object_add(o->ans, key,
-                           json_object_get(ci_supdir_container_json(o->p, c)));
+                           json_object_get(ci_dirops_container_json(o->p, c)));
 }
 
 static void take_limits(op *o)
@@ -236,7 +236,7 @@ static void op_list(op *o)
                              order && !strcmp(order, "asc"),
                              ci_json_str(o->req, "name"), &has_more, o->p);
     for (i = 0; i < page->nelts; i++)
-        json_object_array_add(data, json_object_get(ci_supdir_container_json(
+        json_object_array_add(data, json_object_get(ci_dirops_container_json(
                                   o->p, APR_ARRAY_IDX(page, i, ci_container *))));
     answer_status(o, CI_DIR_OK);
     json_object_object_add(o->ans, "data", data);
@@ -375,7 +375,7 @@ static void op_claim_due(op *o)
     int i;
     for (i = 0; i < due->nelts; i++) {
         const ci_container *c = APR_ARRAY_IDX(due, i, ci_container *);
-        json_object_array_add(list, json_object_get(ci_supdir_container_json(o->p, c)));
+        json_object_array_add(list, json_object_get(ci_dirops_container_json(o->p, c)));
         json_object_array_add(gone, json_object_new_string(c->id));
     }
     answer_status(o, CI_DIR_OK);
@@ -408,7 +408,7 @@ static const char *answer_text(op *o)
     return ci_json_text(o->ans, NULL);
 }
 
-const char *ci_supdir_apply(ci_directory *d, apr_pool_t *p, const char *req,
+const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
                             apr_size_t len, apr_time_t now, apr_array_header_t *gone)
 {
     const char *perr = NULL, *name;

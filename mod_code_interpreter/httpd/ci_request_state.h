@@ -1,10 +1,10 @@
 /*
- * ci_state.h - the state of one intercepted request, kept in the request's
+ * ci_request_state.h - the state of one intercepted request, kept in the request's
  * own memory (r->request_config) and nowhere a client can reach; and the
  * OpenAI-shaped error answer given before any byte was sent.
  */
-#ifndef CI_STATE_H
-#define CI_STATE_H
+#ifndef CI_REQUEST_STATE_H
+#define CI_REQUEST_STATE_H
 
 #include <httpd.h>
 #include "ci_directory.h"
@@ -34,9 +34,9 @@ typedef struct ci_req_state {
 } ci_req_state;
 
 /* The state of R, or NULL when R is not intercepted. */
-ci_req_state *ci_state_get(request_rec *r);
+ci_req_state *ci_request_state(request_rec *r);
 /* Make R intercepted with a fresh state. */
-ci_req_state *ci_state_create(request_rec *r);
+ci_req_state *ci_request_state_create(request_rec *r);
 
 /* Answer R now with ERR (OpenAI shape), before any byte was sent. */
 int ci_send_error(request_rec *r, const ci_error *err);

@@ -1,16 +1,16 @@
 --[[
-ci_dir.lua - the container directory in Redis: the operations of ci_supdir
-(ci_supdir.h) with the semantics of ci_directory (ci_directory.h), shared by
+ci_directory.lua - the container directory in Redis: the operations of ci_directory_ops
+(ci_directory_ops.h) with the semantics of ci_directory (ci_directory.h), shared by
 several httpd nodes. One script, run with EVALSHA and no KEYS:
 
-  ARGV[1]  the request, JSON, as ci_supdir_apply takes it
+  ARGV[1]  the request, JSON, as ci_dirops_apply takes it
   ARGV[2]  now, in microseconds (the caller's clock)
   ARGV[3]  48 hex digits from the caller's random source: the id of a
            container created without one (Lua's PRNG is not a random source)
 
-It returns the answer, JSON, as ci_supdir_apply returns it, plus
+It returns the answer, JSON, as ci_dirops_apply returns it, plus
 "gone": [ids]: the containers whose sandboxes must go now (deleted,
-evicted, claimed), which ci_supdir_apply hands back in an array instead.
+evicted, claimed), which ci_dirops_apply hands back in an array instead.
 Every operation is one script run, so each is atomic.
 
 Keys are computed here, under the fixed prefix "ci:": Redis Cluster (which
@@ -61,7 +61,7 @@ The owner, node and index keys get the longest TTL of what they hold; ci:d
 and the item bookkeeping live on, and every reader drops an entry whose
 record is gone (a TTL ran out) or forgotten (by NOW).
 
-Operations (besides ci_supdir's; "node" names the httpd node asking):
+Operations (besides ci_directory_ops's; "node" names the httpd node asking):
   create      also node (required): the container's node; the container
               JSON has "node". limits.retention is kept in the record.
               Eviction takes the owner's least recently used idle container
