@@ -1,7 +1,9 @@
 /*
  * ci_output.c - the response side's output filter: a 200 JSON answer to an
  * intercepted request is buffered (bounded) and handed to the loop driver;
- * anything else goes through untouched.
+ * a 200 event stream is relayed to the client as it comes (the driver's
+ * relay, core/ci_relay.c), its rounds run as their calls arrive; anything
+ * else goes through untouched.
  */
 #include <apr_strings.h>
 #include <http_core.h>
