@@ -143,7 +143,7 @@ int main(int argc, char **argv)
     apr_pool_create(&root, NULL);
 
     for (i = 0; i < iters; i++) {
-        ci_rewrite_opts opts = { "python", NULL };
+        ci_rewrite_opts opts;
         ci_request *req = NULL;
         ci_error err;
         ci_loop *loop;
@@ -154,6 +154,8 @@ int main(int argc, char **argv)
         int k, found;
 
         memset(&err, 0, sizeof(err));
+        memset(&opts, 0, sizeof(opts));
+        opts.function_name = "python";
         apr_pool_create(&p, root);
 
         evict();
@@ -176,7 +178,7 @@ int main(int argc, char **argv)
         stop(S_TAKE1, i);
 
         memset(&res, 0, sizeof(res));
-        res.status = CI_EXEC_COMPLETED;
+        res.outcome = CI_EXEC_COMPLETED;
         res.text = "1\n";
         res.text_len = 2;
         res.images = apr_array_make(p, 1, sizeof(const char *));

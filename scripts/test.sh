@@ -3,7 +3,9 @@
 # integration tests against a real httpd (the OpenAI Node SDK among them, and
 # the fuzzers' saved inputs),
 # then the integration tests again with an ASan+UBSan build of the module,
-# a subset under valgrind, and the mutants (scripts/mutants.sh).
+# a subset under valgrind, and the mutants (scripts/mutants.sh). The
+# benchmark runs once with tiny counts (SMOKE=1 bench/run.sh): it fails when
+# a figure it prints can no longer be measured.
 #
 # Under CI=true (as CI runs it) a missing prerequisite fails the run instead
 # of skipping tests, and the Debian package is built and checked. pytest
@@ -19,6 +21,7 @@ if ! pkg-config --exists cmocka; then
     [ "${CI:-}" != true ] || exit 1
 fi
 make check
+SMOKE=1 ./bench/run.sh
 PYTEST="/usr/bin/python3 -m pytest -q -rs -p no:cacheprovider"
 # (test_fuzz.py replays the fuzzers' saved inputs; test_valgrind.py is the
 # valgrind run below)

@@ -72,11 +72,15 @@ static void box_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char *
          * is recorded before any code runs in it, so that it is found even
          * if this child dies during the run. (The worker thread: the
          * session's pool, not the request's.) */
-        if (ev == CI_BOX_STARTED)
+        if (ev == CI_BOX_STARTED) {
             record_handle(s, sb);
-        ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r, "CI0305: container %s %s "
-                      "(tool %s)", s->container_id, ev == CI_BOX_STARTED ? "attached"
-                      : "released", s->def->name);
+            ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r, "CI0305: container %s "
+                          "attached (tool %s) in %" APR_TIME_T_FMT " us", s->container_id,
+                          s->def->name, apr_time_now() - s->start_began);
+        }
+        else
+            ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, s->r, "CI0305: container %s "
+                          "released (tool %s)", s->container_id, s->def->name);
         return;
     }
     if (ev == CI_BOX_DESTROYED) {
