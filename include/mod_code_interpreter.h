@@ -35,7 +35,7 @@
 
 /* ap_register_provider's group and version for sandbox providers. */
 #define CI_PROVIDER_GROUP "code_interpreter_sandbox"
-#define CI_PROVIDER_VERSION "2"
+#define CI_PROVIDER_VERSION "3"
 
 /* One execution, as the execution hook sees it. */
 typedef struct ci_execution {

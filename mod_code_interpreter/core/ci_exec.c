@@ -48,6 +48,18 @@ ci_exec_result *ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res)
     for (i = 0; res->files && i < res->files->nelts; i++)
         *(const char **)apr_array_push(r->files) =
             apr_pstrdup(p, APR_ARRAY_IDX(res->files, i, const char *));
+    if (res->commands) {
+        r->commands = apr_array_make(p, res->commands->nelts ? res->commands->nelts : 1,
+                                     sizeof(ci_command_result));
+        for (i = 0; i < res->commands->nelts; i++) {
+            const ci_command_result *c = &APR_ARRAY_IDX(res->commands, i,
+                                                        ci_command_result);
+            ci_command_result *to = apr_array_push(r->commands);
+            *to = *c;
+            to->stdout_text = apr_pstrdup(p, c->stdout_text ? c->stdout_text : "");
+            to->stderr_text = apr_pstrdup(p, c->stderr_text ? c->stderr_text : "");
+        }
+    }
     return r;
 }
 

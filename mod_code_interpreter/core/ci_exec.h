@@ -29,6 +29,16 @@ typedef enum {
     CI_EXEC_NOT_RUN         /* refused before running (bad arguments, caps) */
 } ci_exec_outcome;
 
+/* One command of a hosted shell call, as it ended. */
+typedef struct ci_command_result {
+    const char *stdout_text;  /* what it wrote, cut with stderr_text at the
+                                 call's max_output characters together */
+    const char *stderr_text;
+    int timed_out;            /* outcome "timeout": its process group was
+                                 ended, and the commands after it did not run */
+    int exit_code;            /* outcome "exit" (128+N: killed by signal N) */
+} ci_command_result;
+
 typedef struct ci_exec_result {
     ci_exec_outcome outcome;
     const char *failure;      /* why it failed, for the model; NULL unless failed */
@@ -40,6 +50,8 @@ typedef struct ci_exec_result {
                                    under /mnt/data the execution created or
                                    changed (a container's; NULL or empty:
                                    none), at most CI_EXEC_MAX_FILES */
+    apr_array_header_t *commands; /* ci_command_result: a shell call's, one per
+                                   command that ran, in order (NULL: code) */
     apr_interval_time_t duration;
     int failure_says_all;     /* FAILURE tells what became of the interpreter
                                  (a container's: kept, or restarted) */

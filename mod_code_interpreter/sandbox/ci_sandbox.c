@@ -428,8 +428,9 @@ static apr_status_t start(ci_box *b, const char **err)
     return APR_SUCCESS;
 }
 
-apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
-                        ci_exec_result *res, const char **err)
+/* Make B's sandbox ready for a run: APR_SUCCESS, APR_ECONNABORTED when
+ * interrupted, or the start's status with *ERR. */
+static apr_status_t ready_for_run(ci_box *b, const char **err)
 {
     apr_status_t rv;
     *err = NULL;
@@ -442,7 +443,12 @@ apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
         return rv;
     if (apr_atomic_read32(&b->interrupted))   /* while it started */
         return APR_ECONNABORTED;
-    rv = b->def->provider->run(b->sb, p, code, res);
+    return APR_SUCCESS;
+}
+
+/* After the provider ran something in B's sandbox (RV, RES). */
+static apr_status_t after_run(ci_box *b, apr_status_t rv, const ci_exec_result *res)
+{
     /* A container's sandbox is recovered by its provider, not replaced. */
     if (rv == APR_SUCCESS && ci_exec_failed(res) && !b->container)
         b->failed = 1;
@@ -453,6 +459,28 @@ apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
                    b->container, why ? why : "unknown reason");
     }
     return rv;
+}
+
+apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
+                        ci_exec_result *res, const char **err)
+{
+    apr_status_t rv = ready_for_run(b, err);
+    if (rv != APR_SUCCESS)
+        return rv;
+    return after_run(b, b->def->provider->run(b->sb, p, code, res), res);
+}
+
+apr_status_t ci_box_run_commands(ci_box *b, apr_pool_t *p, const ci_shell_action *action,
+                                 ci_exec_result *res, const char **err)
+{
+    apr_status_t rv;
+    if (!b->def->provider->run_commands) {
+        *err = "the sandbox's provider has no shell";
+        return APR_ENOTIMPL;
+    }
+    if ((rv = ready_for_run(b, err)) != APR_SUCCESS)
+        return rv;
+    return after_run(b, b->def->provider->run_commands(b->sb, p, action, res), res);
 }
 
 void ci_box_interrupt(ci_box *b)

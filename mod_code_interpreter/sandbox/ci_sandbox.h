@@ -110,6 +110,16 @@ typedef struct ci_sandbox_def {
                                     them: remote_id, reap, a container's handle */
 #define CI_CAP_CONTAINERS 0x04   /* containers: attach, release (keep_alive) */
 #define CI_CAP_FILES      0x08   /* container files: files_list ... file_put */
+#define CI_CAP_SHELL      0x10   /* the hosted shell: run_commands */
+
+/* A hosted shell call's commands and their bounds (the model's timeout_ms
+ * and max_output_length, capped by the tool's timeout= and max_output=). */
+typedef struct ci_shell_action {
+    const apr_array_header_t *commands;  /* const char *, at least one */
+    apr_interval_time_t timeout;         /* each command's */
+    apr_size_t max_output;               /* characters of each command's
+                                            stdout and stderr together */
+} ci_shell_action;
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */
@@ -152,6 +162,18 @@ struct ci_provider {
      * caller destroys the sandbox. */
     apr_status_t (*run)(ci_sandbox *sb, apr_pool_t *p, const char *code,
                         ci_exec_result *res);
+    /* Run a hosted shell call (CI_CAP_SHELL): each command with bash -c in
+     * /mnt/data, in a process group of its own, one after another; a command
+     * past ACTION->timeout has its group killed and ends the call (the
+     * commands after it do not run). A process a command leaves running
+     * does not hold the call open; it lives on, within the sandbox's
+     * limits, until the sandbox ends. RES->commands: one entry per command
+     * that ran; RES->outcome is CI_EXEC_COMPLETED when the commands ran
+     * (whatever their exit codes, a timeout too), else a failed outcome as
+     * for run, the whole call bounded by the tool's timeout as an execution
+     * is. Memory from P. NULL: the provider has no shell. */
+    apr_status_t (*run_commands)(ci_sandbox *sb, apr_pool_t *p,
+                                 const ci_shell_action *action, ci_exec_result *res);
     /* Make a blocked run return now with CI_EXEC_INTERRUPTED. */
     void (*interrupt)(ci_sandbox *sb);
     /* Release the sandbox. Never fails the request; logs what it could not do. */
@@ -287,6 +309,10 @@ void ci_box_adopt(ci_box *b, ci_sandbox *sb, apr_pool_t *sbpool);
  * ran; or the start's status with *ERR. */
 apr_status_t ci_box_run(ci_box *b, apr_pool_t *p, const char *code,
                         ci_exec_result *res, const char **err);
+/* The same for a hosted shell call's ACTION (the provider's run_commands;
+ * APR_ENOTIMPL when it has none). */
+apr_status_t ci_box_run_commands(ci_box *b, apr_pool_t *p, const ci_shell_action *action,
+                                 ci_exec_result *res, const char **err);
 /* Make B container CONTAINER_ID's, of DEF (its tool in its memory tier):
  * its sandbox is reached with the provider's attach (HANDLE: from an
  * earlier handle, or NULL), a failed run leaves its recovery to the
