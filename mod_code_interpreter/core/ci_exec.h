@@ -16,6 +16,7 @@
 
 #include <apr_pools.h>
 #include <apr_tables.h>
+#include <apr_time.h>
 
 /* How an execution ended. */
 typedef enum {
@@ -38,6 +39,15 @@ typedef struct ci_command_result {
                                  ended, and the commands after it did not run */
     int exit_code;            /* outcome "exit" (128+N: killed by signal N) */
 } ci_command_result;
+
+/* A hosted shell call's commands and their bounds (the model's timeout_ms
+ * and max_output_length, capped by the tool's timeout= and max_output=). */
+typedef struct ci_shell_action {
+    const apr_array_header_t *commands;  /* const char *, at least one */
+    apr_interval_time_t timeout;         /* each command's */
+    apr_size_t max_output;               /* characters of each command's
+                                            stdout and stderr together */
+} ci_shell_action;
 
 typedef struct ci_exec_result {
     ci_exec_outcome outcome;

@@ -3,11 +3,16 @@
  * code_interpreter tool into a function tool an ordinary upstream accepts.
  */
 #include <string.h>
+#include <apr_hash.h>
 #include <apr_strings.h>
 #include "ci_json.h"
 #include "ci_request.h"
 
 #define TOOL_TYPE "code_interpreter"
+#define SHELL_TYPE "shell"
+/* The hosted shell's environments: a shell with neither is the client's. */
+#define ENV_AUTO "container_auto"
+#define ENV_REFERENCE "container_reference"
 
 #define DESCRIPTION_HEAD \
     "Run Python 3 code in a sandboxed interpreter, like a notebook: variables, " \
@@ -65,6 +70,8 @@ static int has_escaped_name_char(const char *body, apr_size_t len)
 int ci_body_mentions_tool(const char *body, apr_size_t len)
 {
     return body && (memmem(body, len, TOOL_TYPE, sizeof(TOOL_TYPE) - 1) != NULL ||
+                    memmem(body, len, ENV_AUTO, sizeof(ENV_AUTO) - 1) != NULL ||
+                    memmem(body, len, ENV_REFERENCE, sizeof(ENV_REFERENCE) - 1) != NULL ||
                     has_escaped_name_char(body, len));
 }
 
@@ -145,6 +152,84 @@ static json_object *our_function_tool(const ci_rewrite_opts *o)
     return tool;
 }
 
+static const char shell_description[] =
+    "Run shell commands with bash in the sandbox's container, one after another, "
+    "in the working directory /mnt/data (writable). It is the same container as "
+    "the Python tool's, if there is one: files persist between calls and across "
+    "the turns of the conversation while the container lives. You see each "
+    "command's stdout, stderr and exit code. A command is stopped after "
+    "timeout_ms, and the commands after it are not run; output past "
+    "max_output_length characters is cut (null: the server's limits).";
+
+static json_object *typed(const char *type, const char *description)
+{
+    json_object *o = json_object_new_object();
+    if (type)
+        json_object_object_add(o, "type", json_object_new_string(type));
+    json_object_object_add(o, "description", json_object_new_string(description));
+    return o;
+}
+
+/* An integer or null, as strict function parameters say "optional". */
+static json_object *integer_or_null(const char *description)
+{
+    json_object *o = typed(NULL, description), *types = json_object_new_array();
+    json_object_array_add(types, json_object_new_string("integer"));
+    json_object_array_add(types, json_object_new_string("null"));
+    json_object_object_add(o, "type", types);
+    return o;
+}
+
+/* The hosted shell as a function: OpenAI's action as its parameters. */
+static json_object *shell_function_tool(const char *name)
+{
+    json_object *tool = json_object_new_object();
+    json_object *params = json_object_new_object();
+    json_object *props = json_object_new_object();
+    json_object *commands = typed("array", "The commands to run, in order.");
+    json_object *required = json_object_new_array();
+
+    json_object_object_add(commands, "items", typed("string", "One bash command."));
+    json_object_object_add(props, "commands", commands);
+    json_object_object_add(props, "timeout_ms", integer_or_null(
+                               "The most each command may take, in milliseconds."));
+    json_object_object_add(props, "max_output_length", integer_or_null(
+                               "The most characters of each command's output to return."));
+    json_object_array_add(required, json_object_new_string("commands"));
+    json_object_array_add(required, json_object_new_string("timeout_ms"));
+    json_object_array_add(required, json_object_new_string("max_output_length"));
+    json_object_object_add(params, "type", json_object_new_string("object"));
+    json_object_object_add(params, "properties", props);
+    json_object_object_add(params, "required", required);
+    json_object_object_add(params, "additionalProperties", json_object_new_boolean(0));
+
+    json_object_object_add(tool, "type", json_object_new_string("function"));
+    json_object_object_add(tool, "name", json_object_new_string(name));
+    json_object_object_add(tool, "description", json_object_new_string(shell_description));
+    json_object_object_add(tool, "parameters", params);
+    json_object_object_add(tool, "strict", json_object_new_boolean(1));
+    return tool;
+}
+
+/* The two hosted tools of a request share one container: their settings
+ * of it may not differ. */
+static int conflicting(apr_pool_t *p, ci_error *err, const char *param, const char *what)
+{
+    ci_error_set(err, 400, CI_INVALID, param, "conflicting_container", p,
+                 "The code_interpreter and shell tools of a request share one "
+                 "container; give its %s once ('%s').", what, param);
+    return -1;
+}
+
+static int refuse_setting(apr_pool_t *p, ci_error *err, const char *param,
+                          const char *what, const char *instead)
+{
+    ci_error_set(err, 400, CI_INVALID, param, "unsupported_parameter", p,
+                 "%s are not supported by this server ('%s'); use %s.", what, param,
+                 instead);
+    return -1;
+}
+
 static int refuse_container(apr_pool_t *p, ci_error *err, int index,
                             const char *field, const char *what)
 {
@@ -157,11 +242,11 @@ static int refuse_container(apr_pool_t *p, ci_error *err, int index,
 }
 
 /* file_ids: an array of file ids of the upstream's Files API (checked
- * there by the glue, before round 1). */
-static int check_file_ids(apr_pool_t *p, json_object *v, int index, ci_request *req,
+ * there by the glue, before round 1); at most one tool gives them. */
+static int check_file_ids(apr_pool_t *p, json_object *v, const char *at, ci_request *req,
                           ci_error *err)
 {
-    const char *param = apr_psprintf(p, "tools[%d].container.file_ids", index);
+    const char *param = apr_pstrcat(p, at, ".file_ids", NULL);
     size_t i, n;
     if (!json_object_is_type(v, json_type_array))
         return bad_type(p, err, param, "an array of file ids");
@@ -180,7 +265,50 @@ static int check_file_ids(apr_pool_t *p, json_object *v, int index, ci_request *
             return bad_type(p, err, apr_psprintf(p, "%s[%d]", param, (int)i),
                             "a file id");
     }
+    if (n && req->file_ids)
+        return conflicting(p, err, param, "file_ids");
     req->file_ids = n ? ci_json_own(p, json_object_get(v)) : NULL;
+    return 0;
+}
+
+/* The settings of a new container ({"type":"auto"} of code_interpreter,
+ * {"type":"container_auto"} of the shell) at AT: an optional memory tier
+ * (checked against the tool's by the glue) and file_ids. */
+static int check_auto_settings(apr_pool_t *p, json_object *c, const char *at,
+                               ci_request *req, ci_error *err)
+{
+    json_object *v;
+    if (json_object_object_get_ex(c, "file_ids", &v) && v != NULL &&
+        check_file_ids(p, v, at, req, err) < 0)
+        return -1;
+    if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL) {
+        const char *param = apr_pstrcat(p, at, ".memory_limit", NULL);
+        if (!json_object_is_type(v, json_type_string))
+            return bad_type(p, err, param, "a string");
+        if (req->memory_limit && strcmp(req->memory_limit, json_object_get_string(v)))
+            return conflicting(p, err, param, "memory_limit");
+        req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
+    }
+    req->settings_param = at;
+    return 0;
+}
+
+/* A network policy other than "disabled" (what every container has). */
+static int wants_network(json_object *c)
+{
+    json_object *v;
+    return json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
+           !ci_json_is_type(v, "disabled");
+}
+
+/* The one explicit container of a request, named at PARAM. */
+static int name_container(apr_pool_t *p, const char *id, const char *param,
+                          ci_request *req, ci_error *err)
+{
+    if (req->container_id && strcmp(req->container_id, id))
+        return conflicting(p, err, param, "id");
+    req->container_id = apr_pstrdup(p, id);
+    req->container_param = param;
     return 0;
 }
 
@@ -190,7 +318,7 @@ static int check_file_ids(apr_pool_t *p, json_object *v, int index, ci_request *
 static int check_container(apr_pool_t *p, json_object *tool, int index,
                            ci_request *req, ci_error *err)
 {
-    json_object *c, *v;
+    json_object *c;
     if (!json_object_object_get_ex(tool, "container", &c) || c == NULL)
         return 0;
     if (json_object_is_type(c, json_type_string)) {
@@ -198,8 +326,8 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
         if (!*id || strlen(id) > 128)
             return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
                             "a container id or an object");
-        req->container_id = apr_pstrdup(p, id);
-        return 0;
+        return name_container(p, id, apr_psprintf(p, "tools[%d].container", index),
+                              req, err);
     }
     if (!json_object_is_type(c, json_type_object))
         return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
@@ -207,68 +335,144 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (!ci_json_is_type(c, "auto"))
         return refuse_container(p, err, index, "type",
                                 "Container types other than \"auto\"");
-    if (json_object_object_get_ex(c, "file_ids", &v) && v != NULL &&
-        check_file_ids(p, v, index, req, err) < 0)
+    if (check_auto_settings(p, c, apr_psprintf(p, "tools[%d].container", index), req, err))
         return -1;
-    if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL) {
-        if (!json_object_is_type(v, json_type_string))
-            return bad_type(p, err,
-                            apr_psprintf(p, "tools[%d].container.memory_limit", index),
-                            "a string");
-        req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
-    }
-    if (json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
-        !ci_json_is_type(v, "disabled"))
+    /* no allowlist yet; "disabled" is what we do anyway */
+    if (wants_network(c))
         return refuse_container(p, err, index, "network_policy",
                                 "Network policies other than \"disabled\"");
     return 0;
 }
 
-static int has_our_tool(json_object *tools)
+/* The hosted shell's environment: a new container (container_auto) or one
+ * of the caller's (container_reference). */
+static int check_environment(apr_pool_t *p, json_object *tool, int index,
+                             ci_request *req, ci_error *err)
 {
-    int i, n = (int)json_object_array_length(tools);
-    for (i = 0; i < n; i++)
-        if (ci_json_is_type(json_object_array_get_idx(tools, i), TOOL_TYPE))
-            return 1;
+    const char *at = apr_psprintf(p, "tools[%d].environment", index);
+    json_object *env = ci_json_get(tool, "environment", json_type_object), *v;
+    if (ci_json_is_type(env, ENV_REFERENCE)) {
+        const char *param = apr_pstrcat(p, at, ".container_id", NULL);
+        const char *id = ci_json_str(env, "container_id");
+        if (!id || !*id || strlen(id) > 128)
+            return bad_type(p, err, param, "a container id");
+        return name_container(p, id, param, req, err);
+    }
+    if (check_auto_settings(p, env, at, req, err))
+        return -1;
+    if (wants_network(env))
+        return refuse_setting(p, err, apr_pstrcat(p, at, ".network_policy", NULL),
+                              "Network policies other than \"disabled\"",
+                              "\"network_policy\": {\"type\": \"disabled\"}");
+    if ((v = ci_json_get(env, "skills", json_type_array)) && json_object_array_length(v))
+        return refuse_setting(p, err, apr_pstrcat(p, at, ".skills", NULL), "Skills",
+                              "an environment without skills");
     return 0;
 }
 
-/* Find the code_interpreter tool and refuse duplicates. A client function
- * with our name is refused only next to that tool: without it, nothing is
- * intercepted and the client's function is the client's business.
- * Returns the tool's index, -1 when there is none, -2 on error. */
-static int find_tool(apr_pool_t *p, json_object *tools, const char *fname,
-                     ci_error *err)
+/* A shell tool whose environment is ours (container_auto or
+ * container_reference). Without one, or with "local", the shell is the
+ * client's: it runs the commands itself. */
+static int is_hosted_shell(json_object *t)
 {
-    int i, n = (int)json_object_array_length(tools), found = -1, clash = -1;
+    json_object *env;
+    if (!ci_json_is_type(t, SHELL_TYPE) ||
+        !json_object_object_get_ex(t, "environment", &env) || env == NULL)
+        return 0;
+    return !json_object_is_type(env, json_type_object) || !ci_json_is_type(env, "local");
+}
+
+/* Whether TOOLS has code_interpreter or a shell that is not the client's. */
+static int has_our_tool(json_object *tools)
+{
+    int i, n = (int)json_object_array_length(tools);
+    for (i = 0; i < n; i++) {
+        json_object *t = json_object_array_get_idx(tools, i);
+        if (ci_json_is_type(t, TOOL_TYPE) || is_hosted_shell(t))
+            return 1;
+    }
+    return 0;
+}
+
+static int duplicate_tool(apr_pool_t *p, ci_error *err, int i, const char *what)
+{
+    ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d]", i), "duplicate_tool",
+                 p, "Only one %s tool may be given.", what);
+    return -1;
+}
+
+/* A hosted shell's environment must be one of ours: an object of a type
+ * this server knows. */
+static int check_environment_type(apr_pool_t *p, json_object *t, int i, ci_error *err)
+{
+    json_object *env = NULL;
+    const char *type;
+    json_object_object_get_ex(t, "environment", &env);
+    if (!json_object_is_type(env, json_type_object))
+        return bad_type(p, err, apr_psprintf(p, "tools[%d].environment", i), "an object");
+    type = ci_json_str(env, "type");
+    if (!type)
+        return bad_type(p, err, apr_psprintf(p, "tools[%d].environment.type", i),
+                        "a string");
+    if (strcmp(type, ENV_AUTO) && strcmp(type, ENV_REFERENCE)) {
+        ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d].environment.type", i),
+                     "invalid_value", p, "Invalid value: '%s'. Supported values are: "
+                     "'container_auto', 'container_reference' and 'local'.", type);
+        return -1;
+    }
+    return 0;
+}
+
+/* The function name NAME is reserved next to our tools: a client function
+ * of that name is refused. */
+static int name_clash(apr_pool_t *p, ci_error *err, int i, const char *name,
+                      const char *tool)
+{
+    ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d].name", i),
+                 "tool_name_clash", p,
+                 "The function name '%s' is reserved for the %s tool on this server; "
+                 "rename your function.", name, tool);
+    return -1;
+}
+
+/* Find the code_interpreter tool and the hosted shell (req->tool_index,
+ * req->shell_index), refusing duplicates and bad environments. A client
+ * function with one of our names is refused only next to that tool:
+ * without it, the client's function is the client's business. 0 or -1. */
+static int find_tools(apr_pool_t *p, json_object *tools, const char *fname,
+                      const char *sname, ci_request *req, ci_error *err)
+{
+    int i, n = (int)json_object_array_length(tools), clash = -1, shell_clash = -1;
+    req->tool_index = req->shell_index = -1;
     for (i = 0; i < n; i++) {
         json_object *t = json_object_array_get_idx(tools, i);
         const char *name;
-        if (!json_object_is_type(t, json_type_object)) {
-            bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
-            return -2;
-        }
+        if (!json_object_is_type(t, json_type_object))
+            return bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
         if (ci_json_is_type(t, TOOL_TYPE)) {
-            if (found >= 0) {
-                ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d]", i),
-                             "duplicate_tool", p,
-                             "Only one code_interpreter tool may be given.");
-                return -2;
-            }
-            found = i;
+            if (req->tool_index >= 0)
+                return duplicate_tool(p, err, i, "code_interpreter");
+            req->tool_index = i;
         }
-        else if (clash < 0 && ci_json_is_type(t, "function") &&
-                 (name = ci_json_str(t, "name")) && !strcmp(name, fname))
-            clash = i;
+        else if (is_hosted_shell(t)) {
+            if (req->shell_index >= 0)
+                return duplicate_tool(p, err, i, "hosted shell");
+            if (check_environment_type(p, t, i, err))
+                return -1;
+            req->shell_index = i;
+        }
+        else if (ci_json_is_type(t, "function") && (name = ci_json_str(t, "name"))) {
+            if (clash < 0 && !strcmp(name, fname))
+                clash = i;
+            if (shell_clash < 0 && !strcmp(name, sname))
+                shell_clash = i;
+        }
     }
-    if (found >= 0 && clash >= 0) {
-        ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d].name", clash),
-                     "tool_name_clash", p,
-                     "The function name '%s' is reserved for the code_interpreter "
-                     "tool on this server; rename your function.", fname);
-        return -2;
-    }
-    return found;
+    if (req->tool_index >= 0 && clash >= 0)
+        return name_clash(p, err, clash, fname, "code_interpreter");
+    if (req->shell_index >= 0 && shell_clash >= 0)
+        return name_clash(p, err, shell_clash, sname, "shell");
+    return 0;
 }
 
 /* ---- tool_choice ------------------------------------------------------- */
@@ -281,11 +485,23 @@ static json_object *function_choice(const char *fname)
     return c;
 }
 
+/* The function a tool choice CHOICE names when it is one of our tools
+ * ({"type":"code_interpreter"}, {"type":"shell"} with a hosted shell), else
+ * NULL. */
+static const char *our_choice(const ci_request *req, json_object *choice)
+{
+    if (req->tool_index >= 0 && ci_json_is_type(choice, TOOL_TYPE))
+        return req->function_name;
+    if (req->shell_index >= 0 && ci_json_is_type(choice, SHELL_TYPE))
+        return req->shell_function;
+    return NULL;
+}
+
 static int rewrite_allowed_tools(apr_pool_t *p, json_object *choice,
                                  ci_request *req, ci_error *err)
 {
     json_object *tools = ci_json_get(choice, "tools", json_type_array);
-    const char *mode = ci_json_str(choice, "mode");
+    const char *mode = ci_json_str(choice, "mode"), *fname;
     int i, n;
     if (!tools)
         return bad_type(p, err, "tool_choice.tools", "an array");
@@ -295,8 +511,8 @@ static int rewrite_allowed_tools(apr_pool_t *p, json_object *choice,
         if (!json_object_is_type(t, json_type_object))
             return bad_type(p, err, apr_psprintf(p, "tool_choice.tools[%d]", i),
                             "an object");
-        if (ci_json_is_type(t, TOOL_TYPE))
-            json_object_array_put_idx(tools, i, function_choice(req->function_name));
+        if ((fname = our_choice(req, t)))
+            json_object_array_put_idx(tools, i, function_choice(fname));
     }
     req->forced_choice = mode && !strcmp(mode, "required");
     return 0;
@@ -306,6 +522,7 @@ static int rewrite_tool_choice(apr_pool_t *p, json_object *root,
                                ci_request *req, ci_error *err)
 {
     json_object *choice;
+    const char *fname;
     if (!json_object_object_get_ex(root, "tool_choice", &choice) || !choice)
         return 0;
     req->client_tool_choice = ci_json_own(p, ci_json_copy(choice));
@@ -325,9 +542,8 @@ static int rewrite_tool_choice(apr_pool_t *p, json_object *root,
     if (ci_json_is_type(choice, "allowed_tools"))
         return rewrite_allowed_tools(p, choice, req, err);
     req->forced_choice = 1;
-    if (ci_json_is_type(choice, TOOL_TYPE))
-        json_object_object_add(root, "tool_choice",
-                               function_choice(req->function_name));
+    if ((fname = our_choice(req, choice)))
+        json_object_object_add(root, "tool_choice", function_choice(fname));
     return 0;
 }
 
@@ -392,8 +608,6 @@ static int translate_call(apr_pool_t *p, json_object *item, int index,
     return 0;
 }
 
-/* INPUT as an array of items with code_interpreter_call history translated
- * into function_call + function_call_output pairs. */
 /* An item_reference to one of our items ("ci_..."): what it stands for
  * (the upstream's own function call and our output), spliced into ITEMS.
  * 0, 1 when it is not ours to resolve (it passes as it is), -1 with ERR. */
@@ -404,12 +618,17 @@ static int resolve_reference(apr_pool_t *p, const ci_rewrite_opts *o,
     const char *id = ci_json_str(item, "id"), *text, *perr, *container = NULL;
     json_object *stands;
     int k, n;
-    if (!o->recall || !id || strncmp(id, "ci_", 3))
+    int shell = id && (!strncmp(id, "sh_", 3) || !strncmp(id, "sho_", 4));
+    if (!o->recall || !id || (strncmp(id, "ci_", 3) && !shell))
         return 1;
     text = o->recall(o->recall_baton, id, &container);
     if (container)
         req->context_container = container;
     stands = text ? ci_json_parse(p, text, strlen(text), &perr) : NULL;
+    /* A shell's ids look like OpenAI's: one we never returned may be a
+     * local shell's, which is the upstream's to resolve. */
+    if (!stands && shell)
+        return 1;
     if (!json_object_is_type(stands, json_type_array)) {
         /* As OpenAI answers an id it never returned to this caller. */
         ci_error_set(err, 400, CI_INVALID, "input", NULL, p,
@@ -422,11 +641,105 @@ static int resolve_reference(apr_pool_t *p, const ci_rewrite_opts *o,
     return 0;
 }
 
+/* A replayed shell_call of the hosted shell (environment a container
+ * reference, or none given): the function call the upstream made. */
+static int translate_shell_call(apr_pool_t *p, json_object *item, int index,
+                                json_object *into, ci_request *req, apr_hash_t *calls,
+                                ci_error *err)
+{
+    const char *call_id = ci_json_str(item, "call_id");
+    json_object *action = ci_json_get(item, "action", json_type_object);
+    json_object *env = ci_json_get(item, "environment", json_type_object);
+    json_object *commands = ci_json_get(action, "commands", json_type_array), *args, *call;
+    static const char *const limits[] = { "timeout_ms", "max_output_length" };
+    unsigned k;
+    if (!call_id || !*call_id || strlen(call_id) > 64)
+        return bad_type(p, err, apr_psprintf(p, "input[%d].call_id", index),
+                        "a string of 1 to 64 characters");
+    if (!commands)
+        return bad_type(p, err, apr_psprintf(p, "input[%d].action.commands", index),
+                        "an array of strings");
+    if (ci_json_str(env, "container_id"))
+        req->context_container = apr_pstrdup(p, ci_json_str(env, "container_id"));
+    args = json_object_new_object();
+    json_object_object_add(args, "commands", json_object_get(commands));
+    for (k = 0; k < sizeof(limits) / sizeof(*limits); k++) {
+        json_object *v = ci_json_get(action, limits[k], json_type_int);
+        json_object_object_add(args, limits[k], v ? json_object_get(v) : NULL);
+    }
+    call = json_object_new_object();
+    json_object_object_add(call, "type", json_object_new_string("function_call"));
+    json_object_object_add(call, "call_id", json_object_new_string(call_id));
+    json_object_object_add(call, "name", json_object_new_string(req->shell_function));
+    json_object_object_add(call, "arguments",
+                           json_object_new_string(ci_json_text(args, NULL)));
+    json_object_put(args);
+    json_object_array_add(into, call);
+    apr_hash_set(calls, apr_pstrdup(p, call_id), APR_HASH_KEY_STRING, "");
+    return 0;
+}
+
+/* A replayed shell_call_output of a call translated above: what the model
+ * was told (the output entries, as JSON). */
+static void translate_shell_output(json_object *item, json_object *into)
+{
+    json_object *out = json_object_new_object();
+    json_object *output = ci_json_get(item, "output", json_type_array);
+    json_object_object_add(out, "type", json_object_new_string("function_call_output"));
+    json_object_object_add(out, "call_id",
+                           json_object_new_string(ci_json_str(item, "call_id")));
+    json_object_object_add(out, "output", json_object_new_string(
+                               output ? ci_json_text(output, NULL) : CI_NO_OUTPUT_RECORDED));
+    json_object_array_add(into, out);
+}
+
+/* Whether ITEM is a shell_call_output of a call in CALLS. */
+static int ours_shell_output(json_object *item, apr_hash_t *calls)
+{
+    const char *call_id = ci_json_str(item, "call_id");
+    return ci_json_is_type(item, "shell_call_output") && call_id &&
+           apr_hash_get(calls, call_id, APR_HASH_KEY_STRING) != NULL;
+}
+
+/* Whether ITEM is a shell_call of the hosted shell (not a local one's). */
+static int hosted_shell_call(const ci_request *req, json_object *item)
+{
+    json_object *env = ci_json_get(item, "environment", json_type_object);
+    return req->shell_index >= 0 && ci_json_is_type(item, "shell_call") &&
+           !ci_json_is_type(env, "local");
+}
+
+/* One input item, translated into ITEMS: 0, or -1 with ERR. */
+static int translate_item(apr_pool_t *p, json_object *item, int i,
+                          const ci_rewrite_opts *o, const char *fname,
+                          json_object *items, ci_request *req, apr_hash_t *shell_calls,
+                          ci_error *err)
+{
+    if (ci_json_is_type(item, "item_reference")) {
+        int rc = resolve_reference(p, o, item, items, req, err);
+        if (rc <= 0)
+            return rc;
+    }
+    if (ci_json_is_type(item, "code_interpreter_call"))
+        return translate_call(p, item, i, fname, items, req, err);
+    if (hosted_shell_call(req, item))
+        return translate_shell_call(p, item, i, items, req, shell_calls, err);
+    if (ours_shell_output(item, shell_calls))
+        translate_shell_output(item, items);
+    else
+        json_object_array_add(items, json_object_get(item));
+    return 0;
+}
+
+/* INPUT as an array of items with code_interpreter_call history translated
+ * into function_call + function_call_output pairs, and the hosted shell's
+ * shell_call and shell_call_output into a function call and its output. */
 static json_object *translate_input(apr_pool_t *p, json_object *input,
                                     const ci_rewrite_opts *o, const char *fname,
                                     ci_request *req, ci_error *err)
 {
     json_object *items = json_object_new_array();
+    apr_hash_t *shell_calls;
     int i, n;
 
     if (!input)
@@ -439,6 +752,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
         return items;
     }
     n = (int)json_object_array_length(input);
+    shell_calls = apr_hash_make(p);
     for (i = 0; i < n; i++) {
         json_object *item = json_object_array_get_idx(input, i);
         if (!json_object_is_type(item, json_type_object)) {
@@ -446,20 +760,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
             json_object_put(items);
             return NULL;
         }
-        if (ci_json_is_type(item, "item_reference")) {
-            int rc = resolve_reference(p, o, item, items, req, err);
-            if (rc < 0) {
-                json_object_put(items);
-                return NULL;
-            }
-            if (rc == 0)
-                continue;
-        }
-        if (!ci_json_is_type(item, "code_interpreter_call")) {
-            json_object_array_add(items, json_object_get(item));
-            continue;
-        }
-        if (translate_call(p, item, i, fname, items, req, err)) {
+        if (translate_item(p, item, i, o, fname, items, req, shell_calls, err)) {
             json_object_put(items);
             return NULL;
         }
@@ -534,15 +835,18 @@ static void encode_input(apr_pool_t *p, ci_request *req)
                                    req->input_len, "", 0, &req->body_len);
 }
 
-static int rewrite(apr_pool_t *p, json_object *root, int tool_index,
-                   const ci_rewrite_opts *opts, ci_request *req, ci_error *err)
+static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts,
+                   ci_request *req, ci_error *err)
 {
     json_object *tools = ci_json_get(root, "tools", json_type_array);
     json_object *input = NULL;
 
     req->client_tools = ci_json_own(p, ci_json_copy(tools));
-    req->tool_index = tool_index;
-    json_object_array_put_idx(tools, tool_index, our_function_tool(opts));
+    if (req->tool_index >= 0)
+        json_object_array_put_idx(tools, req->tool_index, our_function_tool(opts));
+    if (req->shell_index >= 0)
+        json_object_array_put_idx(tools, req->shell_index,
+                                  shell_function_tool(req->shell_function));
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
     json_object_object_get_ex(root, "input", &input);
@@ -592,7 +896,6 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
     json_object *root = ci_json_parse(p, body, len, &perr);
     json_object *tools;
     ci_request *req;
-    int idx;
 
     if (!root) {
         ci_error_set(err, 400, CI_INVALID, NULL, "invalid_json", p,
@@ -611,15 +914,24 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
         return CI_REQ_PASS;
     if (check_top_level_types(p, root, err))
         return CI_REQ_ERROR;
-    idx = find_tool(p, tools, opts->function_name, err);
-    if (idx < 0)
-        return CI_REQ_ERROR;
     req = apr_pcalloc(p, sizeof(*req));
-    if (check_container(p, json_object_array_get_idx(tools, idx), idx, req, err))
-        return CI_REQ_ERROR;
     req->function_name = opts->function_name;
+    req->shell_function = opts->shell_function_name ? opts->shell_function_name
+                                                    : CI_SHELL_FUNCTION;
+    if (find_tools(p, tools, req->function_name, req->shell_function, req, err))
+        return CI_REQ_ERROR;
+    if (req->tool_index >= 0 &&
+        check_container(p, json_object_array_get_idx(tools, req->tool_index),
+                        req->tool_index, req, err))
+        return CI_REQ_ERROR;
+    if (req->shell_index >= 0 &&
+        check_environment(p, json_object_array_get_idx(tools, req->shell_index),
+                          req->shell_index, req, err))
+        return CI_REQ_ERROR;
+    if (req->shell_index < 0)
+        req->shell_function = NULL;
     req->root = root;
-    if (rewrite(p, root, idx, opts, req, err))
+    if (rewrite(p, root, opts, req, err))
         return CI_REQ_ERROR;
     *out = req;
     return CI_REQ_INTERCEPT;

@@ -1,7 +1,9 @@
 /*
  * ci_request.h - the request side: decide whether a Responses API request
- * asks for the code_interpreter tool and, if so, rewrite it for an upstream
- * that only knows function tools.
+ * asks for the code_interpreter tool or the hosted shell (a `shell` tool
+ * whose environment is container_auto or container_reference) and, if so,
+ * rewrite it for an upstream that only knows function tools. Both hosted
+ * tools of one request share its one container.
  *
  * Everything learnt about the request stays in the ci_request this returns
  * (request memory); nothing is hidden in the JSON sent upstream.
@@ -20,6 +22,7 @@
 
 typedef struct ci_rewrite_opts {
     const char *function_name;        /* the function the model sees */
+    const char *shell_function_name;  /* the hosted shell's; NULL: "shell" */
     const char *function_description; /* NULL: ci_default_description() */
     /* What our item ITEM_ID, returned earlier to this caller, stands for: a
      * JSON array of the items the upstream needs in its place (its function
@@ -42,7 +45,13 @@ typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
     json_object *input;         /* root's input as an array, history translated */
     json_object *client_tools;  /* tools exactly as the client sent them */
-    int tool_index;             /* where the code_interpreter tool was */
+    int tool_index;             /* where the code_interpreter tool was, or -1 */
+    int shell_index;            /* where the hosted shell tool was, or -1 */
+    const char *shell_function; /* the hosted shell's function, NULL: none */
+    const char *container_param;  /* where the explicit container was named
+                                     ("tools[0].container") */
+    const char *settings_param;   /* where memory_limit and file_ids were
+                                     ("tools[0].container", "tools[1].environment") */
     json_object *client_tool_choice; /* as sent; NULL when absent */
     const char *function_name;
     const char *input_text;     /* input's members serialised (once) */
@@ -63,8 +72,8 @@ typedef struct ci_request {
     const char *previous_response_id;
 } ci_request;
 
-/* True when the bytes mention "code_interpreter" at all. A body that does not
- * is never parsed. */
+/* True when the bytes mention "code_interpreter", "container_auto" or
+ * "container_reference" at all. A body that does not is never parsed. */
 int ci_body_mentions_tool(const char *body, apr_size_t len);
 
 /* Classify and rewrite. On CI_REQ_INTERCEPT *OUT is set; on CI_REQ_ERROR ERR
@@ -77,6 +86,9 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
  * upstream is owed for calls of a previous response. 0, or -1 when ITEMS
  * is not an array. */
 int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items);
+
+/* The hosted shell's function when none is named. */
+#define CI_SHELL_FUNCTION "shell"
 
 /* The function tool description used when none is configured. */
 const char *ci_default_description(void);

@@ -1,5 +1,6 @@
 /*
- * ci_scan.c - the incremental byte scan for the code_interpreter tool.
+ * ci_scan.c - the incremental byte scan for the code_interpreter tool and
+ * the hosted shell.
  *
  * Each piece is scanned where it lies. Matches that straddle pieces are
  * looked for in a small window: the last CI_SCAN_CARRY bytes seen before the
@@ -16,9 +17,15 @@
 #include <immintrin.h>
 #endif
 
-static const char tool_name[] = "code_interpreter";
-#define NAME_LEN (sizeof(tool_name) - 1)
-#define NAME_UNDERSCORE 4                 /* where its '_' is */
+/* The names that make a body ours to parse: the code_interpreter tool, and
+ * the hosted shell's environments (a shell without one is the client's). Each
+ * has one '_', at the same place in the last two. */
+static const struct { const char *text; apr_size_t len, underscore; } names[] = {
+    { "code_interpreter", 16, 4 },
+    { "container_auto", 14, 9 },
+    { "container_reference", 19, 9 },
+};
+#define NAMES (sizeof(names) / sizeof(*names))
 #define ESCAPE_LEN 6                      /* \u00XX */
 
 void ci_scan_init(ci_scan *s)
@@ -70,12 +77,17 @@ static int walk_escapes(const char *d, apr_size_t len, apr_size_t upto, apr_size
     return 0;
 }
 
-/* The name around the '_' at AT, when it lies wholly in D[0, LEN) (the seam
+/* A name around the '_' at AT, when it lies wholly in D[0, LEN) (the seam
  * finds the others). */
 static int name_around(const char *d, apr_size_t len, apr_size_t at)
 {
-    return at >= NAME_UNDERSCORE && at - NAME_UNDERSCORE + NAME_LEN <= len &&
-           !memcmp(d + at - NAME_UNDERSCORE, tool_name, NAME_LEN);
+    unsigned i;
+    for (i = 0; i < NAMES; i++)
+        if (at >= names[i].underscore &&
+            at - names[i].underscore + names[i].len <= len &&
+            !memcmp(d + at - names[i].underscore, names[i].text, names[i].len))
+            return 1;
+    return 0;
 }
 
 /* The name around any '_' of D[FROM, LEN), when it lies wholly in D[0, LEN):

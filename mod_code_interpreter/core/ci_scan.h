@@ -4,7 +4,8 @@
  *
  * Fed the pieces of a body in order, it answers exactly what
  * ci_body_mentions_tool() answers for the whole body: the bytes
- * "code_interpreter", or an escaped lowercase letter or '_' (\u0061-\u007a,
+ * "code_interpreter", "container_auto" or "container_reference" (the hosted
+ * shell's environments), or an escaped lowercase letter or '_' (\u0061-\u007a,
  * \u005f: no encoder writes one, so it appears only in a body written to slip
  * past the scan). A match split across pieces is found; nothing is copied
  * but the last few bytes of each piece.
@@ -15,7 +16,7 @@
 #include <apr.h>
 
 /* The longest a match can be, minus one: what a piece must carry over. */
-#define CI_SCAN_CARRY 15
+#define CI_SCAN_CARRY 18
 
 typedef struct ci_scan {
     int found;                        /* sticky: set once a match is seen */

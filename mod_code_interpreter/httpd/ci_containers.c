@@ -144,17 +144,17 @@ const char *ci_containers_recall(void *baton, const char *item_id,
 
 /* ---- which container ------------------------------------------------------ */
 
-static int not_found(request_rec *r, const char *id, int index, ci_error *err)
+static int not_found(request_rec *r, const char *id, const char *param, ci_error *err)
 {
-    ci_error_set(err, 404, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+    ci_error_set(err, 404, CI_INVALID, param,
                  "container_not_found", r->pool,
                  "Container with id '%s' not found.", id);
     return 404;
 }
 
-static int expired(request_rec *r, const char *id, int index, ci_error *err)
+static int expired(request_rec *r, const char *id, const char *param, ci_error *err)
 {
-    ci_error_set(err, 400, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+    ci_error_set(err, 400, CI_INVALID, param,
                  "container_expired", r->pool,
                  "Container with id '%s' has expired and can no longer be used; "
                  "use a new container.", id);
@@ -207,9 +207,10 @@ static int still_served(request_rec *r, json_object *ans)
            ci_containers_tool(r, &c) != NULL;
 }
 
-static int no_longer_served(request_rec *r, const char *id, int index, ci_error *err)
+static int no_longer_served(request_rec *r, const char *id, const char *param,
+                            ci_error *err)
 {
-    ci_error_set(err, 400, CI_INVALID, apr_psprintf(r->pool, "tools[%d].container", index),
+    ci_error_set(err, 400, CI_INVALID, param,
                  "container_unavailable", r->pool,
                  "Container with id '%s' runs on a sandbox tool this server no longer "
                  "serves (it was removed or changed); use a new container.", id);
@@ -221,19 +222,19 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
     const char *id = st->req->container_id;
     json_object *ans;
     if (!st->owner)
-        return not_found(r, id, st->req->tool_index, err);
+        return not_found(r, id, st->req->container_param, err);
     if (!(ans = lookup(r, st->owner, id, 1)))
         return unavailable(r, err);
     switch (status_of(ans)) {
     case CI_DIR_OK:
         break;
     case CI_DIR_EXPIRED:
-        return expired(r, id, st->req->tool_index, err);
+        return expired(r, id, st->req->container_param, err);
     default:
-        return not_found(r, id, st->req->tool_index, err);
+        return not_found(r, id, st->req->container_param, err);
     }
     if (!still_served(r, ans))
-        return no_longer_served(r, id, st->req->tool_index, err);
+        return no_longer_served(r, id, st->req->container_param, err);
     if (elsewhere(r, ans, err))
         return 409;
     st->container_id = id;
@@ -306,8 +307,7 @@ static int check_tier(request_rec *r, ci_req_state *st, ci_error *err)
     if (!why)
         return OK;
     ci_error_set(err, 400, CI_INVALID,
-                 apr_psprintf(r->pool, "tools[%d].container.memory_limit",
-                              st->req->tool_index),
+                 apr_pstrcat(r->pool, st->req->settings_param, ".memory_limit", NULL),
                  "invalid_value", r->pool, "%s", why);
     return 400;
 }

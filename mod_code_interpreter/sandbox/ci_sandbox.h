@@ -112,15 +112,6 @@ typedef struct ci_sandbox_def {
 #define CI_CAP_FILES      0x08   /* container files: files_list ... file_put */
 #define CI_CAP_SHELL      0x10   /* the hosted shell: run_commands */
 
-/* A hosted shell call's commands and their bounds (the model's timeout_ms
- * and max_output_length, capped by the tool's timeout= and max_output=). */
-typedef struct ci_shell_action {
-    const apr_array_header_t *commands;  /* const char *, at least one */
-    apr_interval_time_t timeout;         /* each command's */
-    apr_size_t max_output;               /* characters of each command's
-                                            stdout and stderr together */
-} ci_shell_action;
-
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */
 typedef struct ci_reap_cred {
