@@ -43,7 +43,7 @@ typedef struct ci_execution {
     const char *provider;        /* its provider's name */
     const char *container_id;    /* the container (or the request's own sandbox) */
     const char *owner;           /* the caller's keyed hash, or NULL */
-    const char *call_id;         /* the item the client sees ("ci_...") */
+    const char *call_id;         /* the item the client sees ("ci_...", "sh_...") */
     const char *kind;            /* "code" (code_interpreter) or "commands" (shell) */
     const char *text;            /* the code, or the commands, one per line */
     ci_exec_outcome outcome;
@@ -53,6 +53,11 @@ typedef struct ci_execution {
     int images;
     apr_time_t started;          /* when it began */
     apr_interval_time_t duration;
+    const apr_array_header_t *command_list; /* a shell call's commands
+                                               (const char *); NULL for code */
+    const apr_array_header_t *commands; /* how they ended: ci_command_result
+                                           (ci_exec.h), one per command that
+                                           ran; NULL for code */
 } ci_execution;
 
 #define CI_DECLARE(type) type

@@ -33,7 +33,7 @@ typedef enum { STR_KEY, STR_CODE, STR_OTHER } string_kind;
 
 typedef enum { CODE_NOT_SEEN, CODE_READING, CODE_ENDED } code_progress;
 
-#define KEY_LEN (sizeof(CI_CODE_KEY) - 1)
+#define MAX_KEY 16          /* the longest key a decoder looks for */
 #define WORDS (CI_JSON_MAX_DEPTH / 64 + 1)
 
 struct ci_code_decoder {
@@ -54,7 +54,13 @@ struct ci_code_decoder {
     unsigned u8_need;          /* continuation bytes the raw character still needs */
     unsigned char u8_lo, u8_hi; /* the range of the next continuation byte */
 
-    char key[KEY_LEN];         /* the key's first bytes, up to a NUL */
+    const char *want;          /* the member decoded (CI_CODE_KEY) */
+    apr_size_t want_len;
+    int array;                 /* its value is an array of strings, each an
+                                  element (ci_code_decoder_create_array) */
+    int element;               /* the element being read or last read, -1 */
+    int element_ended;         /* the last feed stopped after its end */
+    char key[MAX_KEY];         /* the key's first bytes, up to a NUL */
     apr_size_t key_len;
     int key_cut, key_long;
     int value_is_code;
@@ -112,7 +118,7 @@ static void key_put(ci_code_decoder *d, const char *s, apr_size_t n)
     for (; n && !d->key_cut; s++, n--) {
         if (*s == '\0')
             d->key_cut = 1;     /* json-c ends its keys at a NUL */
-        else if (d->key_len < KEY_LEN)
+        else if (d->key_len < d->want_len)
             d->key[d->key_len++] = *s;
         else
             d->key_long = 1;
@@ -195,6 +201,8 @@ static int close_container(ci_code_decoder *d)
     if (d->depth == 0)
         d->state = P_END;       /* the arguments object itself */
     else {
+        if (d->array && d->depth == 1 && d->code == CODE_READING)
+            d->code = CODE_ENDED;   /* the array of elements */
         d->depth--;
         d->state = P_AFTER_VALUE;
     }
@@ -218,14 +226,16 @@ static void begin_string(ci_code_decoder *d, string_kind kind)
 static void end_string(ci_code_decoder *d)
 {
     d->state = d->str == STR_KEY ? P_COLON : P_AFTER_VALUE;
-    if (d->str == STR_CODE)
+    if (d->str == STR_CODE && d->array)
+        d->element_ended = 1;   /* the feed stops here */
+    else if (d->str == STR_CODE)
         d->code = CODE_ENDED;
     if (d->str != STR_KEY || d->depth != 0)
         return;
-    d->value_is_code = !d->key_long && d->key_len == KEY_LEN &&
-                       !memcmp(d->key, CI_CODE_KEY, KEY_LEN);
+    d->value_is_code = !d->key_long && d->key_len == d->want_len &&
+                       !memcmp(d->key, d->want, d->want_len);
     if (d->value_is_code && d->code != CODE_NOT_SEEN)
-        fail(d, CI_CODE_DUPLICATE, "a second \"" CI_CODE_KEY "\" member");
+        fail(d, CI_CODE_DUPLICATE, "a second \"%s\" member", d->want);
 }
 
 /* The next byte of a raw multi-byte character (RFC 3629: no overlong
@@ -402,11 +412,23 @@ static int on_value(ci_code_decoder *d, unsigned char c, int first)
         return close_container(d);
     if (d->value_is_code) {
         d->value_is_code = 0;
-        if (c != '"') {
-            fail(d, CI_CODE_NOT_STRING, "\"" CI_CODE_KEY "\" is not a string");
+        if (c != (d->array ? '[' : '"')) {
+            fail(d, CI_CODE_NOT_STRING, d->array ? "\"%s\" is not an array"
+                                                 : "\"%s\" is not a string", d->want);
             return 1;
         }
         d->code = CODE_READING;
+        if (d->array)
+            return open_container(d, 0);
+        begin_string(d, STR_CODE);
+        return 1;
+    }
+    if (d->array && d->depth == 1 && d->code == CODE_READING) {
+        if (c != '"') {
+            fail(d, CI_CODE_NOT_STRING, "an element of \"%s\" is not a string", d->want);
+            return 1;
+        }
+        d->element++;
         begin_string(d, STR_CODE);
         return 1;
     }
@@ -510,24 +532,44 @@ static apr_size_t plain_run(ci_code_decoder *d, const char *s, apr_size_t n)
 
 /* ---- the API ------------------------------------------------------------ */
 
-ci_code_decoder *ci_code_decoder_create(apr_pool_t *p)
+static ci_code_decoder *create(apr_pool_t *p, const char *key, int array)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     ci_code_decoder *d = apr_pcalloc(p, sizeof(*d));
     pthread_once(&once, probe_json_c);
     d->pool = p;
+    d->want = key;
+    d->want_len = strlen(key) < MAX_KEY ? strlen(key) : MAX_KEY;
+    d->array = array;
     ci_buf_init(&d->out, p, APR_SIZE_MAX / 2);
     ci_code_decoder_reset(d);
     return d;
+}
+
+ci_code_decoder *ci_code_decoder_create(apr_pool_t *p)
+{
+    return create(p, CI_CODE_KEY, 0);
+}
+
+ci_code_decoder *ci_code_decoder_create_array(apr_pool_t *p, const char *key)
+{
+    return create(p, key, 1);
 }
 
 void ci_code_decoder_reset(ci_code_decoder *d)
 {
     ci_buf out = d->out;
     apr_pool_t *p = d->pool;
+    const char *want = d->want;
+    apr_size_t want_len = d->want_len;
+    int array = d->array;
     memset(d, 0, sizeof(*d));
     d->pool = p;
     d->out = out;
+    d->want = want;
+    d->want_len = want_len;
+    d->array = array;
+    d->element = -1;
     d->state = P_START;
     d->status = CI_CODE_OK;
 }
@@ -536,15 +578,25 @@ ci_code_status ci_code_decoder_feed(ci_code_decoder *d, const char *delta,
                                     apr_size_t len, const char **out,
                                     apr_size_t *outlen)
 {
+    apr_size_t used;
+    return ci_code_decoder_feed_some(d, delta, len, out, outlen, &used);
+}
+
+ci_code_status ci_code_decoder_feed_some(ci_code_decoder *d, const char *delta,
+                                         apr_size_t len, const char **out,
+                                         apr_size_t *outlen, apr_size_t *used)
+{
     apr_size_t i = 0;
     *out = "";
     *outlen = 0;
+    *used = len;
     if (d->status != CI_CODE_OK)
         return d->status;
     ci_buf_clear(&d->out);
     d->commit = 0;
+    d->element_ended = 0;
     out_put(d, d->tail, d->tail_len);
-    while (i < len && d->status == CI_CODE_OK) {
+    while (i < len && d->status == CI_CODE_OK && !d->element_ended) {
         if (d->state == P_STRING && d->str == STR_CODE && !d->high && !d->u8_need) {
             apr_size_t k = plain_run(d, delta + i, len - i);
             i += k;
@@ -564,6 +616,8 @@ ci_code_status ci_code_decoder_feed(ci_code_decoder *d, const char *delta,
     d->code_len += d->commit;
     *out = d->out.data;
     *outlen = d->commit;
+    if (d->element_ended)
+        *used = i;
     return d->status;
 }
 
@@ -577,9 +631,20 @@ ci_code_status ci_code_decoder_finish(ci_code_decoder *d)
     }
     else if (d->code != CODE_ENDED) {
         d->status = CI_CODE_MISSING;
-        d->error = "the function arguments have no \"" CI_CODE_KEY "\" member";
+        d->error = apr_psprintf(d->pool, "the function arguments have no \"%s\" member",
+                                d->want);
     }
     return d->status;
+}
+
+int ci_code_decoder_element(const ci_code_decoder *d)
+{
+    return d->element;
+}
+
+int ci_code_decoder_element_ended(const ci_code_decoder *d)
+{
+    return d->element_ended;
 }
 
 int ci_code_decoder_ended(const ci_code_decoder *d)

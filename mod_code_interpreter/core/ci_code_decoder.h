@@ -84,6 +84,22 @@ apr_size_t ci_code_decoder_length(const ci_code_decoder *d);
 /* Why the decoder failed (English, with the byte offset), or NULL. */
 const char *ci_code_decoder_error(const ci_code_decoder *d);
 
+/* ---- array mode: a member whose value is an array of strings --------
+ * The hosted shell's {"commands": ["ls", "cat x"], ...}: each string of
+ * the array of KEY is an element, decoded as the code string is. */
+ci_code_decoder *ci_code_decoder_create_array(apr_pool_t *p, const char *key);
+/* As ci_code_decoder_feed, but a feed stops right after the closing quote
+ * of an element: *USED is how many bytes of DELTA it read (the caller feeds
+ * the rest next). In code mode it reads everything. */
+ci_code_status ci_code_decoder_feed_some(ci_code_decoder *d, const char *delta,
+                                         apr_size_t len, const char **out,
+                                         apr_size_t *outlen, apr_size_t *used);
+/* The element being read, or the last one read (0-based); -1 before the
+ * first. */
+int ci_code_decoder_element(const ci_code_decoder *d);
+/* Whether the last feed stopped at the end of the element. */
+int ci_code_decoder_element_ended(const ci_code_decoder *d);
+
 /* Start on the arguments of another call, keeping the buffer. */
 void ci_code_decoder_reset(ci_code_decoder *d);
 

@@ -11,6 +11,7 @@
 #include "ci_json.h"
 #include "ci_loop.h"
 #include "ci_citations.h"
+#include "ci_shell.h"
 
 struct ci_loop {
     apr_pool_t *p;
@@ -152,6 +153,19 @@ static json_object *call_item(ci_loop *l, ci_call *c)
     return item;
 }
 
+/* A call of the hosted shell: its action, and its output item to come. */
+static void shell_call(ci_loop *l, ci_call *c, json_object *fc)
+{
+    c->shell = 1;
+    c->action = ci_shell_parse(l->p, ci_json_str(fc, "arguments"), &c->arguments_error);
+    c->item = ci_shell_call_item(c->item_id, c->call_id, c->action, "completed",
+                                 l->container_id);
+    c->output_item_id = ci_mint_id(l->p, "sho_", 24);
+    c->output_item = ci_json_own(l->p, ci_shell_output_item(
+                                     c->output_item_id, c->call_id, NULL, "in_progress",
+                                     c->action ? c->action->max_output_length : -1));
+}
+
 static ci_call *our_call(ci_loop *l, json_object *fc)
 {
     ci_call *c = apr_pcalloc(l->p, sizeof(*c));
@@ -159,9 +173,14 @@ static ci_call *our_call(ci_loop *l, json_object *fc)
     const char *up_id = ci_json_str(fc, "id");
     const char *named = up_id ? apr_hash_get(l->named, up_id, APR_HASH_KEY_STRING)
                               : NULL;
+    int shell = ci_loop_is_shell_call(l, fc);
     c->call_id = apr_pstrdup(l->p, call_id ? call_id : "");
-    c->item_id = named ? named : ci_mint_id(l->p, "ci_", 24);
+    c->item_id = named ? named : ci_mint_id(l->p, shell ? "sh_" : "ci_", 24);
     c->round = l->rounds;
+    if (shell) {
+        shell_call(l, c, fc);
+        return c;
+    }
     c->code = code_of(l->p, ci_json_str(fc, "arguments"), &c->arguments_error);
     if (!c->code) {
         /* Show what the model sent, so the client sees why nothing ran. */
@@ -175,11 +194,19 @@ static ci_call *our_call(ci_loop *l, json_object *fc)
     return c;
 }
 
+int ci_loop_is_shell_call(const ci_loop *l, json_object *item)
+{
+    const char *name = ci_json_str(item, "name");
+    return l->req->shell_function && ci_json_is_type(item, "function_call") && name &&
+           !strcmp(name, l->req->shell_function);
+}
+
 int ci_loop_is_our_call(const ci_loop *l, json_object *item)
 {
     const char *name = ci_json_str(item, "name");
     return ci_json_is_type(item, "function_call") && name &&
-           !strcmp(name, l->req->function_name);
+           ((l->req->tool_index >= 0 && !strcmp(name, l->req->function_name)) ||
+            ci_loop_is_shell_call(l, item));
 }
 
 static void take_item(ci_loop *l, json_object *item)
@@ -194,6 +221,13 @@ static void take_item(ci_loop *l, json_object *item)
         ri->item = ri->call->item;
         *(ci_call **)apr_array_push(l->round_calls) = ri->call;
         *(ci_call **)apr_array_push(l->calls) = ri->call;
+        if (ri->call->shell) {
+            /* its output item follows it, before what the model wrote next */
+            json_object_array_add(l->output, ri->item);
+            ri->call->output_item_index = ri->output_index + 1;
+            json_object_array_add(l->output, json_object_get(ri->call->output_item));
+            return;
+        }
     }
     else {
         if (ci_json_is_type(item, "function_call"))
@@ -309,9 +343,22 @@ static void add_function_output(ci_loop *l, ci_call *c, const char *text)
  * status, so the next turn of an agent that met one would fail before it is
  * sent (docs/ARCHITECTURE.md). What happened is in the outputs (the output
  * so far, then why), and the model is told (MODEL_TEXT). */
+/* A shell call's output item gets its entries; the model is told them. */
+static void finish_shell_call(ci_loop *l, ci_call *c, const ci_exec_result *res)
+{
+    json_object *output = ci_shell_output(res, c->max_chars);
+    json_object_object_add(c->output_item, "output", output);
+    json_object_object_add(c->output_item, "status", json_object_new_string("completed"));
+    add_function_output(l, c, apr_pstrdup(l->p, ci_json_text(output, NULL)));
+}
+
 static void finish_call(ci_loop *l, ci_call *c, const ci_exec_result *res,
                         const char *model_text)
 {
+    if (c->shell) {
+        finish_shell_call(l, c, res);
+        return;
+    }
     json_object_object_add(c->item, "status", json_object_new_string("completed"));
     if (l->req->include_outputs)
         json_object_object_add(c->item, "outputs",
@@ -331,7 +378,7 @@ static void not_executed(ci_loop *l, ci_call *c, const char *why)
 
 int ci_loop_may_execute(ci_loop *l, ci_call *c)
 {
-    if (!c->code) {
+    if (c->arguments_error) {
         not_executed(l, c, c->arguments_error);
         return 0;
     }
@@ -346,6 +393,14 @@ int ci_loop_may_execute(ci_loop *l, ci_call *c)
         return 0;
     }
     return 1;
+}
+
+void ci_loop_shell_bounds(ci_loop *l, ci_call *c, apr_interval_time_t timeout,
+                          apr_size_t max_output, ci_shell_action *out)
+{
+    (void)l;
+    ci_shell_bounds(c->action, timeout, max_output, out);
+    c->max_chars = out->max_output;
 }
 
 void ci_loop_record(ci_loop *l, ci_call *c, const ci_exec_result *res)
@@ -417,23 +472,36 @@ const char *ci_loop_followup_body(ci_loop *l, apr_pool_t *p, ci_next next,
     return body;
 }
 
+/* Whether the upstream's echo UP has our function NAME at INDEX (-1: no
+ * such tool of ours, nothing to check). */
+static int echoed_at(json_object *up, int index, const char *name)
+{
+    json_object *at;
+    const char *got;
+    return index < 0 || ((at = json_object_array_get_idx(up, (size_t)index)) &&
+                         (got = ci_json_str(at, "name")) && !strcmp(got, name));
+}
+
 /* The tools to echo: the upstream's own echo (it completes the client's
- * function tools, e.g. with "strict", as OpenAI does) with our function put
- * back as the client's code_interpreter tool; the client's tools verbatim
- * when the upstream echoed something else. */
+ * function tools, e.g. with "strict", as OpenAI does) with our functions put
+ * back as the client's code_interpreter and shell tools; the client's tools
+ * verbatim when the upstream echoed something else. */
 static json_object *echo_tools(ci_loop *l)
 {
     json_object *up = ci_json_get(l->last, "tools", json_type_array);
-    json_object *tools, *at;
-    const char *name;
-    int idx = l->req->tool_index;
-    if (!up || json_object_array_length(up) != json_object_array_length(l->req->client_tools) ||
-        !(at = json_object_array_get_idx(up, idx)) ||
-        !(name = ci_json_str(at, "name")) || strcmp(name, l->req->function_name))
-        return ci_json_copy(l->req->client_tools);
+    json_object *tools;
+    const ci_request *req = l->req;
+    int idx[2] = { req->tool_index, req->shell_index }, i;
+    if (!up || json_object_array_length(up) != json_object_array_length(req->client_tools) ||
+        !echoed_at(up, req->tool_index, req->function_name) ||
+        !echoed_at(up, req->shell_index, req->shell_function))
+        return ci_json_copy(req->client_tools);
     tools = ci_json_copy(up);
-    json_object_array_put_idx(tools, idx, ci_json_copy(
-                                  json_object_array_get_idx(l->req->client_tools, idx)));
+    for (i = 0; i < 2; i++)
+        if (idx[i] >= 0)
+            json_object_array_put_idx(tools, (size_t)idx[i], ci_json_copy(
+                                          json_object_array_get_idx(req->client_tools,
+                                                                    (size_t)idx[i])));
     return tools;
 }
 
@@ -495,6 +563,13 @@ apr_array_header_t *ci_loop_memory(ci_loop *l, apr_pool_t *p, const char **pendi
         m = apr_array_push(out);
         m->item_id = c->item_id;
         m->text = ci_json_pstr(p, pair, NULL);
+        if (c->shell) {
+            /* a reference to the output stands for nothing more: the call's
+             * brings both */
+            m = apr_array_push(out);
+            m->item_id = c->output_item_id;
+            m->text = "[]";
+        }
         /* Calls of the last round (it ended the loop: the model called a
          * client function too, or a limit was met): the upstream's stored
          * response holds them without their outputs, which a request

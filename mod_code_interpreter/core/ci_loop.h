@@ -16,15 +16,25 @@
 #include "ci_exec.h"
 #include "ci_request.h"
 
+struct ci_shell_call;
+
 typedef struct ci_call {
     const char *call_id;         /* the model's call_id */
-    const char *item_id;         /* our "ci_..." id */
+    const char *item_id;         /* our "ci_..." id ("sh_..." for the shell) */
     const char *code;            /* NULL when the arguments were refused */
-    const char *arguments_error; /* why they were refused */
+    const char *arguments_error; /* why they were refused (NULL: runnable) */
+    /* The hosted shell's calls: their action (NULL when refused), and their
+     * output item, at OUTPUT_ITEM_INDEX, right after the call's. */
+    int shell;
+    struct ci_shell_call *action;
+    const char *output_item_id;  /* "sho_..." */
+    json_object *output_item;
+    int output_item_index;
+    apr_size_t max_chars;        /* each command's output cut (0: none) */
     int round;                   /* 1-based round that asked for it */
     int output_index;            /* index of its item in the final output */
     int executed;                /* 1 once a result was recorded */
-    json_object *item;           /* the code_interpreter_call item (assembled) */
+    json_object *item;           /* the code_interpreter_call or shell_call item */
     const ci_exec_result *result;
     const char *model_output;    /* the function output the model was given */
 } ci_call;
@@ -75,8 +85,16 @@ void ci_loop_name_call(ci_loop *l, const char *upstream_id, const char *item_id)
  * snapshot is made from it. */
 void ci_loop_begin(ci_loop *l, json_object *response);
 
-/* Whether ITEM is a call of our function. */
+/* Whether ITEM is a call of one of our functions. */
 int ci_loop_is_our_call(const ci_loop *l, json_object *item);
+/* Whether ITEM is a call of the hosted shell's function. */
+int ci_loop_is_shell_call(const ci_loop *l, json_object *item);
+
+/* The bounds CALL (a shell call that may run) runs with: its limits
+ * capped by the tool's TIMEOUT and MAX_OUTPUT; each command's output is cut
+ * to the same when the result is recorded. */
+void ci_loop_shell_bounds(ci_loop *l, ci_call *call, apr_interval_time_t timeout,
+                          apr_size_t max_output, ci_shell_action *out);
 
 /* Take one upstream answer (status 200). Returns 0, or -1 with ERR filled
  * (502: the upstream answered something that is not a response). */

@@ -3,6 +3,7 @@
 #include "ci_citations.h"
 #include <apr_hash.h>
 #include <apr_strings.h>
+#include "ci_buf.h"
 #include "ci_code_decoder.h"
 #include "ci_json.h"
 #include "ci_relay.h"
@@ -10,9 +11,11 @@
 
 /* A call of our function seen in the stream of the current round. */
 typedef struct our_call {
-    const char *item_id;       /* ours, "ci_..." */
+    const char *item_id;       /* ours, "ci_..." or "sh_..." */
     int output_index;          /* the client's */
-    ci_code_decoder *code;
+    ci_code_decoder *code;     /* its code, or a shell call's commands */
+    int shell;
+    ci_buf command;            /* a shell call's command being written */
 } our_call;
 
 struct ci_relay {
@@ -24,6 +27,9 @@ struct ci_relay {
     ci_sse_reader *reader;
     apr_hash_t *ours;          /* upstream item id -> our_call, this round */
     int base;                  /* output_index of the round's first item */
+    apr_array_header_t *shells; /* upstream output_index of each shell call
+                                   of the round (int): its output item
+                                   follows it, so later items move up one */
     int started;
     ci_relay_status status;
     json_object *response;
@@ -100,7 +106,13 @@ static our_call *ours_of(ci_relay *r, json_object *ev)
 static int client_index(ci_relay *r, json_object *ev)
 {
     json_object *v = ci_json_get(ev, "output_index", json_type_int);
-    return v ? r->base + json_object_get_int(v) : -1;
+    int up, i, moved = 0;
+    if (!v)
+        return -1;
+    up = json_object_get_int(v);
+    for (i = 0; i < r->shells->nelts; i++)
+        moved += APR_ARRAY_IDX(r->shells, i, int) < up;
+    return r->base + up + moved;
 }
 
 static void pass(ci_relay *r, json_object *ev, int index)
@@ -109,16 +121,28 @@ static void pass(ci_relay *r, json_object *ev, int index)
     ci_sse_pass(r->sse, json_object_get(ev));
 }
 
-static void announce_ours(ci_relay *r, json_object *item, int index)
+static void announce_ours(ci_relay *r, json_object *ev, json_object *item, int index)
 {
     our_call *c = apr_pcalloc(r->p, sizeof(*c));
     const char *up_id = ci_json_str(item, "id");
-    c->item_id = ci_mint_id(r->p, "ci_", 24);
+    json_object *up_index = ci_json_get(ev, "output_index", json_type_int);
+    c->shell = ci_loop_is_shell_call(r->loop, item);
+    c->item_id = ci_mint_id(r->p, c->shell ? "sh_" : "ci_", 24);
     c->output_index = index;
-    c->code = ci_code_decoder_create(r->p);
     apr_hash_set(r->ours, apr_pstrdup(r->p, up_id), APR_HASH_KEY_STRING, c);
     ci_loop_name_call(r->loop, up_id, c->item_id);
-    ci_sse_call_announce(r->sse, c->item_id, index, r->container_id);
+    if (c->shell) {
+        const char *call_id = ci_json_str(item, "call_id");
+        c->code = ci_code_decoder_create_array(r->p, "commands");
+        ci_buf_init(&c->command, r->p, APR_SIZE_MAX / 2);
+        *(int *)apr_array_push(r->shells) = up_index ? json_object_get_int(up_index) : 0;
+        ci_sse_shell_announce(r->sse, c->item_id, call_id ? call_id : "", index,
+                              r->container_id);
+    }
+    else {
+        c->code = ci_code_decoder_create(r->p);
+        ci_sse_call_announce(r->sse, c->item_id, index, r->container_id);
+    }
     /* What the model writes after this call waits until it has run. */
     ci_sse_hold_after(r->sse, index);
 }
@@ -127,19 +151,48 @@ static void on_item_added(ci_relay *r, json_object *ev, int index)
 {
     json_object *item = ci_json_get(ev, "item", json_type_object);
     if (item && ci_json_str(item, "id") && ci_loop_is_our_call(r->loop, item))
-        announce_ours(r, item, index);
+        announce_ours(r, ev, item, index);
     else
         pass(r, ev, index);
 }
 
 /* Our call's arguments grew: pass on the code they completed. A decoding
  * error sends nothing more; the loop refuses the call once the round is in. */
+/* A shell call's arguments grew: the commands they completed go out, each
+ * announced when it begins and done when its string closes. */
+static void on_shell_arguments(ci_relay *r, our_call *c, const char *delta)
+{
+    apr_size_t len = strlen(delta);
+    while (len) {
+        const char *text;
+        apr_size_t n, used;
+        int cmd;
+        if (ci_code_decoder_feed_some(c->code, delta, len, &text, &n, &used) != CI_CODE_OK)
+            return;            /* the loop refuses the call once the round is in */
+        if ((cmd = ci_code_decoder_element(c->code)) >= 0) {
+            ci_buf_append(&c->command, text, n);
+            ci_sse_shell_command(r->sse, c->item_id, c->output_index, cmd, text, n);
+        }
+        if (ci_code_decoder_element_ended(c->code)) {
+            ci_sse_shell_command_done(r->sse, c->item_id, c->output_index, cmd,
+                                      c->command.data ? c->command.data : "");
+            ci_buf_clear(&c->command);
+        }
+        delta += used;
+        len -= used;
+    }
+}
+
 static void on_our_arguments(ci_relay *r, our_call *c, json_object *ev)
 {
     const char *delta = ci_json_str(ev, "delta"), *code;
     apr_size_t n;
     if (!delta)
         return;
+    if (c->shell) {
+        on_shell_arguments(r, c, delta);
+        return;
+    }
     ci_code_decoder_feed(c->code, delta, strlen(delta), &code, &n);
     ci_sse_call_code(r->sse, c->item_id, c->output_index, code, n);
 }
@@ -280,6 +333,7 @@ void ci_relay_round(ci_relay *r)
 {
     ci_sse_reader_reset(r->reader);
     r->ours = apr_hash_make(r->p);
+    r->shells = apr_array_make(r->p, 2, sizeof(int));
     r->annotated = apr_hash_make(r->p);
     r->base = ci_loop_items(r->loop);
     r->status = CI_RELAY_MORE;

@@ -1,12 +1,15 @@
 /* ci_sse.c - Responses API streaming events as server-sent events. */
 #include <string.h>
+#include <apr_hash.h>
 #include <apr_strings.h>
 #include "ci_buf.h"
 #include "ci_json.h"
+#include "ci_shell.h"
 #include "ci_sse.h"
 
 struct ci_sse {
     apr_pool_t *p;
+    apr_hash_t *commands; /* a relayed shell call's item id -> shell_progress */
     int seq;
     ci_buf out;           /* framed events not yet taken */
     int hold_after;       /* events of items past this output_index wait; -1: none */
@@ -20,6 +23,7 @@ ci_sse *ci_sse_create(apr_pool_t *p)
     ci_buf_init(&s->out, p, APR_SIZE_MAX / 2);
     s->hold_after = -1;
     s->held = apr_array_make(p, 16, sizeof(json_object *));
+    s->commands = apr_hash_make(p);
     return s;
 }
 
@@ -357,8 +361,16 @@ static json_object *call_head(ci_sse *s, const char *type, const void *ref)
     return call_event(s, type, ref);
 }
 
+static void shell_start(ci_sse *s, const ci_call *c);
+static void shell_ready(ci_sse *s, const ci_call *c);
+static void shell_done(ci_sse *s, const ci_call *c);
+
 void ci_sse_call_start(ci_sse *s, const ci_call *c)
 {
+    if (c->shell) {
+        shell_start(s, c);
+        return;
+    }
     json_object *item = announced(c->item, "code", json_object_new_string(""));
 
     json_object_object_add(item, "outputs", json_object_new_array());
@@ -403,7 +415,12 @@ void ci_sse_call_code(ci_sse *s, const char *item_id, int output_index,
 
 void ci_sse_call_ready(ci_sse *s, const ci_call *c)
 {
-    json_object *e = call_event(s, "response.code_interpreter_call_code.done", c);
+    json_object *e;
+    if (c->shell) {
+        shell_ready(s, c);
+        return;
+    }
+    e = call_event(s, "response.code_interpreter_call_code.done", c);
     add_str(e, "code", ci_json_str(c->item, "code"));
     emit(s, e);
     emit(s, call_event(s, "response.code_interpreter_call.interpreting", c));
@@ -411,9 +428,146 @@ void ci_sse_call_ready(ci_sse *s, const ci_call *c)
 
 void ci_sse_call_done(ci_sse *s, const ci_call *c)
 {
+    if (c->shell) {
+        shell_done(s, c);
+        return;
+    }
     emit(s, call_event(s, "response.code_interpreter_call.completed", c));
     item_event(s, "response.output_item.done", c->output_index,
                json_object_get(c->item));
+}
+
+/* ---- shell calls --------------------------------------------------------
+ * A shell_call's events: output_item.added (in progress, no commands yet),
+ * per command shell_call_command.added, .delta(s) and .done, then
+ * output_item.done; once it has run, its shell_call_output: added, per
+ * command shell_call_output_content.delta and .done, and done. */
+
+/* What of a relayed call's commands has gone out. */
+typedef struct shell_progress {
+    int added;     /* commands announced */
+    int done;      /* commands whose done went out */
+} shell_progress;
+
+static shell_progress *progress_of(ci_sse *s, const char *item_id)
+{
+    shell_progress *pr = apr_hash_get(s->commands, item_id, APR_HASH_KEY_STRING);
+    if (!pr) {
+        pr = apr_pcalloc(s->p, sizeof(*pr));
+        apr_hash_set(s->commands, apr_pstrdup(s->p, item_id), APR_HASH_KEY_STRING, pr);
+    }
+    return pr;
+}
+
+static json_object *command_event(ci_sse *s, const char *type, int index, int command)
+{
+    json_object *e = event(s, type);
+    add_int(e, "output_index", index);
+    add_int(e, "command_index", command);
+    return e;
+}
+
+void ci_sse_shell_announce(ci_sse *s, const char *item_id, const char *call_id,
+                           int output_index, const char *container_id)
+{
+    item_event(s, "response.output_item.added", output_index,
+               ci_shell_call_item(item_id, call_id, NULL, "in_progress", container_id));
+    progress_of(s, item_id);
+}
+
+void ci_sse_shell_command(ci_sse *s, const char *item_id, int output_index, int command,
+                          const char *text, apr_size_t len)
+{
+    shell_progress *pr = progress_of(s, item_id);
+    json_object *e;
+    while (pr->added <= command) {
+        e = command_event(s, "response.shell_call_command.added", output_index, pr->added++);
+        add_str(e, "command", "");
+        emit(s, e);
+    }
+    if (!len)
+        return;
+    e = command_event(s, "response.shell_call_command.delta", output_index, command);
+    json_object_object_add(e, "delta", json_object_new_string_len(text, (int)len));
+    emit(s, e);
+}
+
+void ci_sse_shell_command_done(ci_sse *s, const char *item_id, int output_index,
+                               int command, const char *text)
+{
+    shell_progress *pr = progress_of(s, item_id);
+    json_object *e;
+    ci_sse_shell_command(s, item_id, output_index, command, "", 0);
+    e = command_event(s, "response.shell_call_command.done", output_index, command);
+    add_str(e, "command", text);
+    emit(s, e);
+    pr->done = command + 1;
+}
+
+static const char *command_text(const ci_call *c, int i)
+{
+    return APR_ARRAY_IDX(c->action->commands, i, const char *);
+}
+
+/* The commands of C not yet done (all of them for a round that came whole),
+ * then the call's output_item.done. */
+static void shell_ready(ci_sse *s, const ci_call *c)
+{
+    shell_progress *pr = progress_of(s, c->item_id);
+    int i, n = c->action ? c->action->commands->nelts : 0;
+    for (i = pr->done; i < n; i++) {
+        const char *text = command_text(c, i);
+        if (i >= pr->added)
+            ci_sse_shell_command(s, c->item_id, c->output_index, i, text, strlen(text));
+        ci_sse_shell_command_done(s, c->item_id, c->output_index, i, text);
+    }
+    item_event(s, "response.output_item.done", c->output_index, json_object_get(c->item));
+}
+
+static void shell_start(ci_sse *s, const ci_call *c)
+{
+    ci_sse_shell_announce(s, c->item_id, c->call_id, c->output_index,
+                          ci_json_str(ci_json_get(c->item, "environment", json_type_object),
+                                      "container_id"));
+    shell_ready(s, c);
+}
+
+static json_object *output_event(ci_sse *s, const char *type, const ci_call *c, int command)
+{
+    json_object *e = event(s, type);
+    add_str(e, "item_id", c->output_item_id);
+    add_int(e, "output_index", c->output_item_index);
+    add_int(e, "command_index", command);
+    return e;
+}
+
+/* One entry of the output: its delta (stdout and stderr) and done. */
+static void output_entry(ci_sse *s, const ci_call *c, int i, json_object *entry)
+{
+    json_object *e = output_event(s, "response.shell_call_output_content.delta", c, i);
+    json_object *delta = json_object_new_object(), *list = json_object_new_array();
+    add_str(delta, "stdout", ci_json_str(entry, "stdout"));
+    add_str(delta, "stderr", ci_json_str(entry, "stderr"));
+    json_object_object_add(e, "delta", delta);
+    emit(s, e);
+    e = output_event(s, "response.shell_call_output_content.done", c, i);
+    json_object_array_add(list, json_object_get(entry));
+    json_object_object_add(e, "output", list);
+    emit(s, e);
+}
+
+static void shell_done(ci_sse *s, const ci_call *c)
+{
+    json_object *output = ci_json_get(c->output_item, "output", json_type_array);
+    json_object *added = announced(c->output_item, "output", json_object_new_array());
+    int i, n = output ? (int)json_object_array_length(output) : 0;
+    /* before what the model wrote after the call, held back until now */
+    ci_sse_release(s, c->output_item_index);
+    item_event(s, "response.output_item.added", c->output_item_index, added);
+    for (i = 0; i < n; i++)
+        output_entry(s, c, i, json_object_array_get_idx(output, (size_t)i));
+    item_event(s, "response.output_item.done", c->output_item_index,
+               json_object_get(c->output_item));
 }
 
 void ci_sse_failed(ci_sse *s, const ci_error *err, json_object *response)

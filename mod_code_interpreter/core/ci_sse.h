@@ -59,6 +59,21 @@ void ci_sse_call_ready(ci_sse *s, const ci_call *call);
 /* After the execution: completed and output_item.done with the item. */
 void ci_sse_call_done(ci_sse *s, const ci_call *call);
 
+/* A shell call announced while the model writes it: output_item.added (in
+ * progress, no commands yet). */
+void ci_sse_shell_announce(ci_sse *s, const char *item_id, const char *call_id,
+                           int output_index, const char *container_id);
+/* Command COMMAND (0-based) of a shell call grew by LEN bytes of TEXT (whole
+ * UTF-8 characters; commands up to it are announced first). */
+void ci_sse_shell_command(ci_sse *s, const char *item_id, int output_index, int command,
+                          const char *text, apr_size_t len);
+/* Command COMMAND is complete: TEXT. */
+void ci_sse_shell_command_done(ci_sse *s, const char *item_id, int output_index,
+                               int command, const char *text);
+/* (ci_sse_call_start, _ready and _done serve shell calls too: the commands
+ * not yet done and output_item.done; after the execution, the
+ * shell_call_output item's events.) */
+
 /* response.completed with the final response. */
 void ci_sse_completed(ci_sse *s, json_object *response);
 

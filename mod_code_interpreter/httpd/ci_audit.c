@@ -100,6 +100,25 @@ void ci_audit_admission(request_rec *r, const char *tool, const char *container,
     write_line(r, line);
 }
 
+/* A shell call's commands and how each that ran ended: its exit code, or
+ * "timeout". */
+static void add_commands(json_object *line, const ci_execution *e)
+{
+    json_object *cmds = json_object_new_array(), *codes = json_object_new_array();
+    int i;
+    for (i = 0; e->command_list && i < e->command_list->nelts; i++)
+        json_object_array_add(cmds, json_object_new_string(
+                                  APR_ARRAY_IDX(e->command_list, i, const char *)));
+    for (i = 0; e->commands && i < e->commands->nelts; i++) {
+        const ci_command_result *c = &APR_ARRAY_IDX(e->commands, i, ci_command_result);
+        json_object_array_add(codes, c->timed_out ? json_object_new_string("timeout")
+                                                  : json_object_new_int(c->exit_code));
+    }
+    add_string(line, "kind", e->kind);
+    json_object_object_add(line, "commands", cmds);
+    json_object_object_add(line, "exit_codes", codes);
+}
+
 /* The execution hook's first user (registered by the module): one line per
  * execution. */
 int ci_audit_execution(request_rec *r, const ci_execution *e)
@@ -119,7 +138,10 @@ int ci_audit_execution(request_rec *r, const ci_execution *e)
     add_string(line, "container_id", e->container_id);
     add_string(line, "owner", e->owner);
     add_string(line, "call_id", e->call_id);
-    add_string(line, "code", e->text);
+    if (e->command_list)
+        add_commands(line, e);
+    else
+        add_string(line, "code", e->text);
     json_object_object_add(line, "output_bytes", json_object_new_int64((int64_t)e->output_bytes));
     json_object_object_add(line, "images", json_object_new_int(e->images));
     add_string(line, "status", e->failed ? "failed" : "completed");

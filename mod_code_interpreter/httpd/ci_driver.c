@@ -14,6 +14,7 @@
 #include "ci_driver.h"
 #include "ci_json.h"
 #include "ci_loop.h"
+#include "ci_shell.h"
 #include "ci_relay.h"
 #include "ci_session.h"
 #include "ci_sse.h"
@@ -183,8 +184,11 @@ static void tell_execution(driver *dv, const ci_call *call, apr_time_t t0)
     e.container_id = dv->st->container_id;
     e.owner = dv->st->owner;
     e.call_id = call->item_id;
-    e.kind = "code";
-    e.text = call->code;
+    e.kind = call->shell ? "commands" : "code";
+    e.text = call->shell ? apr_array_pstrcat(dv->r->pool, call->action->commands, '\n')
+                         : call->code;
+    e.command_list = call->shell ? call->action->commands : NULL;
+    e.commands = call->shell ? res->commands : NULL;
     e.outcome = res->outcome;
     e.failed = ci_exec_failed(res);
     e.failure = res->failure;
@@ -197,6 +201,7 @@ static void tell_execution(driver *dv, const ci_call *call, apr_time_t t0)
 
 static int execute_call(driver *dv, ci_call *call)
 {
+    ci_shell_action action;
     ci_exec_result res;
     apr_time_t t0;
     apr_status_t rv;
@@ -207,7 +212,11 @@ static int execute_call(driver *dv, ci_call *call)
         dv->session = ci_session_create(dv->r, dv->st);
     module_pause(dv);
     t0 = apr_time_now();
-    rv = ci_session_run(dv->session, call->code, &res, apr_time_from_msec(250),
+    if (call->shell)
+        ci_loop_shell_bounds(dv->loop, call, dv->st->sandbox->timeout,
+                             dv->st->sandbox->max_output, &action);
+    rv = ci_session_run(dv->session, call->shell ? NULL : call->code,
+                        call->shell ? &action : NULL, &res, apr_time_from_msec(250),
                         wait_tick, dv, &dv->err);
     dv->sandbox_time += apr_time_now() - t0;
     module_resume(dv);

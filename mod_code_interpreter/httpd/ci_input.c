@@ -297,6 +297,14 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
         err.retry_after = 1;
         return ci_send_error(r, &err);
     }
+    if (req->shell_function && !(sandbox->provider->caps & CI_CAP_SHELL)) {
+        ci_error_set(&err, 400, CI_INVALID,
+                     apr_psprintf(r->pool, "tools[%d]", req->shell_index),
+                     "unsupported_tool", r->pool, "The hosted shell is not available "
+                     "here: this server's sandbox tool '%s' (provider %s) cannot run "
+                     "commands.", sandbox->name, sandbox->provider->name);
+        return ci_send_error(r, &err);
+    }
     st = ci_request_state_create(r);
     st->req = req;
     st->sandbox = sandbox;

@@ -39,7 +39,8 @@ struct ci_session {
     int slot;                /* in the server-wide registry, -1: none */
     ci_job *job;             /* in flight, or NULL */
     /* the job's input and output */
-    const char *code;
+    const char *code;               /* what the job runs: code, or NULL and */
+    ci_shell_action action;         /* the shell's commands */
     ci_exec_result res;
     apr_status_t rv;
     const char *err;
@@ -148,7 +149,21 @@ static void run_job(void *baton)
 {
     ci_session *s = baton;
     s->start_began = apr_time_now();
-    s->rv = ci_box_run(s->box, s->root, s->code, &s->res, &s->err);
+    s->rv = s->code ? ci_box_run(s->box, s->root, s->code, &s->res, &s->err)
+                    : ci_box_run_commands(s->box, s->root, &s->action, &s->res, &s->err);
+}
+
+/* ACTION in the session's memory, for the worker. */
+static void keep_action(ci_session *s, const ci_shell_action *action)
+{
+    apr_array_header_t *cmds = apr_array_make(s->root, action->commands->nelts,
+                                              sizeof(const char *));
+    int i;
+    for (i = 0; i < action->commands->nelts; i++)
+        *(const char **)apr_array_push(cmds) =
+            apr_pstrdup(s->root, APR_ARRAY_IDX(action->commands, i, const char *));
+    s->action = *action;
+    s->action.commands = cmds;
 }
 
 /* ---- session pools --------------------------------------------------------
@@ -319,7 +334,8 @@ static int busy_lease(const ci_session *s)
     return (int)apr_time_sec(s->def->timeout) + 60;
 }
 
-apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res,
+apr_status_t ci_session_run(ci_session *s, const char *code,
+                            const ci_shell_action *action, ci_exec_result *res,
                             apr_interval_time_t tick, int (*wait_tick)(void *),
                             void *baton, ci_error *err)
 {
@@ -328,7 +344,9 @@ apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res
         return rv;
     if ((rv = claim_slot(s, err)) != APR_SUCCESS)
         return rv;
-    s->code = apr_pstrdup(s->root, code);
+    s->code = code ? apr_pstrdup(s->root, code) : NULL;
+    if (!code)
+        keep_action(s, action);
     s->err = NULL;
     if (s->container)
         ci_dirclient_busy(s->r, s->st->owner, s->container_id, 1, busy_lease(s));

@@ -17,12 +17,13 @@ struct ci_req_state;
 
 /* The session of R's sandbox tool and container (ST). */
 ci_session *ci_session_create(request_rec *r, struct ci_req_state *st);
-/* Run CODE; fills RES. Returns APR_SUCCESS, APR_EAGAIN (capacity or queue
+/* Run CODE, or the shell's ACTION when CODE is NULL; fills RES. Returns APR_SUCCESS, APR_EAGAIN (capacity or queue
  * full: 503), APR_EGENERAL with ERR (sandbox could not start: 503) or
  * APR_ECONNABORTED (interrupted). WAIT_TICK is called every TICK while
  * waiting (keepalives, abort checks); it returns non-zero to give up (the
  * execution is interrupted). */
-apr_status_t ci_session_run(ci_session *s, const char *code, ci_exec_result *res,
+apr_status_t ci_session_run(ci_session *s, const char *code,
+                            const ci_shell_action *action, ci_exec_result *res,
                             apr_interval_time_t tick,
                             int (*wait_tick)(void *), void *baton,
                             ci_error *err);
