@@ -172,6 +172,19 @@ static int deadline_error(driver *dv)
 
 /* ---- executions --------------------------------------------------------- */
 
+/* What a shell call's commands printed, stdout and stderr. */
+static apr_size_t commands_bytes(const ci_exec_result *res)
+{
+    apr_size_t n = 0;
+    int i;
+    for (i = 0; res->commands && i < res->commands->nelts; i++) {
+        const ci_command_result *c = &APR_ARRAY_IDX(res->commands, i, ci_command_result);
+        n += (c->stdout_text ? strlen(c->stdout_text) : 0) +
+             (c->stderr_text ? strlen(c->stderr_text) : 0);
+    }
+    return n;
+}
+
 /* The execution hook (mod_code_interpreter.h): CALL has run, from T0. */
 static void tell_execution(driver *dv, const ci_call *call, apr_time_t t0)
 {
@@ -192,7 +205,7 @@ static void tell_execution(driver *dv, const ci_call *call, apr_time_t t0)
     e.outcome = res->outcome;
     e.failed = ci_exec_failed(res);
     e.failure = res->failure;
-    e.output_bytes = res->text_len;
+    e.output_bytes = call->shell ? commands_bytes(res) : res->text_len;
     e.images = res->images ? res->images->nelts : 0;
     e.started = t0;
     e.duration = res->duration;
