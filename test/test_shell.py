@@ -16,10 +16,11 @@ import warnings
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, SHARED_SPEC, TOOL, Httpd, base_conf, script_input,
+from conftest import (SHARED_SPEC, TOOL, Httpd, base_conf, script_input,
                       wait_until)
 from test_loop import calls_of, upstream_inputs
 from test_relay import gate
+from test_node_sdk import node_modules  # noqa: F401 (fixture)
 from test_stream import SSE, recorded_gaps, schema_checker, schema_problems, show, types
 
 OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
@@ -418,3 +419,47 @@ def test_the_audit_line_names_commands_and_exit_codes(model):
     assert line["exit_codes"] == [0, 5]
     assert line["output_bytes"] == 3
     assert "code" not in line
+
+
+# ------------------------------------------------------------ the clients
+
+def test_the_node_sdk_parses_shell_items_that_match_the_schema(httpd, model, node_modules):
+    from test_node_sdk import NODE, NODE_DIR, SdkRun
+    import subprocess
+    env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port,
+               CI_SPEC_DIR=SHARED_SPEC, TOOLS=json.dumps([TOOL, SHELL]))
+    rounds = [[shell_call("echo node")], [{"text": "done"}]]
+    run = SdkRun(subprocess.run([NODE, os.path.join(NODE_DIR, "sdk_json.mjs"),
+                                 json.dumps(rounds)], cwd=NODE_DIR, env=env,
+                                capture_output=True, text=True, timeout=120))
+    assert run.returncode == 0, str(run)
+    assert [i["type"] for i in run.response["output"]] == [
+        "shell_call", "shell_call_output", "message"]
+    assert run.response["output"][1]["output"] == [exit_entry("node\n")]
+    assert run.marked("SCHEMA-OK:") == [
+        "output[0] FunctionShellCall", "output[1] FunctionShellCallOutput",
+        "Response (upstream-verbatim user/cache_write_tokens normalised)"]
+
+
+def test_the_agents_sdk_hosted_shell_replays_its_history(httpd, model, node_modules):
+    """@openai/agents' shellTool({environment: {type: "container_auto"}}) for
+    two turns, the second on the first's whole history: the SDK takes our
+    shell items, replays them, and the second turn's cat finds the file the
+    first turn's python wrote."""
+    from test_agents_sdk import run_agents, succeeded
+    turn1 = [[{"call": "open('/mnt/data/agent.txt', 'w').write('written by python')"}],
+             [shell_call("cat agent.txt")], [{"text": "read it"}]]
+    turn2 = [[shell_call("cat agent.txt; echo; ls")], [{"text": "{{last_output}}"}]]
+    report = run_agents(httpd, "--shell", turn1=turn1, turn2=turn2)
+    succeeded(report)
+    first, second = report["turns"]
+    kinds = [i.get("type") for i in first["newItems"]]
+    assert "tool_call_item" in kinds or any("shell" in json.dumps(i) for i in first["newItems"])
+    # what the SDK sent on turn 2: our items, replayed as it keeps them
+    replayed = [i for i in report["sent"][-2]["input"] if isinstance(i, dict)]
+    assert {"shell_call", "shell_call_output"} <= {i.get("type") for i in replayed}
+    # the upstream got them as its own function call and output
+    sent = upstream_inputs(model.requests()[-2])
+    assert "shell_call" not in {i.get("type") for i in sent}
+    told = json.loads(upstream_inputs(model.requests()[-1])[-1]["output"])
+    assert told == [exit_entry("written by python\nagent.txt\n")]

@@ -7,6 +7,8 @@
 //   OPTIONS: --no-outputs  the tool without includeOutputs (no
 //                          "code_interpreter_call.outputs" in include)
 //            --stream      both runs streamed (run(..., {stream: true}))
+//            --shell       the hosted shell too (shellTool with a
+//                          container_auto environment)
 //   MODEL defaults to "m".
 //
 // Output on stdout: one line of JSON,
@@ -24,6 +26,7 @@ import {
   Agent,
   run,
   codeInterpreterTool,
+  shellTool,
   setDefaultOpenAIClient,
   setOpenAIAPI,
   setTracingDisabled,
@@ -38,7 +41,7 @@ const args = process.argv.slice(2);
 const flags = new Set(args.filter((a) => a.startsWith("--")));
 const scripts = args.filter((a) => !a.startsWith("--"));
 for (const f of flags) {
-  if (f !== "--no-outputs" && f !== "--stream") die(`unknown option ${f}`);
+  if (f !== "--no-outputs" && f !== "--stream" && f !== "--shell") die(`unknown option ${f}`);
 }
 const baseURL = process.env.BASE_URL;
 if (!baseURL) die("BASE_URL is not set");
@@ -79,7 +82,10 @@ const agent = new Agent({
   name: "Calculator",
   instructions: "Use the code interpreter for arithmetic.",
   model: process.env.MODEL || "m",
-  tools: [codeInterpreterTool(flags.has("--no-outputs") ? {} : { includeOutputs: true })],
+  tools: [
+    codeInterpreterTool(flags.has("--no-outputs") ? {} : { includeOutputs: true }),
+    ...(flags.has("--shell") ? [shellTool({ environment: { type: "container_auto" } })] : []),
+  ],
 });
 
 async function turn(input) {

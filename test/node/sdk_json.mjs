@@ -2,7 +2,8 @@
 // check of what came back against the published OpenAPI document.
 //
 // Usage: BASE_URL=http://127.0.0.1:PORT/v1 node sdk_json.mjs '<script JSON>'
-//   (or the script in the SCRIPT environment variable; MODEL defaults to "m").
+//   (or the script in the SCRIPT environment variable; MODEL defaults to "m";
+//   TOOLS, a JSON array, replaces the code_interpreter tool).
 //
 // Output on stdout:
 //   line 1    the response as the SDK parsed it, as one line of JSON
@@ -63,7 +64,8 @@ let response;
 try {
   response = await client.responses.create({
     model: process.env.MODEL || "m",
-    tools: [{ type: "code_interpreter", container: { type: "auto" } }],
+    tools: process.env.TOOLS ? JSON.parse(process.env.TOOLS)
+                             : [{ type: "code_interpreter", container: { type: "auto" } }],
     include: ["code_interpreter_call.outputs"],
     input: "SCRIPT: " + JSON.stringify(rounds),
   });
@@ -99,6 +101,9 @@ ajv.addFormat("float", { type: "number", validate: (n) => Number.isFinite(n) });
 ajv.addSchema(JSON.parse(fs.readFileSync(SPEC, "utf8")), "openai");
 
 const validateCall = ajv.compile({ $ref: "openai#/components/schemas/CodeInterpreterToolCall" });
+const validateShellCall = ajv.compile({ $ref: "openai#/components/schemas/FunctionShellCall" });
+const validateShellOutput = ajv.compile({
+  $ref: "openai#/components/schemas/FunctionShellCallOutput" });
 const validateResponse = ajv.compile({ $ref: "openai#/components/schemas/Response" });
 
 const failures = [];
@@ -114,6 +119,12 @@ const items = Array.isArray(wire.output) ? wire.output : [];
 items.forEach((item, i) => {
   if (item?.type === "code_interpreter_call") {
     check(`output[${i}] CodeInterpreterToolCall`, validateCall, item);
+  }
+  if (item?.type === "shell_call") {
+    check(`output[${i}] FunctionShellCall`, validateShellCall, item);
+  }
+  if (item?.type === "shell_call_output") {
+    check(`output[${i}] FunctionShellCallOutput`, validateShellOutput, item);
   }
 });
 // Two fields come verbatim from the upstream and fail the published schema
