@@ -497,7 +497,9 @@ def wait_command(proc, deadline, interrupt):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            if any(fd == pidfd for fd, _ in poller.poll(int(left * 1000) + 1)):
+            ready = poller.poll(int(left * 1000) + 1)
+            # An interrupt wins: the command may have just died of it too.
+            if not interrupt.hit and any(fd == pidfd for fd, _ in ready):
                 proc.wait()
                 return True
     finally:
