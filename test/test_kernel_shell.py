@@ -102,8 +102,11 @@ def test_a_call_that_changes_nothing_has_no_files_line(kernel):
 
 
 def test_a_command_that_cannot_start_is_exit_126(kernel):
-    assert shell(kernel, ["echo a\0b", "echo next"]) == [
+    assert shell(kernel, ["echo a\0b", "echo " + "x" * 200000, "echo next"]) == [
         exited("", "bash: cannot run the command: embedded null byte\n", 126),
+        # one argument of exec is at most 128 KiB (MAX_ARG_STRLEN)
+        exited("", "bash: cannot run the command: [Errno 7] Argument list too long: "
+                   "'/bin/bash'\n", 126),
         exited("next\n")]
 
 
