@@ -31,15 +31,22 @@ class Kernel:
         assert line.endswith(b"\n"), line
         return json.loads(line)
 
-    def ask(self, req):
+    def send(self, req):
         self.proc.stdin.write(json.dumps(req).encode() + b"\n")
         self.proc.stdin.flush()
+
+    def until_end(self):
+        """The lines of the answer, up to its end_of_execution."""
         out = []
         while True:
             line = self.read_line()
             if line == {"type": "end_of_execution"}:
                 return out
             out.append(line)
+
+    def ask(self, req):
+        self.send(req)
+        return self.until_end()
 
     def close(self):
         self.proc.stdin.close()

@@ -9,7 +9,10 @@
  * plus, from the local kernel only, {"type":"dropped","bytes":N} (output the
  * kernel already discarded past the cap), {"type":"ready"} and
  * {"type":"files","changed":[NAME...]} (a container's files under /mnt/data
- * the execution created or changed).
+ * the execution created or changed); and for a hosted shell call, one line
+ * per command that ran:
+ *   {"type":"command","stdout":...,"stderr":...,"exit_code":N}
+ *   {"type":"command","stdout":...,"stderr":...,"timeout":true}
  */
 #ifndef CI_EXEC_H
 #define CI_EXEC_H

@@ -24,7 +24,10 @@ struct ci_ndjson {
     int cut;                /* the text was cut: nothing more is kept */
     apr_array_header_t *images;
     apr_array_header_t *files;
+    apr_array_header_t *commands;   /* ci_command_result; NULL: none read */
     int ended, ready, raised, died;
+    int broken;             /* a line of ours was malformed: the stream
+                               cannot be trusted (a protocol error) */
 };
 
 static apr_status_t free_line(void *data)
@@ -44,7 +47,6 @@ ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
     nd->hard_cap = hard_cap;
     nd->text = apr_palloc(p, max_output + 1);
     nd->images = apr_array_make(p, 2, sizeof(const char *));
-    nd->files = NULL;
     apr_pool_cleanup_register(p, nd, free_line, apr_pool_cleanup_null);
     return nd;
 }
@@ -53,8 +55,10 @@ void ci_ndjson_reset(ci_ndjson *nd)
 {
     nd->total = nd->line_len = nd->text_len = nd->dropped = 0;
     nd->over = nd->ended = nd->ready = nd->raised = nd->died = nd->cut = 0;
+    nd->broken = 0;
     nd->images = apr_array_make(nd->p, 2, sizeof(const char *));
     nd->files = NULL;
+    nd->commands = NULL;
 }
 
 int ci_ndjson_ended(const ci_ndjson *nd) { return nd->ended; }
@@ -77,14 +81,19 @@ static const char *replace_nul(apr_pool_t *p, const char *s, apr_size_t *n)
     return out;
 }
 
+/* Sandbox output is untrusted: invalid UTF-8 becomes U+FFFD, and so does
+ * NUL, so what reaches the model and the client is always valid JSON text
+ * and a whole C string. */
+static const char *clean_text(ci_ndjson *nd, const char *s, apr_size_t *n)
+{
+    s = ci_utf8_sanitize(nd->p, s, *n, n);
+    return memchr(s, '\0', *n) ? replace_nul(nd->p, s, n) : s;
+}
+
 static void add_text(ci_ndjson *nd, const char *s, apr_size_t n)
 {
     apr_size_t before = nd->dropped;
-    /* Sandbox output is untrusted: invalid UTF-8 becomes U+FFFD, so what
-     * reaches the model and the client is always valid JSON text. */
-    s = ci_utf8_sanitize(nd->p, s, n, &n);
-    if (memchr(s, '\0', n))
-        s = replace_nul(nd->p, s, &n);
+    s = clean_text(nd, s, &n);
     if (nd->cut) {          /* keep the order: nothing after a cut */
         nd->dropped += n;
         return;
@@ -165,6 +174,45 @@ static void take_files(ci_ndjson *nd, json_object *line)
     }
 }
 
+/* A copy of string member KEY of LINE, cleaned; NULL when it is missing. */
+static const char *line_text(ci_ndjson *nd, json_object *line, const char *key)
+{
+    json_object *v = ci_json_get(line, key, json_type_string);
+    const char *text;
+    apr_size_t n;
+    if (!v)
+        return NULL;
+    n = (apr_size_t)json_object_get_string_len(v);
+    text = clean_text(nd, json_object_get_string(v), &n);
+    return apr_pstrmemdup(nd->p, text, n);
+}
+
+/* A shell call's command, as it ended: {"type": "command", "stdout",
+ * "stderr", and "exit_code": N or "timeout": true}. The kernel cut its
+ * output already; the hard cap bounds what is kept here, as it bounds the
+ * lines. A line without those is a protocol error. */
+static void take_command(ci_ndjson *nd, json_object *line)
+{
+    const char *out = line_text(nd, line, "stdout"), *err = line_text(nd, line, "stderr");
+    json_object *code = ci_json_get(line, "exit_code", json_type_int);
+    json_object *timeout = ci_json_get(line, "timeout", json_type_boolean);
+    ci_command_result *c;
+    if (!out || !err || (code && timeout) ||
+        (timeout ? !json_object_get_boolean(timeout)
+                 : !code || json_object_get_int64(code) < 0 ||
+                   json_object_get_int64(code) > 255)) {
+        nd->broken = 1;
+        return;
+    }
+    if (!nd->commands)
+        nd->commands = apr_array_make(nd->p, 4, sizeof(ci_command_result));
+    c = apr_array_push(nd->commands);
+    c->stdout_text = out;
+    c->stderr_text = err;
+    c->timed_out = timeout != NULL;
+    c->exit_code = code ? (int)json_object_get_int64(code) : 0;
+}
+
 static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
 {
     json_tokener *tok;
@@ -195,6 +243,8 @@ static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
         nd->ready = 1;
     else if (!strcmp(type, "files"))
         take_files(nd, line);
+    else if (!strcmp(type, "command"))
+        take_command(nd, line);
     else if (!strcmp(type, "dropped")) {
         json_object *b = ci_json_get(line, "bytes", json_type_int);
         if (b && json_object_get_int64(b) > 0)
@@ -261,6 +311,11 @@ static ci_exec_outcome stream_outcome(const ci_ndjson *nd, const char **failure)
                    "accepts and was stopped.";
         return CI_EXEC_LOST;
     }
+    if (nd->broken) {
+        *failure = "The sandbox's answer broke its line protocol (a malformed "
+                   "command result).";
+        return CI_EXEC_LOST;
+    }
     if (nd->died) {
         *failure = "The interpreter died during the execution.";
         return CI_EXEC_LOST;
@@ -291,8 +346,10 @@ void ci_ndjson_result(ci_ndjson *nd, ci_exec_outcome stopped, const char *failur
     out->text_len = strlen(text);
     out->images = nd->images;
     out->files = nd->files;
-    /* Past the hard cap, the reader knows best what happened. */
-    if (stopped == CI_EXEC_COMPLETED || stopped == CI_EXEC_ERROR || nd->over)
+    out->commands = nd->commands;
+    /* Past the hard cap, or out of protocol, the reader knows best what
+     * happened. */
+    if (stopped == CI_EXEC_COMPLETED || stopped == CI_EXEC_ERROR || nd->over || nd->broken)
         stopped = stream_outcome(nd, &failure);
     out->outcome = stopped;
     out->failure = ci_exec_failed(out) && failure ? apr_pstrdup(nd->p, failure) : NULL;

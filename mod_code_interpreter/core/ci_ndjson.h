@@ -1,8 +1,9 @@
 /*
  * ci_ndjson.h - the incremental reader of an execution's output stream: one
  * JSON object per line ({"type": "stdout"|"stderr"|"result"|"error"|
- * "files"|"ready"|"end_of_execution", ...}), as the local kernel and E2B's
- * /execute write it; bounded, and cut at max_output for the model.
+ * "files"|"command"|"ready"|"end_of_execution", ...}), as the local kernel
+ * and E2B's /execute write it; bounded, and cut at max_output for the model.
+ * A hosted shell call's "command" lines become the result's commands.
  */
 #ifndef CI_NDJSON_H
 #define CI_NDJSON_H
@@ -30,7 +31,9 @@ int ci_ndjson_ready(const ci_ndjson *nd);
  * (CI_EXEC_TIMED_OUT, CI_EXEC_LOST, CI_EXEC_INTERRUPTED, with FAILURE telling
  * the model why), or CI_EXEC_COMPLETED when it read to the end of the stream:
  * then the stream says how it ended (no end_of_execution: lost, "the output
- * stream was cut"). Memory from the reader's pool. */
+ * stream was cut"; a malformed command line: lost, a protocol error).
+ * OUT->commands: the command lines read (NULL: none). Memory from the
+ * reader's pool. */
 void ci_ndjson_result(ci_ndjson *nd, ci_exec_outcome stopped, const char *failure,
                       ci_exec_result *out);
 

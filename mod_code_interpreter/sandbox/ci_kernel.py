@@ -1,17 +1,22 @@
 # The interpreter that runs inside a local sandbox: one per request, state
 # kept between executions like a notebook kernel. It reads one JSON request
-# per line ({"code": ...}) on its original stdin and answers each with
+# per line ({"code": ...}, {"op": ...} for a file operation, {"shell": ...}
+# for a hosted shell call) on its original stdin and answers each with
 # NDJSON lines on its original stdout, ending with end_of_execution - the
 # line protocol of the E2B code-interpreter server, so one reader serves both.
 import ast
 import base64
 import builtins
+import codecs
 import io
 import json
 import os
 import resource
+import select
+import signal
 import stat
 import sys
+import time
 import traceback
 
 CONFIG = json.loads(sys.argv[1])
@@ -412,6 +417,155 @@ def file_op(channel, req, requests):
     channel.line({"type": "end_of_execution"})
 
 
+# ---- the hosted shell ---------------------------------------------------
+# {"shell": {"commands": [...], "timeout_ms": N, "max_output": M}}: each
+# command runs with bash -c in /mnt/data, stdin /dev/null, in a session
+# (and so a process group) of its own, one after another. Its stdout and
+# stderr go to unlinked files, not pipes: a process it leaves running in
+# the background holds only those, and the call waits for the command's own
+# process alone. Past N ms its group is killed and the call stops there.
+# The supervisor's SIGINT (the tool's deadline, the request gone) is noted
+# rather than raised while a call runs, so it ends the wait for the current
+# command (whose group is killed) and never a line half-written.
+SHELL = "/bin/bash"
+CANNOT_RUN = 126        # bash's own exit code for a command it cannot run
+SCRATCH_DIR = os.path.dirname(FD_CAPTURE) or "."
+
+
+class Interrupt:
+    """SIGINT during a shell call: noted, and a byte on a pipe that wakes
+    the wait (signal.set_wakeup_fd) however the signal falls."""
+
+    def __enter__(self):
+        self.hit = False
+        self.wake, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_fd = signal.set_wakeup_fd(self.wake_w)
+        self.old_handler = signal.signal(signal.SIGINT, self.note)
+        return self
+
+    def note(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        signal.signal(signal.SIGINT, self.old_handler)
+        signal.set_wakeup_fd(self.old_fd)
+        os.close(self.wake)
+        os.close(self.wake_w)
+
+
+def unlinked_file():
+    """A descriptor of a new file no name reaches (the scratch directory's
+    tmpfs bounds it)."""
+    try:
+        return os.open(SCRATCH_DIR, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except OSError:     # a file system without O_TMPFILE (tests run outside)
+        path = os.path.join(SCRATCH_DIR, ".shell-%s" % os.urandom(8).hex())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                     os.O_CLOEXEC, 0o600)
+        os.unlink(path)
+        return fd
+
+
+def file_text(fd, limit):
+    """At most LIMIT characters of what was written to FD, as text (UTF-8,
+    invalid bytes and NUL as U+FFFD), read no further than they reach: a
+    byte makes at most one character, so each read asks for as many bytes
+    as characters are still wanted, whatever the file's size."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    parts, have, offset = [], 0, 0
+    while have < limit:
+        data = os.pread(fd, min(limit - have, 1 << 20), offset)
+        text = decoder.decode(data, final=not data)
+        parts.append(text)
+        have += len(text)
+        offset += len(data)
+        if not data:
+            break
+    return "".join(parts).replace("\0", "\ufffd")[:limit]
+
+
+def wait_command(proc, deadline, interrupt):
+    """Wait for PROC alone: True when it ended by itself; False when it was
+    past DEADLINE or interrupted, and then its whole group is killed.
+    Reaped either way."""
+    pidfd = os.pidfd_open(proc.pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.register(interrupt.wake, select.POLLIN)
+        while not interrupt.hit:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            ready = poller.poll(int(left * 1000) + 1)
+            # An interrupt wins: the command may have just died of it too.
+            if not interrupt.hit and any(fd == pidfd for fd, _ in ready):
+                proc.wait()
+                return True
+    finally:
+        os.close(pidfd)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)    # its leader unreaped: the group is ours
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    return False
+
+
+def run_command(command, timeout, limit, interrupt):
+    """One command's line: its output cut at LIMIT characters (stdout
+    first, stderr gets what is left), and its exit code, or timeout."""
+    import subprocess   # here: the kernel's start does not pay for it
+    out, err = unlinked_file(), unlinked_file()
+    try:
+        try:
+            # $0 "bash", as in bash's own messages ("bash: line 1: ...")
+            proc = subprocess.Popen(["bash", "-c", command], executable=SHELL, cwd=DATA_DIR,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    start_new_session=True)
+        except (OSError, ValueError) as exc:    # too long, a NUL, no process left
+            return {"type": "command", "stdout": "",
+                    "stderr": ("bash: cannot run the command: %s\n" % exc)[:limit],
+                    "exit_code": CANNOT_RUN}
+        ended = wait_command(proc, time.monotonic() + timeout, interrupt)
+        stdout = file_text(out, limit)
+        line = {"type": "command", "stdout": stdout,
+                "stderr": file_text(err, limit - len(stdout))}
+        if not ended:
+            line["timeout"] = True
+        else:       # 128 + N for a death by signal N, as a shell reports it
+            code = proc.returncode
+            line["exit_code"] = code if code >= 0 else 128 - code
+        return line
+    finally:
+        os.close(out)
+        os.close(err)
+
+
+def run_commands(channel, action, interrupt):
+    timeout = int(action["timeout_ms"]) / 1000.0
+    limit = int(action["max_output"])
+    for command in action["commands"]:
+        if interrupt.hit:
+            break
+        line = run_command(command, timeout, limit, interrupt)
+        channel.line(line)
+        if line.get("timeout"):
+            break
+
+
+def shell_call(channel, action):
+    before = snapshot()
+    with Interrupt() as interrupt:
+        try:
+            run_commands(channel, action, interrupt)
+        except Exception as exc:
+            channel.line({"type": "error", "name": type(exc).__name__, "value": str(exc)})
+        send_changed(channel, before)
+        # Still within: a SIGINT that comes as the call ends is noted, not raised.
+        channel.finish()
+
+
 def main():
     limit_processes()
     requests = os.fdopen(os.dup(0), "rb")
@@ -438,6 +592,9 @@ def main():
         req = json.loads(raw)
         if "op" in req:
             file_op(channel, req, requests)
+            continue
+        if "shell" in req:
+            shell_call(channel, req["shell"])
             continue
         code = req.get("code", "")
         channel.line({"type": "number_of_executions", "execution_count": 1})

@@ -257,6 +257,7 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     case CI_SUP_WARM_TAKE: sup_handle_create(c, f, 1); break;
     case CI_SUP_WARM_SET:  sup_handle_warm_set(c, f); break;
     case CI_SUP_RUN:       sup_handle_run(c, f); break;
+    case CI_SUP_SHELL:     sup_handle_shell(c, f); break;
     case CI_SUP_STATUS:    handle_status(c); break;
     case CI_SUP_ATTACH:    sup_handle_attach(c, f); break;
     case CI_SUP_DIR:       sup_handle_dir(c, f); break;

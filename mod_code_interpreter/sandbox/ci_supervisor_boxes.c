@@ -127,6 +127,17 @@ static void set_nonblock(int fd)
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+/* A new reader of B's output for its start or its next run; the last
+ * one's memory goes (images, commands: a container's runs are many). */
+static void fresh_reader(box *b)
+{
+    if (b->nd_pool)
+        apr_pool_clear(b->nd_pool);
+    else
+        apr_pool_create(&b->nd_pool, b->pool);
+    b->nd = ci_ndjson_create(b->nd_pool, b->def->max_output, CI_HARD_OUTPUT_CAP);
+}
+
 /* Fork B's sandbox (again, for a container's after a failure): STARTING
  * until its kernel says ready. -1 when it could not be forked. */
 int sup_box_spawn(box *b)
@@ -137,7 +148,7 @@ int sup_box_spawn(box *b)
     set_nonblock(b->in_fd);
     set_nonblock(b->out_fd);
     set_nonblock(b->err_fd);
-    ci_ndjson_reset(b->nd);
+    fresh_reader(b);
     b->state = BOX_STARTING;
     b->deadline = apr_time_now() + START_TIMEOUT;
     ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
@@ -160,7 +171,6 @@ box *sup_box_start(const ci_sandbox_def *def, const char *deftext, const char *t
     b->tag = apr_pstrdup(p, tag);
     b->slot = -1;
     b->in_fd = b->out_fd = b->err_fd = -1;
-    b->nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
     b->id = new_id();
     if (sup_box_spawn(b) < 0) {
         *err = "the local sandbox could not be forked";
@@ -214,7 +224,8 @@ void sup_handle_create(conn *c, const ci_sup_frame *f, int take)
 }
 
 /* Queue CODE for B's kernel, which reads one JSON line: {"code": CODE}
- * (RAW: CODE is a file operation's line, checked by sup_handle_fileop). */
+ * (RAW other than RAW_CODE: CODE is the whole line, made here by
+ * sup_handle_fileop or sup_handle_shell). */
 static int queue_code(box *b, const char *code, apr_size_t len, int raw)
 {
     apr_pool_t *p;
@@ -222,7 +233,7 @@ static int queue_code(box *b, const char *code, apr_size_t len, int raw)
     const char *line;
     apr_size_t n;
     int rc;
-    if (raw)
+    if (raw != RAW_CODE)
         return sup_outq_add(&b->input, code, len) < 0 ||
                sup_outq_add(&b->input, "\n", 1) < 0 ? -1 : 0;
     apr_pool_create(&p, b->pool);
@@ -248,11 +259,12 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw
         sup_send_end(c, b->id, CI_EXEC_LOST);
         return;
     }
-    ci_ndjson_reset(b->nd);
+    fresh_reader(b);
     b->state = BOX_RUNNING;
-    b->deadline = apr_time_now() + (raw ? FILEOP_TIMEOUT : b->def->timeout);
+    /* A shell call is an execution: the tool's timeout bounds it whole. */
+    b->fileop = raw == RAW_FILEOP || raw == RAW_PUT;
+    b->deadline = apr_time_now() + (b->fileop ? FILEOP_TIMEOUT : b->def->timeout);
     b->interrupted = CI_EXEC_COMPLETED;
-    b->fileop = raw != 0;
     b->upload = raw == RAW_PUT;
     /* The line before the first one is as good as a newline. */
     b->tail[0] = '\n';
@@ -332,21 +344,47 @@ static int dequeue(box *b, conn *c)
     return 0;
 }
 
-void sup_handle_run(conn *c, const ci_sup_frame *f)
+/* C's run of CODE (RAW_CODE or RAW_SHELL) on its sandbox ID: a
+ * container's takes its turn in the queue, a request's begins at once. */
+static void request_run(conn *c, apr_uint32_t id, const char *code, apr_size_t len,
+                        int raw)
 {
-    box *b = owned(c, f->id);
-    if (b && b->container && f->len <= INT_MAX) {
+    box *b = owned(c, id);
+    if (b && b->container && len <= INT_MAX) {
         sup_touch_container(b);
-        if (sup_enqueue(b, c, f->data, f->len, 0) < 0)
-            sup_send_end(c, f->id, CI_EXEC_LOST);
+        if (sup_enqueue(b, c, code, len, raw) < 0)
+            sup_send_end(c, id, CI_EXEC_LOST);
         sup_next_run(b);
         return;
     }
-    if (!b || b->state != BOX_IDLE || f->len > INT_MAX) {
-        sup_send_end(c, f->id, CI_EXEC_LOST);
+    if (!b || b->state != BOX_IDLE || len > INT_MAX) {
+        sup_send_end(c, id, CI_EXEC_LOST);
         return;
     }
-    begin_run(b, c, f->data, f->len, 0);
+    begin_run(b, c, code, len, raw);
+}
+
+void sup_handle_run(conn *c, const ci_sup_frame *f)
+{
+    request_run(c, f->id, f->data, f->len, RAW_CODE);
+}
+
+/* SHELL: the kernel gets the action as understood here, re-encoded, never
+ * the peer's bytes; one not understood is not run. */
+void sup_handle_shell(conn *c, const ci_sup_frame *f)
+{
+    apr_pool_t *p;
+    const char *line, *err;
+    apr_size_t len;
+    apr_pool_create(&p, sup_state.p);
+    if ((err = ci_sup_shell_decode(p, f, &line, &len))) {
+        ci_log(CI_LOG_INFO, "CI0624: shell call of process %ld on sandbox %u not "
+               "run: %s", (long)c->pid, f->id, err);
+        sup_send_end(c, f->id, CI_EXEC_NOT_RUN);
+    }
+    else
+        request_run(c, f->id, line, len, RAW_SHELL);
+    apr_pool_destroy(p);
 }
 
 /* Stop B's execution with OUTCOME: the sandbox is killed. A request's next

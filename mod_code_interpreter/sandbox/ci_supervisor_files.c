@@ -116,7 +116,7 @@ void sup_handle_fileop(conn *c, const ci_sup_frame *f)
         sup_detach(c);
         c->attached = b;
         line = ci_json_pstr(p, op, &len);   /* one line: json-c escapes newlines */
-        if (sup_enqueue(b, c, line, len, strcmp(kind, "put") ? 1 : RAW_PUT) < 0)
+        if (sup_enqueue(b, c, line, len, strcmp(kind, "put") ? RAW_FILEOP : RAW_PUT) < 0)
             sup_send_end(c, b->id, CI_EXEC_LOST);
         sup_next_run(b);
     }

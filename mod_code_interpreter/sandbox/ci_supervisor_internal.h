@@ -41,7 +41,12 @@
  * json.dumps; a name inside a line is escaped, never this line). */
 #define FILEOP_END "\n{\"type\": \"end_of_execution\"}\n"
 #define FILEOP_END_LEN (sizeof(FILEOP_END) - 1)
-#define RAW_PUT 2                               /* queued: a put (see queued) */
+/* What a queued run is (queued.raw, begin_run's RAW). */
+#define RAW_CODE 0                              /* code: wrapped as {"code": ...} */
+#define RAW_FILEOP 1                            /* a file operation's line */
+#define RAW_PUT 2                               /* ... a put, data to follow */
+#define RAW_SHELL 3                             /* a shell call's line: an
+                                                   execution, not a file op */
 
 /* ---- an output queue (ci_supervisor.c) ---------------------------------- */
 
@@ -66,8 +71,8 @@ typedef struct queued {
     conn *from;
     char *code;
     apr_size_t len;
-    int raw;                    /* a FILEOP: CODE is the kernel's whole line
-                                   (RAW_PUT: a put, data to follow) */
+    int raw;                    /* RAW_*: but for RAW_CODE, CODE is the
+                                   kernel's whole line */
     struct queued *next;
 } queued;
 
@@ -88,7 +93,10 @@ typedef struct box {
     pid_t pid;
     int in_fd, out_fd, err_fd;
     outq input;                 /* the code line on its way to the kernel */
-    ci_ndjson *nd;
+    ci_ndjson *nd;              /* the output of its start or its run */
+    apr_pool_t *nd_pool;        /* ND's, cleared for each: a container's
+                                   sandbox lives long, and what one run's
+                                   lines held must not pile up */
     box_state state;
     apr_time_t deadline;        /* of the start or of the execution */
     conn *owner;                /* NULL: warm */
@@ -171,13 +179,14 @@ conn *sup_client_of(const box *b);
 void sup_stop_run(box *b, ci_exec_outcome outcome);
 /* A container's sandbox is free: its next queued run starts. */
 void sup_next_run(box *b);
-/* Queue C's run of CODE (RAW: a file operation) behind B's. 0, or -1. */
+/* Queue C's run of CODE (RAW: what it is, RAW_*) behind B's. 0, or -1. */
 int sup_enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw);
 /* C leaves its container's queue, and its run in progress. */
 void sup_detach(conn *c);
-/* Requests: CREATE and WARM_TAKE (TAKE), RUN, INTERRUPT, DESTROY. */
+/* Requests: CREATE and WARM_TAKE (TAKE), RUN, SHELL, INTERRUPT, DESTROY. */
 void sup_handle_create(conn *c, const ci_sup_frame *f, int take);
 void sup_handle_run(conn *c, const ci_sup_frame *f);
+void sup_handle_shell(conn *c, const ci_sup_frame *f);
 void sup_handle_interrupt(conn *c, const ci_sup_frame *f);
 void sup_handle_destroy(conn *c, const ci_sup_frame *f);
 /* B's kernel wrote: its output, relayed. */

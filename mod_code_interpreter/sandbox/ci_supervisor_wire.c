@@ -5,6 +5,7 @@
 #include <string.h>
 #include <apr_strings.h>
 #include <apr_tables.h>
+#include "ci_config.h"
 #include "ci_json.h"
 #include "ci_sandbox.h"
 #include "ci_supervisor_wire.h"
@@ -318,4 +319,83 @@ apr_array_header_t *ci_sup_warm_decode(apr_pool_t *p, const ci_sup_frame *f,
         want->deftext = ci_sup_def_encode(p, want->def);
     }
     return out;
+}
+
+/* ---- SHELL ---------------------------------------------------------------- */
+
+#define SHELL_MAX_TIMEOUT_MS ((apr_int64_t)CI_MAX_SECONDS * 1000)
+
+static apr_int64_t clamp(apr_int64_t v, apr_int64_t lo, apr_int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* The action's object: COMMANDS (a json array), the bounds as given. */
+static json_object *shell_object(json_object *commands, apr_int64_t timeout_ms,
+                                 apr_int64_t max_output)
+{
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "commands", commands);
+    add_int(o, "timeout_ms", timeout_ms);
+    add_int(o, "max_output", max_output);
+    return o;
+}
+
+const char *ci_sup_shell_encode(apr_pool_t *p, const ci_shell_action *a, apr_size_t *len)
+{
+    json_object *commands = json_object_new_array();
+    apr_int64_t ms = ((apr_int64_t)a->timeout + 999) / 1000;
+    int i;
+    for (i = 0; a->commands && i < a->commands->nelts; i++)
+        json_object_array_add(commands, json_object_new_string(
+                                  APR_ARRAY_IDX(a->commands, i, const char *)));
+    return ci_json_pstr(p, ci_json_own(p, shell_object(
+                            commands, clamp(ms, 1, SHELL_MAX_TIMEOUT_MS),
+                            clamp((apr_int64_t)a->max_output, 0,
+                                  (apr_int64_t)CI_HARD_OUTPUT_CAP))), len);
+}
+
+/* The commands of O, copied: a new array, or NULL when they are not 1 to
+ * CI_SUP_MAX_COMMANDS strings. */
+static json_object *shell_commands(json_object *o)
+{
+    json_object *in = ci_json_get(o, "commands", json_type_array), *out;
+    size_t i, n = in ? json_object_array_length(in) : 0;
+    if (n < 1 || n > CI_SUP_MAX_COMMANDS)
+        return NULL;
+    out = json_object_new_array();
+    for (i = 0; i < n; i++) {
+        json_object *c = json_object_array_get_idx(in, i);
+        if (!json_object_is_type(c, json_type_string)) {
+            json_object_put(out);
+            return NULL;
+        }
+        json_object_array_add(out, json_object_new_string_len(
+                                  json_object_get_string(c), json_object_get_string_len(c)));
+    }
+    return out;
+}
+
+const char *ci_sup_shell_decode(apr_pool_t *p, const ci_sup_frame *f, const char **line,
+                                apr_size_t *len)
+{
+    const char *err = NULL;
+    json_object *o = parse_payload(p, f, &err), *commands, *req;
+    apr_int64_t timeout_ms, max_output;
+    if (!o)
+        return err;
+    if (!json_object_is_type(o, json_type_object))
+        return "a shell call must be an object";
+    timeout_ms = get_int(o, "timeout_ms");
+    max_output = get_int(o, "max_output");
+    if (timeout_ms < 1 || timeout_ms > SHELL_MAX_TIMEOUT_MS)
+        return "a shell call's timeout_ms is out of range";
+    if (max_output < 0 || max_output > (apr_int64_t)CI_HARD_OUTPUT_CAP)
+        return "a shell call's max_output is out of range";
+    if (!(commands = shell_commands(o)))
+        return "a shell call's commands must be 1 to 1000 strings";
+    req = ci_json_own(p, json_object_new_object());
+    json_object_object_add(req, "shell", shell_object(commands, timeout_ms, max_output));
+    *line = ci_json_pstr(p, req, len);
+    return NULL;
 }

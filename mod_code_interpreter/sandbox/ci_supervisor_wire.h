@@ -36,12 +36,19 @@
  *                                   said {"type":"ready"})
  *   FILEEND (payload: 1 byte,       (the kernel answers, then END)
  *            1 commit, 0 abandon)
+ *   SHELL (id, json {commands:      OUTPUT (id, NDJSON: a "command" line per
+ *          [...], timeout_ms,       command that ran)* then END, as for RUN;
+ *          max_output})             a payload not understood: END (not_run)
  *
  * A FILEOP takes its turn in the container's run queue like a RUN: no code
  * runs while the kernel reads, writes, lists or deletes files under
  * /mnt/data. A put's data is relayed to the kernel as chunks; while the
  * kernel is behind, the supervisor stops reading the connection. A
  * connection that goes before FILEEND abandons its put: nothing is written.
+ *
+ * A SHELL is a hosted shell call: it takes its turn like a RUN, bounded
+ * as a whole by the tool's timeout, and the kernel gets the line
+ * {"shell": {...}} the supervisor re-encodes from what it understood.
  *
  * A container's sandbox (ATTACH) is not the connection's: it stays when the
  * connection closes, any connection may attach to it, and their RUNs take
@@ -55,11 +62,13 @@
 #include "ci_exec.h"
 
 struct ci_sandbox_def;
+struct ci_shell_action;
 
-#define CI_SUP_VERSION 4
-#define CI_SUP_HEADER 9
-#define CI_SUP_END_KEPT 1                   /* END's second byte */                     /* length + type + id */
+#define CI_SUP_VERSION 5
+#define CI_SUP_HEADER 9                     /* length + type + id */
+#define CI_SUP_END_KEPT 1                   /* END's second byte */
 #define CI_SUP_MAX_FRAME ((apr_size_t)64 * 1024 * 1024)
+#define CI_SUP_MAX_COMMANDS 1000            /* a SHELL's commands */
 
 typedef enum {
     CI_SUP_HELLO = 1,
@@ -75,6 +84,7 @@ typedef enum {
     CI_SUP_FILEOP = 11,
     CI_SUP_FILEDATA = 12,
     CI_SUP_FILEEND = 13,
+    CI_SUP_SHELL = 14,
     CI_SUP_OK = 16,
     CI_SUP_ERROR = 17,
     CI_SUP_NONE = 18,
@@ -135,5 +145,18 @@ const char *ci_sup_warm_encode(apr_pool_t *p, const struct ci_sandbox_def *const
 /* An array of ci_sup_want, or NULL with *ERR. */
 apr_array_header_t *ci_sup_warm_decode(apr_pool_t *p, const ci_sup_frame *f,
                                        const char **err);
+
+/* SHELL: {"commands": [...], "timeout_ms": N, "max_output": M}, the
+ * timeout rounded up to a millisecond and both bounded to what decode
+ * accepts. */
+const char *ci_sup_shell_encode(apr_pool_t *p, const struct ci_shell_action *a,
+                                apr_size_t *len);
+/* Check a SHELL payload (an object; commands: 1 to CI_SUP_MAX_COMMANDS
+ * strings; timeout_ms: 1 ms to CI_MAX_SECONDS; max_output: 0 to
+ * CI_HARD_OUTPUT_CAP) and make the kernel's line from what was understood:
+ * *LINE is {"shell": {...}}, re-encoded, without its newline (*LEN bytes).
+ * NULL, or why not. */
+const char *ci_sup_shell_decode(apr_pool_t *p, const ci_sup_frame *f, const char **line,
+                                apr_size_t *len);
 
 #endif

@@ -332,10 +332,22 @@ static void local_interrupt(ci_sandbox *sb)
     pthread_mutex_unlock(&sb->lock);
 }
 
+/* Why a shell call that was interrupted, its interpreter kept, ended. */
+static const char *shell_kept_text(apr_pool_t *p, ci_exec_outcome why, int secs)
+{
+    return why == CI_EXEC_TIMED_OUT
+        ? apr_psprintf(p, "The shell call timed out after %d s and its command was "
+                          "stopped; the container's variables and files are kept.", secs)
+        : "The shell call's command was stopped because the request ended; the "
+          "container's variables and files are kept.";
+}
+
 static const char *failure_text(apr_pool_t *p, const ci_sandbox *sb,
-                                ci_exec_outcome why, int kept)
+                                ci_exec_outcome why, int kept, int shell)
 {
     int secs = (int)apr_time_sec(sb->def->timeout);
+    if (kept && shell)
+        return shell_kept_text(p, why, secs);
     if (kept)
         return why == CI_EXEC_TIMED_OUT
             ? apr_psprintf(p, "The execution timed out after %d s and was interrupted "
@@ -349,6 +361,8 @@ static const char *failure_text(apr_pool_t *p, const ci_sandbox *sb,
                             secs);
     case CI_EXEC_INTERRUPTED:
         return "The execution was stopped because the request ended.";
+    case CI_EXEC_NOT_RUN:
+        return "Not run: the sandbox did not accept the call.";
     default:
         return "The interpreter process died during the execution (out of memory, "
                "a crash, or it exited).";
@@ -383,8 +397,10 @@ static ci_exec_outcome read_execution(ci_sandbox *sb, int *kept)
     }
 }
 
-static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
-                              ci_exec_result *res)
+/* One execution: frame TYPE (RUN: code; SHELL: a shell call) with PAYLOAD
+ * sent, and read to its END into RES. */
+static void execute(ci_sandbox *sb, apr_pool_t *p, int type, const char *payload,
+                    apr_size_t len, ci_exec_result *res)
 {
     apr_time_t began = apr_time_now();
     ci_exec_outcome why;
@@ -393,7 +409,7 @@ static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     ci_ndjson_reset(sb->nd);
     pthread_mutex_lock(&sb->lock);
     sent = !sb->killed && sb->fd >= 0 &&
-           ci_sup_send(sb->fd, CI_SUP_RUN, sb->id, code, strlen(code)) == 0;
+           ci_sup_send(sb->fd, type, sb->id, payload, len) == 0;
     pthread_mutex_unlock(&sb->lock);
     if (!sent)
         why = sb->killed ? CI_EXEC_INTERRUPTED : CI_EXEC_LOST;
@@ -401,12 +417,32 @@ static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
         why = read_execution(sb, &kept);
     /* Past the hard cap, the reader's own message says what happened. */
     ci_ndjson_result(sb->nd, why,
-                     why == CI_EXEC_COMPLETED ? NULL : failure_text(p, sb, why, kept),
-                     res);
-    /* A kept interpreter is said so; a lost one the model is told about as
-     * for any failed execution (ci_exec_model_text). */
-    res->failure_says_all = kept;
+                     why == CI_EXEC_COMPLETED ? NULL
+                     : failure_text(p, sb, why, kept, type == CI_SUP_SHELL), res);
+    /* A kept interpreter is said so, as is a call not run (nothing was
+     * lost); a lost one the model is told about as for any failed
+     * execution (ci_exec_model_text). */
+    res->failure_says_all = kept || why == CI_EXEC_NOT_RUN;
     res->duration = apr_time_now() - began;
+}
+
+static apr_status_t local_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
+                              ci_exec_result *res)
+{
+    execute(sb, p, CI_SUP_RUN, code, strlen(code), res);
+    return APR_SUCCESS;
+}
+
+/* The kernel runs the commands (ci_kernel.py's shell_call); the supervisor
+ * bounds the whole call by the tool's timeout, as it bounds a run. */
+static apr_status_t local_run_commands(ci_sandbox *sb, apr_pool_t *p,
+                                       const ci_shell_action *action, ci_exec_result *res)
+{
+    apr_size_t len;
+    const char *payload = ci_sup_shell_encode(p, action, &len);
+    execute(sb, p, CI_SUP_SHELL, payload, len, res);
+    if (!res->commands)           /* none ran: still a shell call's result */
+        res->commands = apr_array_make(p, 1, sizeof(ci_command_result));
     return APR_SUCCESS;
 }
 
@@ -541,7 +577,7 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 
 const ci_provider ci_provider_local = {
     .name = "local",
-    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES,
+    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,
     .conf_copy = local_conf_copy,
@@ -550,6 +586,7 @@ const ci_provider ci_provider_local = {
     .probe = local_probe,
     .start = local_start,
     .run = local_run,
+    .run_commands = local_run_commands,
     .interrupt = local_interrupt,
     .destroy = local_destroy,
     .warm_take = local_warm_take,

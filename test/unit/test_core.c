@@ -1600,6 +1600,90 @@ static void test_ndjson_hard_cap(void **state)
     assert_string_equal(r.text, "");
 }
 
+static const ci_command_result *command_at(const ci_exec_result *r, int i)
+{
+    return &APR_ARRAY_IDX(r->commands, i, ci_command_result);
+}
+
+static void test_ndjson_commands(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_exec_result r;
+    nd_run(p, "{'type':'command','stdout':'a\\n','stderr':'','exit_code':0}\n"
+              "{'type':'command','stdout':'','stderr':'no\\u0000pe \xff\\n','exit_code':137}\n"
+              "{'type':'command','stdout':'x','stderr':'y','timeout':true}\n"
+              "{'type':'files','changed':['out.txt']}\n"
+              "{'type':'end_of_execution'}\n", 100, &r);
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_null(r.failure);
+    assert_string_equal(r.text, "");
+    assert_int_equal(r.commands->nelts, 3);
+    assert_string_equal(command_at(&r, 0)->stdout_text, "a\n");
+    assert_string_equal(command_at(&r, 0)->stderr_text, "");
+    assert_int_equal(command_at(&r, 0)->exit_code, 0);
+    assert_int_equal(command_at(&r, 0)->timed_out, 0);
+    /* NUL and invalid UTF-8 as U+FFFD, as everywhere */
+    assert_string_equal(command_at(&r, 1)->stderr_text,
+                        "no\xEF\xBF\xBDpe \xEF\xBF\xBD\n");
+    assert_int_equal(command_at(&r, 1)->exit_code, 137);
+    assert_int_equal(command_at(&r, 1)->timed_out, 0);
+    assert_string_equal(command_at(&r, 2)->stdout_text, "x");
+    assert_string_equal(command_at(&r, 2)->stderr_text, "y");
+    assert_int_equal(command_at(&r, 2)->timed_out, 1);
+    assert_int_equal(r.files->nelts, 1);
+    assert_string_equal(APR_ARRAY_IDX(r.files, 0, const char *), "out.txt");
+
+    /* code's results have none */
+    nd_run(p, "{'type':'stdout','text':'hi'}\n{'type':'end_of_execution'}\n", 100, &r);
+    assert_null(r.commands);
+    assert_string_equal(r.text, "hi");
+}
+
+static void test_ndjson_malformed_command_is_a_protocol_error(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const bad[] = {
+        "{'type':'command','stdout':'','exit_code':0}",
+        "{'type':'command','stderr':'','exit_code':0}",
+        "{'type':'command','stdout':1,'stderr':'','exit_code':0}",
+        "{'type':'command','stdout':'','stderr':''}",
+        "{'type':'command','stdout':'','stderr':'','exit_code':'0'}",
+        "{'type':'command','stdout':'','stderr':'','exit_code':256}",
+        "{'type':'command','stdout':'','stderr':'','exit_code':-1}",
+        "{'type':'command','stdout':'','stderr':'','timeout':false}",
+        "{'type':'command','stdout':'','stderr':'','timeout':1}",
+        "{'type':'command','stdout':'','stderr':'','exit_code':0,'timeout':true}",
+    };
+    size_t i;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        ci_exec_result r;
+        nd_run(p, apr_pstrcat(p, "{'type':'command','stdout':'ok','stderr':'','exit_code':0}\n",
+                              bad[i], "\n{'type':'end_of_execution'}\n", NULL), 100, &r);
+        assert_int_equal(r.outcome, CI_EXEC_LOST);
+        assert_str(r.failure, "The sandbox's answer broke its line protocol (a "
+                              "malformed command result).");
+        /* what came before it is still there */
+        assert_int_equal(r.commands->nelts, 1);
+        assert_string_equal(command_at(&r, 0)->stdout_text, "ok");
+    }
+}
+
+static void test_ndjson_commands_count_against_the_hard_cap(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *line = J(p, "{'type':'command','stdout':'aaaa','stderr':'','exit_code':0}\n");
+    apr_size_t l1 = strlen(line);
+    ci_ndjson *nd = ci_ndjson_create(p, 100, 2 * l1 - 1);
+    ci_exec_result r;
+    assert_int_equal(ci_ndjson_feed(nd, line, l1), 0);
+    assert_int_equal(ci_ndjson_feed(nd, line, l1), -1);      /* one byte past it */
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
+    assert_str(r.failure, "The execution produced more output than the sandbox "
+                          "accepts and was stopped.");
+    assert_int_equal(r.commands->nelts, 1);
+}
+
 static void test_ndjson_long_line(void **state)
 {
     apr_pool_t *p = *state;
@@ -2942,6 +3026,9 @@ int main(void)
         TEST(test_ndjson_last_line_without_newline),
         TEST(test_ndjson_ready_and_reset),
         TEST(test_ndjson_hard_cap),
+        TEST(test_ndjson_commands),
+        TEST(test_ndjson_malformed_command_is_a_protocol_error),
+        TEST(test_ndjson_commands_count_against_the_hard_cap),
         TEST(test_ndjson_long_line),
         TEST(test_ndjson_truncation),
         TEST(test_ndjson_truncation_utf8),

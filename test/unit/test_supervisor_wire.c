@@ -1,8 +1,9 @@
 /*
  * test_supervisor_wire.c - the supervisor protocol's frames and payloads
  * (mod_code_interpreter/sandbox/ci_supervisor_wire.c): round trips, frames cut
- * anywhere, malformed and oversized frames, and sandbox definitions that
- * are refused.
+ * anywhere, malformed and oversized frames, sandbox definitions that
+ * are refused, and the shell calls a SHELL carries (bounded, checked,
+ * re-encoded for the kernel).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -225,6 +226,125 @@ static void test_warm_set_round_trip(void **state)
     assert_string_equal(err, "a list was expected");
 }
 
+/* ---- SHELL ---------------------------------------------------------------- */
+
+static ci_shell_action shell_action(int n, const char *const *commands,
+                                    apr_interval_time_t timeout, apr_size_t max_output)
+{
+    ci_shell_action a;
+    apr_array_header_t *list = apr_array_make(pool, n, sizeof(const char *));
+    int i;
+    for (i = 0; i < n; i++)
+        *(const char **)apr_array_push(list) = commands[i];
+    a.commands = list;
+    a.timeout = timeout;
+    a.max_output = max_output;
+    return a;
+}
+
+/* The kernel's line for PAYLOAD, or the refusal (prefixed "!"). */
+static const char *shell_line(const char *payload)
+{
+    ci_sup_frame f = { CI_SUP_SHELL, 3, payload, strlen(payload) };
+    const char *line = NULL, *err;
+    apr_size_t len = 0;
+    if ((err = ci_sup_shell_decode(pool, &f, &line, &len)))
+        return apr_pstrcat(pool, "!", err, NULL);
+    assert_int_equal(len, strlen(line));
+    return line;
+}
+
+static void test_shell_round_trip(void **state)
+{
+    const char *const cmds[] = { "ls -l /mnt/data", "printf 'a\\nb' \"$HOME\"",
+                                 "echo \xc3\xa9t\xc3\xa9 \xe2\x98\x83" };
+    ci_shell_action a = shell_action(3, cmds, 1500 * 1000, 4096);
+    apr_size_t len;
+    const char *payload = ci_sup_shell_encode(pool, &a, &len);
+    assert_int_equal(len, strlen(payload));
+    assert_string_equal(payload,
+        "{\"commands\":[\"ls -l /mnt/data\",\"printf 'a\\\\nb' \\\"$HOME\\\"\","
+        "\"echo \xc3\xa9t\xc3\xa9 \xe2\x98\x83\"],\"timeout_ms\":1500,\"max_output\":4096}");
+    assert_string_equal(shell_line(payload), apr_pstrcat(pool, "{\"shell\":", payload,
+                                                         "}", NULL));
+}
+
+static void test_shell_encode_rounds_and_bounds(void **state)
+{
+    const char *const one[] = { "true" };
+    ci_shell_action a = shell_action(1, one, 1, 0);
+    assert_string_equal(ci_sup_shell_encode(pool, &a, NULL),
+                        "{\"commands\":[\"true\"],\"timeout_ms\":1,\"max_output\":0}");
+    a = shell_action(1, one, 0, 5);                         /* at least 1 ms */
+    assert_string_equal(ci_sup_shell_encode(pool, &a, NULL),
+                        "{\"commands\":[\"true\"],\"timeout_ms\":1,\"max_output\":5}");
+    a = shell_action(1, one, apr_time_from_sec(10 * 86400), CI_HARD_OUTPUT_CAP + 1);
+    assert_string_equal(ci_sup_shell_encode(pool, &a, NULL),
+                        "{\"commands\":[\"true\"],\"timeout_ms\":86400000,"
+                        "\"max_output\":33554432}");
+    /* what encode bounds, decode accepts */
+    assert_string_equal(shell_line(ci_sup_shell_encode(pool, &a, NULL)),
+                        "{\"shell\":{\"commands\":[\"true\"],\"timeout_ms\":86400000,"
+                        "\"max_output\":33554432}}");
+}
+
+static void test_shell_is_re_encoded_from_what_was_understood(void **state)
+{
+    /* other keys dropped, the order made canonical, a NUL kept escaped */
+    assert_string_equal(shell_line("{\"max_output\":7,\"x\":{\"y\":1},\"timeout_ms\":20,"
+                                   "\"commands\":[\"a\\u0000b\",\"c\"],\"shell\":1}"),
+                        "{\"shell\":{\"commands\":[\"a\\u0000b\",\"c\"],\"timeout_ms\":20,"
+                        "\"max_output\":7}}");
+}
+
+static void test_shell_payloads_refused(void **state)
+{
+    const char *commands = "!a shell call's commands must be 1 to 1000 strings";
+    const char *timeout = "!a shell call's timeout_ms is out of range";
+    const char *output = "!a shell call's max_output is out of range";
+    const char *ok_tail = ",\"timeout_ms\":5,\"max_output\":5}";
+    char *many = apr_pstrdup(pool, "{\"commands\":[");
+    int i;
+    assert_string_equal(shell_line("[\"ls\"]"), "!a shell call must be an object");
+    assert_int_equal(shell_line("{\"commands\":")[0], '!');
+    assert_string_equal(shell_line(apr_pstrcat(pool, "{\"x\":1", ok_tail, NULL)), commands);
+    assert_string_equal(shell_line(apr_pstrcat(pool, "{\"commands\":[]", ok_tail, NULL)),
+                        commands);
+    assert_string_equal(shell_line(apr_pstrcat(pool, "{\"commands\":\"ls\"", ok_tail,
+                                               NULL)), commands);
+    assert_string_equal(shell_line(apr_pstrcat(pool, "{\"commands\":[\"ls\",1]", ok_tail,
+                                               NULL)), commands);
+    assert_string_equal(shell_line(apr_pstrcat(pool, "{\"commands\":[[\"ls\"]]", ok_tail,
+                                               NULL)), commands);
+    /* 1000 commands pass; 1001 do not */
+    for (i = 0; i < CI_SUP_MAX_COMMANDS; i++)
+        many = apr_pstrcat(pool, many, i ? "," : "", "\"true\"", NULL);
+    assert_string_equal(shell_line(apr_pstrcat(pool, many, "]", ok_tail, NULL)),
+                        apr_pstrcat(pool, "{\"shell\":", many, "]", ok_tail, "}", NULL));
+    assert_string_equal(shell_line(apr_pstrcat(pool, many, ",\"true\"]", ok_tail, NULL)),
+                        commands);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":0,"
+                                   "\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":-3,"
+                                   "\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":86400001,"
+                                   "\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":1.5,"
+                                   "\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":\"5\","
+                                   "\"max_output\":5}"), timeout);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":5}"), output);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":5,"
+                                   "\"max_output\":-1}"), output);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":5,"
+                                   "\"max_output\":33554433}"), output);
+    assert_string_equal(shell_line("{\"commands\":[\"ls\"],\"timeout_ms\":86400000,"
+                                   "\"max_output\":0}"),
+                        "{\"shell\":{\"commands\":[\"ls\"],\"timeout_ms\":86400000,"
+                        "\"max_output\":0}}");
+}
+
 #define TEST(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -238,6 +358,10 @@ int main(void)
         TEST(test_create_carries_the_whole_definition),
         TEST(test_incomplete_definitions_are_refused),
         TEST(test_warm_set_round_trip),
+        TEST(test_shell_round_trip),
+        TEST(test_shell_encode_rounds_and_bounds),
+        TEST(test_shell_is_re_encoded_from_what_was_understood),
+        TEST(test_shell_payloads_refused),
     };
     int rc;
     apr_initialize();
