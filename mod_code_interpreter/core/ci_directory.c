@@ -609,3 +609,9 @@ const char *ci_directory_item_container(ci_directory *d, const char *item_id,
     return m && owner && !strcmp(m->container->c.owner, owner) ? m->container->c.id
                                                                  : NULL;
 }
+
+int ci_directory_our_item(const char *id)
+{
+    return id && (!strncmp(id, "ci_", 3) || !strncmp(id, "sh_", 3) ||
+                  !strncmp(id, "sho_", 4));
+}

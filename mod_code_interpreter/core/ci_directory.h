@@ -196,4 +196,9 @@ const char *ci_directory_recall(ci_directory *d, const char *item_id, const char
 const char *ci_directory_item_container(ci_directory *d, const char *item_id,
                                         const char *owner);
 
+/* Whether ID is one of the items the module returns and remembers: a
+ * code_interpreter_call ("ci_..."), a shell_call ("sh_...") or its
+ * shell_call_output ("sho_..."). */
+int ci_directory_our_item(const char *id);
+
 #endif

@@ -48,7 +48,7 @@ Data model:
                        containers' deadlines, for claim_due.
   ci:r:RID     string  {c: container id, o: owner}: the container response
                        RID used. TTL: its container's record's.
-  ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_..." ids, and
+  ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_", "sh_", "sho_" ids, and
                        "pending:RID" for a response's pending output).
                        TTL: its container's record's.
   ci:m:ID      set     the ci:r and ci:i keys of container ID: their TTLs
@@ -82,6 +82,13 @@ Operations (besides ci_directory_ops's; "node" names the httpd node asking):
 
 local P = 'ci:'
 local GRACE_MS = 60000
+-- An item the module returns and remembers: a code_interpreter_call
+-- ("ci_..."), a shell_call ("sh_...") or its shell_call_output ("sho_...").
+local function our_item(id)
+  return id ~= nil and (string.sub(id, 1, 3) == 'ci_' or string.sub(id, 1, 3) == 'sh_' or
+                        string.sub(id, 1, 4) == 'sho_')
+end
+
 local MEMO_OVERHEAD = 64           -- ci_directory's per-item bookkeeping
 local DEFAULT_ITEMS = 64 * 1024 * 1024
 local MAX_LIST = 100
@@ -616,7 +623,7 @@ local function op_finish(o)
   end
   for _, it in ipairs(type(o.req.items) == 'table' and o.req.items or {}) do
     local id, text = str_of(it, 'id'), str_of(it, 'text')
-    if id and text and string.sub(id, 1, 3) == 'ci_' then remember(id, r, text, max) end
+    if text and our_item(id) then remember(id, r, text, max) end
   end
   if not rid then return end
   map_response(rid, r)
@@ -625,7 +632,7 @@ end
 
 local function op_recall(o)
   local id = str_of(o.req, 'item_id')
-  local m = id and string.sub(id, 1, 3) == 'ci_' and memo_of(k_item(id), o.owner) or nil
+  local m = our_item(id) and memo_of(k_item(id), o.owner) or nil
   o.ans.status = m and 'ok' or 'not_found'
   o.ans.text = m and m.t or NULL
   if m then o.ans.container_id = m.c end

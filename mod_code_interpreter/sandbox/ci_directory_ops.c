@@ -281,7 +281,7 @@ static void op_finish(op *o)
     for (i = 0; i < n; i++) {
         json_object *it = json_object_array_get_idx(items, i);
         const char *id = ci_json_str(it, "id"), *text = ci_json_str(it, "text");
-        if (id && text && !strncmp(id, "ci_", 3))
+        if (text && ci_directory_our_item(id))
             ci_directory_remember(o->d, id, o->owner, cid, text, o->now);
     }
     if (!rid)
@@ -294,7 +294,7 @@ static void op_finish(op *o)
 static void op_recall(op *o)
 {
     const char *id = ci_json_str(o->req, "item_id");
-    const char *text = id && !strncmp(id, "ci_", 3)
+    const char *text = ci_directory_our_item(id)
                            ? ci_directory_recall(o->d, id, o->owner) : NULL;
     answer_status(o, text ? CI_DIR_OK : CI_DIR_NOT_FOUND);
     add_str(o->ans, "text", text);
