@@ -12,7 +12,12 @@ One HTTP/1.1 server on loopback speaks both halves of the E2B protocol:
   Connect service ``/filesystem.Filesystem/{Stat,ListDir,MakeDir,Move,Remove}``
   (JSON codec), over a real directory per sandbox that stands for its "/"
   (``root`` in ``/_state``); executed code sees that sandbox's ``/mnt/data``
-  there, so a test can make files by running code;
+  there, so a test can make files by running code; and the process service
+  ``/process.Process/Start`` (server streaming, Connect envelopes) and
+  ``/process.Process/SendSignal``: the process really runs, on this host, in
+  the sandbox's directory (``/mnt/data`` in its arguments and cwd mapped the
+  same way), and its stream ends, as envd's does, only once every holder of
+  its stdout and stderr has closed them;
 * the code-interpreter data plane (``POST /execute``, ``POST /contexts``,
   ``GET /contexts``, ``DELETE /contexts/{id}``, ``POST /contexts/{id}/restart``,
   ``GET /health``), authenticated by the sandbox's ``X-Access-Token`` /
@@ -69,6 +74,7 @@ import socket
 import stat
 import string
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -114,6 +120,8 @@ SWITCHES = {
     "delete_status": int,
     "create_status": int,
     "create_without_token": bool,
+    # seconds between keepalives of /execute and of process streams (these
+    # otherwise follow the request's Keepalive-Ping-Interval, 90 s without)
     "keepalive_interval": float,
     "execute_status": int,
     "default_timeout": int,
@@ -312,6 +320,22 @@ FILESYSTEM_METHODS = {"Stat": ("path",), "ListDir": ("path", "depth"),
                       "MakeDir": ("path",), "Remove": ("path",),
                       "Move": ("source", "destination")}
 UPLOAD_PIECE = 64 * 1024
+# The process service (packages/envd/internal/services/process).
+PROCESS_METHODS = ("Start", "SendSignal")
+STREAM_TYPE = "application/connect+json"
+PROCESS_KEEPALIVE = 90.0        # envd's default without Keepalive-Ping-Interval
+STD_CHUNK = 32 * 1024           # envd reads each pipe 32 KiB at a time
+# Every process a sandbox runs carries this variable (its root): what the
+# fake kills when the sandbox ends (the real one's VM goes), descendants too.
+ROOT_MARKER = "FAKE_E2B_SANDBOX_ROOT"
+# Go's syscall.Signal names, as os.ProcessState.String() says them.
+GO_SIGNALS = {1: "hangup", 2: "interrupt", 3: "quit", 4: "illegal instruction",
+              5: "trace/breakpoint trap", 6: "aborted", 7: "bus error",
+              8: "floating point exception", 9: "killed", 10: "user defined signal 1",
+              11: "segmentation fault", 12: "user defined signal 2", 13: "broken pipe",
+              14: "alarm clock", 15: "terminated"}
+SIGNALS = {"SIGNAL_SIGKILL": signal.SIGKILL, 9: signal.SIGKILL,
+           "SIGNAL_SIGTERM": signal.SIGTERM, 15: signal.SIGTERM}
 
 
 class EnvdError(Exception):
@@ -371,6 +395,7 @@ class SandboxFiles:
             f.write(FAKE_PASSWD)
 
     def discard(self):
+        _kill_marked(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def data_names(self):
@@ -520,6 +545,102 @@ class SandboxFiles:
         return {"entry": self.entry(path)}
 
 
+def _kill_marked(root):
+    """SIGKILL every process of this host whose environment marks it as
+    sandbox ROOT's (what it ran and what that left behind)."""
+    marker = ("%s=%s" % (ROOT_MARKER, root)).encode()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/environ" % name, "rb") as f:
+                if marker not in f.read().split(b"\0"):
+                    continue
+            os.kill(int(name), signal.SIGKILL)
+        except OSError:
+            continue
+
+
+def _kill_quietly(pid):
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _go_status(returncode):
+    """(exitCode, exited, status) of a subprocess's return code, as Go's
+    os.ProcessState says them (ExitCode(), Exited(), String())."""
+    if returncode >= 0:
+        return returncode, True, "exit status %d" % returncode
+    name = GO_SIGNALS.get(-returncode, "signal %d" % -returncode)
+    return -1, False, "signal: " + name
+
+
+class EnvdProcess:
+    """One process envd started: its output goes to the stream that
+    subscribes (dropped when none does); it ends once both pipes are closed
+    by every holder (or SIGTERM/SIGKILL was sent), and it has exited."""
+
+    def __init__(self, popen, tag):
+        self.popen = popen
+        self.pid = popen.pid
+        self.tag = tag
+        self.events = queue.Queue()
+        self.subscribed = True
+        self.out_cancelled = threading.Event()
+        self.readers = [threading.Thread(target=self._read, args=(pipe, kind), daemon=True)
+                        for pipe, kind in ((popen.stdout, "stdout"), (popen.stderr, "stderr"))]
+        self.end = None
+
+    def start(self, on_end):
+        for t in self.readers:
+            t.start()
+        threading.Thread(target=self._wait, args=(on_end,), daemon=True).start()
+
+    def _read(self, pipe, kind):
+        try:
+            while True:
+                data = os.read(pipe.fileno(), STD_CHUNK)
+                if not data:
+                    return
+                if self.subscribed and not self.out_cancelled.is_set():
+                    self.events.put({"data": {kind: base64.b64encode(data).decode()}})
+        except OSError:
+            return
+        finally:
+            pipe.close()
+
+    def _wait(self, on_end):
+        while any(t.is_alive() for t in self.readers) and not self.out_cancelled.is_set():
+            self.out_cancelled.wait(0.05)
+        code = self.popen.wait()
+        if self.popen.stdin:
+            self.popen.stdin.close()
+        exit_code, exited, status = _go_status(code)
+        end = {"status": status}
+        if exit_code:
+            end["exitCode"] = exit_code
+        if exited:
+            end["exited"] = True
+        if code != 0:
+            end["error"] = status        # cmd.Wait()'s error says the same
+        self.end = end
+        on_end(self)
+        self.events.put({"end": end})
+        self.events.put(_DONE)
+
+    def signal(self, sig):
+        if sig in (signal.SIGKILL, signal.SIGTERM):
+            self.out_cancelled.set()
+        os.kill(self.pid, sig)
+
+
+def _envelope(flags, obj):
+    data = _go_json(obj).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
 def _absolute(path, user):
     """envd's ExpandAndResolve: "~" and relative paths from the user's home."""
     home = SANDBOX_USERS[user]
@@ -641,6 +762,7 @@ class Sandbox:
         default = Context(str(uuid.uuid4()))
         self.default_context_id = default.id
         self.contexts = {default.id: default}
+        self.processes = {}        # pid -> EnvdProcess, until it has ended
 
     def context(self, context_id=None):
         """The context CONTEXT_ID (None or "default": the default one), or None."""
@@ -706,6 +828,8 @@ class FakeE2BServer(ThreadingHTTPServer):
             self.contexts = []
             self.restarts = []
             self.envd = []
+            self.processes = []     # each process.Process/Start (also in envd)
+            self.signals = []       # each process.Process/SendSignal (also in envd)
             self.leaks = []
             self.expired_ids = []
             self.issued_tokens = {}  # token -> kind, kept after the sandbox is gone
@@ -807,6 +931,8 @@ class FakeE2BServer(ThreadingHTTPServer):
                 "contexts": list(self.contexts),
                 "restarts": list(self.restarts),
                 "envd": list(self.envd),
+                "processes": [dict(r) for r in self.processes],
+                "signals": list(self.signals),
                 "leaks": list(self.leaks),
                 "held": [dict(h) for h in self.held],
                 "hold_expired": list(self.hold_expired),
@@ -829,6 +955,7 @@ class FakeE2BServer(ThreadingHTTPServer):
                         "trafficAccessToken": sb.traffic_token,
                         "root": sb.files.root,
                         "data": sb.files.data_names(),
+                        "running": sorted(sb.processes),
                     }
                     for sb in self.sandboxes.values()
                 },
@@ -1054,7 +1181,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     self._text(400, "bad request body")
                     return
-            if parts == ["files"] or parts[:1] == ["filesystem.Filesystem"]:
+            if parts == ["files"] or parts[:1] in (["filesystem.Filesystem"],
+                                                    ["process.Process"]):
                 self._envd(parts)
             elif parts and parts[0].startswith("_"):
                 self._test_control(parts)
@@ -1522,9 +1650,10 @@ class Handler(BaseHTTPRequestHandler):
         headers = self._lower_headers()
         sid = headers.get("e2b-sandbox-id")
         rpc = parts[0] == "filesystem.Filesystem"
+        process = parts[0] == "process.Process"
         record = {"sandbox_id": sid, "method": self.command, "path": self.route,
                   "query": self.query, "headers": headers,
-                  "body": self._json_body() if rpc else None, "status": None,
+                  "body": self._json_body() if rpc or process else None, "status": None,
                   "peer": self._peer()}
         with srv.lock:
             srv.envd.append(record)
@@ -1534,6 +1663,8 @@ class Handler(BaseHTTPRequestHandler):
             self._envd_answer(record, 502, text="sandbox not found")
         elif headers.get("e2b-sandbox-port", ENVD_PORT) != ENVD_PORT:
             self._envd_answer(record, 404, {"detail": "Not Found"})
+        elif process:
+            self._envd_process(sb, parts, headers, record)
         elif rpc:
             self._envd_rpc(sb, parts, headers, record)
         elif self.command in ("GET", "POST"):
@@ -1608,6 +1739,228 @@ class Handler(BaseHTTPRequestHandler):
             return
         record["status"] = 200
         self._send(200, _go_json(answer).encode(), "application/json")
+
+    # -- envd's process service -------------------------------------------------
+    def _envd_process(self, sb, parts, headers, record):
+        """process.Process/Start (server streaming: Connect envelopes of JSON)
+        and process.Process/SendSignal (unary JSON), as envd's
+        services/process answers them."""
+        srv = self.server
+        method = parts[1] if len(parts) == 2 else None
+        with srv.lock:
+            if method == "Start":
+                srv.processes.append(record)
+            elif method == "SendSignal":
+                srv.signals.append(record)
+        if sb.envd_token and headers.get("x-access-token") != sb.envd_token:
+            self._envd_answer(record, 401, envd_error=ENVD_UNAUTHORIZED)
+            return
+        if method not in PROCESS_METHODS:
+            self._connect_error(record, EnvdError("unimplemented", "%s is not implemented"
+                                                  % self.route))
+            return
+        if self.command != "POST":
+            record["status"] = 405
+            self._send(405, b"", None, {"Allow": "POST"})
+            return
+        ctype = headers.get("content-type", "").split(";")[0].strip().lower()
+        wanted = STREAM_TYPE if method == "Start" else "application/json"
+        if ctype != wanted:
+            record["status"] = 415
+            self._send(415, b"", None, {"Accept-Post": wanted})
+            return
+        if method == "Start":
+            self._process_start(sb, headers, record)
+        else:
+            self._process_signal(sb, headers, record)
+
+    def _stream_error(self, record, err):
+        """A Connect stream's error: HTTP 200, no message, the end-of-stream
+        envelope {"error": {"code", "message"}}."""
+        record["status"] = 200
+        record["error"] = err.code
+        body = _envelope(2, {"error": {"code": err.code, "message": str(err)}})
+        self._send(200, body, STREAM_TYPE)
+
+    @staticmethod
+    def _start_request(body):
+        """The StartRequest in the request's one envelope."""
+        if len(body) < 5:
+            raise EnvdError("invalid_argument", "protocol error: incomplete envelope")
+        flags, length = struct.unpack(">BI", body[:5])
+        if flags & 1:
+            raise EnvdError("internal", "protocol error: sent compressed message without "
+                                        "compression support")
+        if len(body) != 5 + length:
+            raise EnvdError("invalid_argument", "protocol error: promised %d bytes in "
+                            "enveloped message, got %d bytes" % (length, len(body) - 5))
+        try:
+            req = json.loads(body[5:].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            req = None
+        if not isinstance(req, dict):
+            raise EnvdError("invalid_argument", "unmarshal into process.StartRequest: "
+                                                "syntax error")
+        return req
+
+    def _process_start(self, sb, headers, record):
+        try:
+            req = self._start_request(self.body)
+            record["body"] = req
+            user = self._rpc_user(headers)
+            proc = self._spawn(sb, req, user, headers)
+        except EnvdError as err:
+            self._stream_error(record, err)
+            return
+        record["pid"] = proc.pid
+        self._process_stream(proc, record, headers)
+
+    def _spawn(self, sb, req, user, headers):
+        """Start REQ's process as envd does (handler.New, Start): its cwd must
+        exist; PATH, HOME, USER, LOGNAME, the sandbox's envVars and the
+        request's envs; stdin a pipe unless "stdin" is false; in envd's own
+        process group. /mnt/data in its arguments and cwd, and HOME, are the
+        sandbox's directory on this host."""
+        config = req.get("process")
+        if not isinstance(config, dict):
+            config = {}
+        cmd, args = config.get("cmd", ""), config.get("args") or []
+        envs, cwd = config.get("envs") or {}, config.get("cwd") or ""
+        if not isinstance(cmd, str) or not isinstance(cwd, str) or \
+                not isinstance(args, list) or not all(isinstance(a, str) for a in args) or \
+                not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
+            raise EnvdError("invalid_argument", "unmarshal into process.StartRequest: "
+                                                "invalid value")
+        if req.get("pty") is not None:
+            raise EnvdError("unimplemented", "this fake runs no pty")
+        try:
+            cwd = _absolute(cwd or SANDBOX_USERS[user], user)
+            host, _ = sb.files.host(cwd)
+        except ValueError as exc:
+            raise EnvdError("invalid_argument", str(exc))
+        if not os.path.exists(host):
+            raise EnvdError("invalid_argument", "cwd '%s' does not exist" % cwd)
+        data = sb.files.root + "/mnt/data"
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "HOME": sb.files.root + SANDBOX_USERS[user], "USER": user, "LOGNAME": user}
+        env.update(sb.env_vars)
+        env.update(envs)
+        env[ROOT_MARKER] = sb.files.root
+        argv = [a.replace("/mnt/data", data) for a in [cmd] + args]
+        try:
+            popen = subprocess.Popen(argv, cwd=host, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL if req.get("stdin") is False
+                                     else subprocess.PIPE)
+        except OSError as exc:
+            raise EnvdError("invalid_argument", "error starting process '%s': %s"
+                            % (" ".join([cmd] + args), exc.strerror))
+        proc = EnvdProcess(popen, req.get("tag"))
+        with self.server.lock:
+            sb.processes[proc.pid] = proc
+
+        def ended(p):
+            with self.server.lock:
+                sb.processes.pop(p.pid, None)
+
+        try:
+            timeout_ms = int(headers.get("connect-timeout-ms", "0"))
+        except ValueError:
+            timeout_ms = 0
+        if timeout_ms > 0:
+            # exec.CommandContext: the process (not its group) is killed then
+            timer = threading.Timer(timeout_ms / 1000.0, _kill_quietly, (proc.pid,))
+            timer.daemon = True
+            timer.start()
+        proc.start(ended)
+        return proc
+
+    def _process_stream(self, proc, record, headers):
+        """The start event, the data events as the pipes give them (a
+        keepalive after each quiet interval), the end event once both pipes
+        are closed and the process has exited, then the end of the stream.
+        A client that goes away leaves the process running, its output
+        dropped."""
+        interval = self.server.switch("keepalive_interval")
+        if interval is None:
+            try:
+                interval = float(int(headers.get("keepalive-ping-interval", "")))
+            except ValueError:
+                interval = PROCESS_KEEPALIVE
+        record["status"] = 200
+        record["end"] = None
+        self.send_response(200)
+        self.send_header("Content-Type", STREAM_TYPE)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        try:
+            self._chunk(_envelope(0, {"event": {"start": {"pid": proc.pid}}}))
+            quiet = 0.0
+            while True:
+                try:
+                    item = proc.events.get(timeout=min(interval, CLIENT_CHECK))
+                except queue.Empty:
+                    if self._client_gone():
+                        raise ConnectionResetError("the client closed the connection")
+                    quiet += CLIENT_CHECK
+                    if quiet >= interval:
+                        quiet = 0.0
+                        self._chunk(_envelope(0, {"event": {"keepalive": {}}}))
+                    continue
+                if item is _DONE:
+                    break
+                quiet = 0.0
+                self._chunk(_envelope(0, {"event": item}))
+                if "end" in item:
+                    record["end"] = item["end"]
+            self._chunk(_envelope(2, {}))
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            proc.subscribed = False
+            record["client_gone"] = True
+            self.close_connection = True
+
+    def _process_signal(self, sb, headers, record):
+        try:
+            if "authorization" in headers:
+                self._rpc_user(headers)     # authn refuses an unknown user
+            req = record["body"]
+            if not isinstance(req, dict):
+                raise EnvdError("invalid_argument", "unmarshal into "
+                                                    "process.SendSignalRequest: syntax error")
+            proc = self._find_process(sb, req.get("process"))
+            sig = SIGNALS.get(req.get("signal"))
+            if sig is None:
+                raise EnvdError("unimplemented", "invalid signal: %s"
+                                % req.get("signal", "SIGNAL_UNSPECIFIED"))
+            record["pid"] = proc.pid
+            try:
+                proc.signal(sig)
+            except OSError as exc:
+                raise EnvdError("internal", "error sending signal: %s" % exc.strerror)
+        except EnvdError as err:
+            self._connect_error(record, err)
+            return
+        record["status"] = 200
+        self._send(200, b"{}", "application/json")
+
+    def _find_process(self, sb, selector):
+        """getProcess: by pid, or by tag."""
+        selector = selector if isinstance(selector, dict) else {}
+        with self.server.lock:
+            if isinstance(selector.get("pid"), int):
+                proc = sb.processes.get(selector["pid"])
+                if proc is None:
+                    raise EnvdError("not_found", "process with pid %d not found"
+                                    % selector["pid"])
+                return proc
+            if isinstance(selector.get("tag"), str):
+                for proc in sb.processes.values():
+                    if proc.tag == selector["tag"]:
+                        return proc
+                raise EnvdError("not_found", "process with tag %s not found" % selector["tag"])
+        raise EnvdError("unimplemented", "invalid input type <nil>")
 
     @staticmethod
     def _filesystem_call(files, method, req, user):

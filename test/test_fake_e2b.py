@@ -5,6 +5,7 @@ import http.client
 import json
 import os
 import re
+import struct
 import subprocess
 import sys
 import threading
@@ -927,3 +928,193 @@ def test_execute_writes_into_the_sandbox_data_dir(fake, server):
     root = sandbox_root(server, sb)
     fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
     assert not os.path.exists(root)
+
+
+# ---- envd's process service -------------------------------------------------
+
+STREAM = "application/connect+json"
+
+
+def envelope(obj, flags=0):
+    data = json.dumps(obj).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def read_frame(resp):
+    """The next Connect envelope of a streaming answer: (flags, JSON)."""
+    head = resp.read(5)
+    assert len(head) == 5, head
+    flags, n = struct.unpack(">BI", head)
+    return flags, json.loads(resp.read(n))
+
+
+def all_frames(raw):
+    out, i = [], 0
+    while i < len(raw):
+        flags, n = struct.unpack(">BI", raw[i:i + 5])
+        out.append((flags, json.loads(raw[i + 5:i + 5 + n])))
+        i += 5 + n
+    assert i == len(raw)
+    return out
+
+
+def process_headers(sb, **extra):
+    return envd_headers(sb, **dict({"Content-Type": STREAM, "Authorization": USER_AUTH,
+                                    "Connect-Protocol-Version": "1"}, **extra))
+
+
+def start_process(fake, sb, process, headers=None, conn=None):
+    """A whole Start stream: (HTTP status, content type, frames)."""
+    resp, raw = fake.request("POST", "/process.Process/Start", envelope({"process": process}),
+                             headers=headers or process_headers(sb), conn=conn)
+    frames = all_frames(raw) if resp.status == 200 else raw
+    return resp.status, resp.getheader("Content-Type"), frames
+
+
+def process_output(frames, kind):
+    return b"".join(base64.b64decode(f["event"]["data"][kind]) for _, f in frames
+                    if kind in f.get("event", {}).get("data", {}))
+
+
+def send_signal(fake, sb, body, headers=None):
+    h = headers or envd_headers(sb, **{"Authorization": USER_AUTH,
+                                       "Connect-Protocol-Version": "1"})
+    resp, raw = fake.request("POST", "/process.Process/SendSignal", body, headers=h)
+    return resp.status, json.loads(raw) if raw else None
+
+
+def data_sandbox(fake):
+    sb = fake.create()
+    assert fs_call(fake, sb, "MakeDir", {"path": "/mnt/data"})[0] == 200
+    return sb
+
+
+def test_process_start_streams_start_data_end(fake, server):
+    sb = data_sandbox(fake)
+    fake.execute(sb, "open('/mnt/data/from_code.txt', 'w').write('from python\\n')")
+    status, ctype, frames = start_process(fake, sb, {
+        "cmd": "/bin/bash", "cwd": "/mnt/data",
+        "args": ["-c", "cat from_code.txt; echo oops >&2; echo made > made.txt; exit 3"]})
+    assert (status, ctype) == (200, STREAM)
+    pid = frames[0][1]["event"]["start"]["pid"]
+    assert frames[0] == (0, {"event": {"start": {"pid": pid}}})
+    assert process_output(frames, "stdout") == b"from python\n"
+    assert process_output(frames, "stderr") == b"oops\n"
+    assert frames[-2:] == [(0, {"event": {"end": {"exitCode": 3, "exited": True,
+                                                   "status": "exit status 3",
+                                                   "error": "exit status 3"}}}),
+                           (2, {})]
+    lines = fake.execute(sb, "print(open('/mnt/data/made.txt').read(), end='')")
+    assert [l["text"] for l in lines if l["type"] == "stdout"] == ["made\n"]
+    # exit 0: zero values left out; a signal: exitCode -1, not exited
+    _, _, frames = start_process(fake, sb, {"cmd": "true"})
+    assert frames[-2:] == [(0, {"event": {"end": {"exited": True,
+                                                   "status": "exit status 0"}}}), (2, {})]
+    _, _, frames = start_process(fake, sb, {"cmd": "/bin/bash", "args": ["-c", "kill -9 $$"]})
+    assert frames[-2] == (0, {"event": {"end": {"exitCode": -1, "status": "signal: killed",
+                                                "error": "signal: killed"}}})
+    starts = fake.state()["processes"]
+    assert [s["status"] for s in starts] == [200, 200, 200]
+    assert starts[0]["pid"] == pid and starts[0]["end"]["exitCode"] == 3
+    assert starts[0]["body"]["process"]["cwd"] == "/mnt/data"
+    assert fake.state()["sandboxes"][sb["sandboxID"]]["running"] == []
+
+
+def test_process_stream_waits_for_inherited_pipes_until_signalled(fake, server):
+    sb = data_sandbox(fake)
+    fake.control(keepalive_interval=0.1)
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=30)
+    conn.request("POST", "/process.Process/Start",
+                 envelope({"process": {"cmd": "/bin/bash",
+                                       "args": ["-c", "sleep 300 & echo $!"]}}),
+                 headers=process_headers(sb))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    pid = read_frame(resp)[1]["event"]["start"]["pid"]
+    background = int(base64.b64decode(read_frame(resp)[1]["event"]["data"]["stdout"]))
+    # bash has exited, but sleep holds the pipes: keepalives, no end
+    assert [read_frame(resp) for _ in range(2)] == [(0, {"event": {"keepalive": {}}})] * 2
+    assert fake.state()["sandboxes"][sb["sandboxID"]]["running"] == [pid]
+    assert send_signal(fake, sb, {"process": {"pid": pid}, "signal": "SIGNAL_SIGTERM"}) == \
+        (200, {})
+    frame = read_frame(resp)
+    while frame[1] == {"event": {"keepalive": {}}}:
+        frame = read_frame(resp)
+    assert frame == (0, {"event": {"end": {"exited": True, "status": "exit status 0"}}})
+    assert read_frame(resp) == (2, {})
+    conn.close()
+    os.kill(background, 0)                        # still running
+    signals = fake.state()["signals"]
+    assert [(s["pid"], s["status"], s["body"]["signal"]) for s in signals] == \
+        [(pid, 200, "SIGNAL_SIGTERM")]
+    assert send_signal(fake, sb, {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}) == (
+        404, {"code": "not_found", "message": "process with pid %d not found" % pid})
+    # the sandbox ends: what it left running ends with it
+    fake.json("DELETE", "/sandboxes/" + sb["sandboxID"])
+    assert process_gone(background)
+
+
+def process_gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_process_client_gone_leaves_it_running(fake, server):
+    sb = data_sandbox(fake)
+    conn = http.client.HTTPConnection("127.0.0.1", fake.port, timeout=30)
+    conn.request("POST", "/process.Process/Start",
+                 envelope({"process": {"cmd": "/bin/bash", "args": ["-c", "echo $$; sleep 300"]}}),
+                 headers=process_headers(sb))
+    resp = conn.getresponse()
+    pid = read_frame(resp)[1]["event"]["start"]["pid"]
+    assert read_frame(resp)[1]["event"]["data"]["stdout"]
+    conn.close()
+    wait_state(fake, lambda st: st["processes"][0].get("client_gone"), "the client to go")
+    os.kill(pid, 0)
+    assert fake.state()["sandboxes"][sb["sandboxID"]]["running"] == [pid]
+    assert send_signal(fake, sb, {"process": {"pid": pid}, "signal": "SIGNAL_SIGKILL"}) == \
+        (200, {})
+    wait_state(fake, lambda st: st["sandboxes"][sb["sandboxID"]]["running"] == [],
+               "the process to end")
+
+
+def test_process_errors_as_envd_answers_them(fake, server):
+    sb = data_sandbox(fake)
+    proc = {"cmd": "true"}
+    # envd's own token check: a plain JSON 401
+    status, _, body = start_process(fake, sb, proc,
+                                    headers=process_headers(sb, **{"X-Access-Token": "bad"}))
+    assert (status, json.loads(body)) == (401, {"code": 401,
+                                                "message": fake_e2b.ENVD_UNAUTHORIZED})
+    # Connect errors of a stream: HTTP 200, the end-of-stream envelope
+    h = process_headers(sb)
+    del h["Authorization"]
+    assert start_process(fake, sb, proc, headers=h) == (200, STREAM, [
+        (2, {"error": {"code": "unauthenticated", "message": "no user specified"}})])
+    assert start_process(fake, sb, {"cmd": "true", "cwd": "/nope"}) == (200, STREAM, [
+        (2, {"error": {"code": "invalid_argument",
+                       "message": "cwd '/nope' does not exist"}})])
+    # a unary content type on a streaming procedure; an unknown sandbox
+    status, _, _ = start_process(fake, sb, proc, headers=process_headers(
+        sb, **{"Content-Type": "application/json"}))
+    assert status == 415
+    status, _, body = start_process(fake, sb, proc, headers=process_headers(
+        sb, **{"E2b-Sandbox-Id": "inope"}))
+    assert (status, body) == (502, b"sandbox not found")
+    assert send_signal(fake, sb, {"process": {"pid": 999999}, "signal": "SIGNAL_SIGKILL"}) == (
+        404, {"code": "not_found", "message": "process with pid 999999 not found"})
+    assert send_signal(fake, sb, {"process": {"pid": 1}, "signal": "SIGNAL_SIGKILL"},
+                       headers=envd_headers(sb, **{"X-Access-Token": "bad"})) == (
+        401, {"code": 401, "message": fake_e2b.ENVD_UNAUTHORIZED})
+    st = fake.state()
+    # (a sandbox the proxy does not know is no envd's: among the envd calls only)
+    assert [s["status"] for s in st["processes"]] == [401, 200, 200, 415]
+    assert [s.get("error") for s in st["processes"]] == \
+        [None, "unauthenticated", "invalid_argument", None]
+    assert [(c["path"], c["status"]) for c in st["envd"] if c["status"] == 502] == \
+        [("/process.Process/Start", 502)]
+    assert [s["status"] for s in st["signals"]] == [404, 401]
+    assert all(c["path"].startswith("/process.Process/") for c in st["envd"][1:])

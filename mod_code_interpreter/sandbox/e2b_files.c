@@ -32,18 +32,11 @@
 #include "ci_json.h"
 #include "e2b_internal.h"
 
-#define ENVD_PORT "49983"
-#define DATA_DIR "/mnt/data"
+#define DATA_DIR E2B_DATA_DIR
 /* Where the sandbox keeps the record of uploads (outside /mnt/data, so it
  * is no container file). */
 #define RECORD_DIR "/home/user"
 #define RECORD_PATH RECORD_DIR "/.ci-uploads"
-/* The sandbox user envd acts as (files it writes are the code's to change):
- * the query parameter of /files, the Basic credentials of the service,
- * base64("user:"). Sent always: envd before 0.4 has no default user. */
-#define ENVD_USER "user"
-#define ENVD_BASIC "Basic dXNlcjo="
-#define ENVD_CONNECT_MS 10000L
 #define ENVD_CALL_MS 30000L
 #define ENVD_TRANSFER_MS 600000L
 /* A listing of CI_CFILE_MAX_LISTED files is a few MB of JSON. */
@@ -51,15 +44,6 @@
 #define MAX_RECORD ((apr_size_t)4 * 1024 * 1024)
 #define MAX_ERROR_BODY ((apr_size_t)64 * 1024)
 #define TEMP_HEX_BYTES 8
-
-/* How an envd call ended. */
-typedef enum {
-    ENVD_OK,
-    ENVD_MISSING,       /* not found (404 / not_found) */
-    ENVD_EXISTS,        /* already exists (409 / already_exists) */
-    ENVD_GONE,          /* the sandbox is gone (the proxy's 502) */
-    ENVD_FAILED         /* anything else: *ERR says what */
-} envd_rc;
 
 /* An entry of a listing, as envd's EntryInfo says it. */
 typedef struct entry {
@@ -72,9 +56,7 @@ typedef struct entry {
 
 /* ---- calls ---------------------------------------------------------------- */
 
-/* envd's base URL: the data plane's host with envd's port, or the
- * sandbox_url override (a proxy that routes by E2b-Sandbox-Port). */
-static const char *envd_base(ci_sandbox *sb, apr_pool_t *p)
+const char *e2b_envd_base(ci_sandbox *sb, apr_pool_t *p)
 {
     static const char data_host[] = "https://" E2B_PORT "-";
     if (!strncmp(sb->data_base, data_host, sizeof(data_host) - 1))
@@ -83,24 +65,25 @@ static const char *envd_base(ci_sandbox *sb, apr_pool_t *p)
     return sb->data_base;
 }
 
-typedef struct envd_call {
-    const char *url;
-    const char *rpc_body;         /* a filesystem call's JSON request */
-    curl_mime *mime;              /* an upload */
-    curl_write_callback on_data;  /* NULL: the answer goes to ANSWER */
-    void *baton;
-    ci_buf *answer;
-    long total_ms;
-} envd_call;
-
 static size_t on_collect(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
     size_t n = size * nmemb;
     return ci_buf_append(userdata, ptr, n) ? 0 : n;
 }
 
-/* One call to SB's envd. *STATUS: the HTTP status, 0 when none arrived. */
-static CURLcode envd_perform(ci_sandbox *sb, const envd_call *c, long *status)
+/* A Connect call's headers: its content type (unary JSON unless told),
+ * the protocol's version, the sandbox user; a stream's keepalive interval. */
+static int rpc_headers(const envd_call *c, struct curl_slist **hdrs)
+{
+    return e2b_add_header(hdrs, "Content-Type", c->rpc_type ? c->rpc_type
+                                                            : "application/json") ||
+           e2b_add_header(hdrs, "Connect-Protocol-Version", "1") ||
+           e2b_add_header(hdrs, "Authorization", ENVD_BASIC) ||
+           (c->rpc_type && e2b_add_header(hdrs, "Keepalive-Ping-Interval",
+                                          ENVD_KEEPALIVE_S));
+}
+
+CURLcode e2b_envd_perform(ci_sandbox *sb, const envd_call *c, long *status)
 {
     struct curl_slist *hdrs = NULL;
     ci_curl_transport t;
@@ -108,17 +91,13 @@ static CURLcode envd_perform(ci_sandbox *sb, const envd_call *c, long *status)
 
     *status = 0;
     curl_easy_reset(sb->curl);
-    if (e2b_sandbox_headers(sb, ENVD_PORT, &hdrs) ||
-        (c->rpc_body &&
-         (e2b_add_header(&hdrs, "Content-Type", "application/json") ||
-          e2b_add_header(&hdrs, "Connect-Protocol-Version", "1") ||
-          e2b_add_header(&hdrs, "Authorization", ENVD_BASIC))))
+    if (e2b_sandbox_headers(sb, ENVD_PORT, &hdrs) || (c->rpc_body && rpc_headers(c, &hdrs)))
         goto leave;
-    e2b_set_transport(sb->curl, &t, ENVD_CONNECT_MS, c->total_ms, NULL);
+    e2b_set_transport(sb->curl, &t, ENVD_CONNECT_MS, c->total_ms, c->abortable ? sb : NULL);
     curl_easy_setopt(sb->curl, CURLOPT_URL, c->url);
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, hdrs);
     if (c->rpc_body)
-        e2b_set_body(sb->curl, c->rpc_body, strlen(c->rpc_body));
+        e2b_set_body(sb->curl, c->rpc_body, c->rpc_len ? c->rpc_len : strlen(c->rpc_body));
     if (c->mime)
         curl_easy_setopt(sb->curl, CURLOPT_MIMEPOST, c->mime);
     curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, c->on_data ? c->on_data : on_collect);
@@ -132,8 +111,7 @@ leave:
     return rc;
 }
 
-/* A Connect error code ("not_found"): lower-case words, else NULL. */
-static const char *connect_code(json_object *root)
+const char *e2b_connect_code(json_object *root)
 {
     const char *code = root ? ci_json_str(root, "code") : NULL, *c;
     for (c = code; c && *c; c++)
@@ -145,8 +123,8 @@ static const char *connect_code(json_object *root)
 /* What a call that did not answer 200 means. ANSWER: its body (a Connect
  * error {"code": "not_found", "message"} or /files' {"code": 404,
  * "message"}); only the code goes into *ERR (a message may quote paths). */
-static envd_rc envd_failure(apr_pool_t *p, CURLcode rc, long status, const ci_buf *answer,
-                            const char **err)
+envd_rc e2b_envd_failure(apr_pool_t *p, CURLcode rc, long status, const ci_buf *answer,
+                         const char **err)
 {
     json_object *root = NULL;
     const char *code, *perr;
@@ -162,7 +140,7 @@ static envd_rc envd_failure(apr_pool_t *p, CURLcode rc, long status, const ci_bu
     }
     if (answer && answer->len)
         root = ci_json_parse(p, answer->data, answer->len, &perr);
-    code = connect_code(root);
+    code = e2b_connect_code(root);
     if (status == 404)
         return ENVD_MISSING;
     if (status == 409 && code && !strcmp(code, "already_exists"))
@@ -172,29 +150,36 @@ static envd_rc envd_failure(apr_pool_t *p, CURLcode rc, long status, const ci_bu
     return ENVD_FAILED;
 }
 
-/* POST /filesystem.Filesystem/METHOD with REQ: *OUT the answer. */
-static envd_rc rpc(ci_sandbox *sb, apr_pool_t *p, const char *method, json_object *req,
-                   json_object **out, const char **err)
+envd_rc e2b_envd_rpc(ci_sandbox *sb, apr_pool_t *p, const char *procedure, json_object *req,
+                     json_object **out, const char **err)
 {
     ci_buf answer;
-    envd_call c = { NULL, NULL, NULL, NULL, NULL, &answer, ENVD_CALL_MS };
+    envd_call c = { .answer = &answer, .total_ms = ENVD_CALL_MS };
     const char *perr;
     long status;
     CURLcode rc;
 
     ci_buf_init(&answer, p, MAX_LISTING);
-    c.url = apr_pstrcat(p, envd_base(sb, p), "/filesystem.Filesystem/", method, NULL);
+    c.url = apr_pstrcat(p, e2b_envd_base(sb, p), "/", procedure, NULL);
     c.rpc_body = ci_json_pstr(p, req, NULL);
-    rc = envd_perform(sb, &c, &status);
+    rc = e2b_envd_perform(sb, &c, &status);
     if (rc != CURLE_OK || status != 200)
-        return envd_failure(p, rc, status, &answer, err);
+        return e2b_envd_failure(p, rc, status, &answer, err);
     if (!(*out = ci_json_parse(p, answer.data ? answer.data : "", answer.len, &perr)) ||
         !json_object_is_type(*out, json_type_object)) {
-        *err = apr_pstrcat(p, "envd in the E2B sandbox answered ", method,
+        *err = apr_pstrcat(p, "envd in the E2B sandbox answered ", procedure,
                            " with an unreadable body", NULL);
         return ENVD_FAILED;
     }
     return ENVD_OK;
+}
+
+/* POST /filesystem.Filesystem/METHOD with REQ: *OUT the answer. */
+static envd_rc rpc(ci_sandbox *sb, apr_pool_t *p, const char *method, json_object *req,
+                   json_object **out, const char **err)
+{
+    return e2b_envd_rpc(sb, p, apr_pstrcat(p, "filesystem.Filesystem/", method, NULL), req,
+                        out, err);
 }
 
 static json_object *path_request(apr_pool_t *p, const char *key, const char *path)
@@ -216,7 +201,7 @@ static envd_rc rpc_path(ci_sandbox *sb, apr_pool_t *p, const char *method, const
 static const char *files_url(ci_sandbox *sb, apr_pool_t *p, const char *path)
 {
     char *q = curl_easy_escape(sb->curl, path, 0);
-    const char *url = q ? apr_pstrcat(p, envd_base(sb, p), "/files?path=", q,
+    const char *url = q ? apr_pstrcat(p, e2b_envd_base(sb, p), "/files?path=", q,
                                       "&username=" ENVD_USER, NULL) : NULL;
     curl_free(q);
     return url;
@@ -368,14 +353,14 @@ static ci_file_status leave(apr_pool_t *p, apr_pool_t *op, ci_file_status st,
 static json_object *read_record(ci_sandbox *sb, apr_pool_t *p)
 {
     ci_buf body;
-    envd_call c = { NULL, NULL, NULL, NULL, NULL, &body, ENVD_CALL_MS };
+    envd_call c = { .answer = &body, .total_ms = ENVD_CALL_MS };
     json_object *root;
     const char *perr;
     long status;
 
     ci_buf_init(&body, p, MAX_RECORD);
     if (!(c.url = files_url(sb, p, RECORD_PATH)) ||
-        envd_perform(sb, &c, &status) != CURLE_OK || status != 200 || !body.len ||
+        e2b_envd_perform(sb, &c, &status) != CURLE_OK || status != 200 || !body.len ||
         !(root = ci_json_parse(p, body.data, body.len, &perr)) ||
         !json_object_is_type(root, json_type_object))
         return NULL;
@@ -436,7 +421,7 @@ static ci_file_status upload(ci_sandbox *sb, apr_pool_t *p, const char *path, fe
                              const char **err)
 {
     ci_buf answer;
-    envd_call c = { NULL, NULL, NULL, NULL, NULL, &answer, ENVD_TRANSFER_MS };
+    envd_call c = { .answer = &answer, .total_ms = ENVD_TRANSFER_MS };
     curl_mimepart *part;
     CURLcode rc = CURLE_OUT_OF_MEMORY;
     long status = 0;
@@ -448,7 +433,7 @@ static ci_file_status upload(ci_sandbox *sb, apr_pool_t *p, const char *path, fe
         curl_mime_filename(part, path) == CURLE_OK &&
         curl_mime_type(part, "application/octet-stream") == CURLE_OK &&
         curl_mime_data_cb(part, -1, on_feed, NULL, NULL, f) == CURLE_OK)
-        rc = envd_perform(sb, &c, &status);
+        rc = e2b_envd_perform(sb, &c, &status);
     curl_mime_free(c.mime);
     if (f->why != CI_FILE_OK)
         return f->why;          /* what was sent is removed (put_via_temp) */
@@ -458,7 +443,7 @@ static ci_file_status upload(ci_sandbox *sb, apr_pool_t *p, const char *path, fe
         *err = "the E2B sandbox's disk is full";
         return CI_FILE_NO_ROOM;
     }
-    return file_status(envd_failure(p, rc, status, &answer, err));
+    return file_status(e2b_envd_failure(p, rc, status, &answer, err));
 }
 
 /* A fresh name under DIR that no one can have made a link of. */
@@ -651,21 +636,21 @@ static size_t on_fetch(char *ptr, size_t size, size_t nmemb, void *userdata)
 static ci_file_status download(ci_sandbox *sb, apr_pool_t *p, const char *name, fetch *f,
                                const char **err)
 {
-    envd_call c = { NULL, NULL, NULL, on_fetch, f, NULL, ENVD_TRANSFER_MS };
+    envd_call c = { .on_data = on_fetch, .baton = f, .total_ms = ENVD_TRANSFER_MS };
     CURLcode rc;
     long status;
 
     if (!(c.url = files_url(sb, p, apr_pstrcat(p, DATA_DIR "/", name, NULL))))
         return CI_FILE_FAILED;
     f->h = sb->curl;
-    rc = envd_perform(sb, &c, &status);
+    rc = e2b_envd_perform(sb, &c, &status);
     if (f->why != CI_FILE_OK) {
         if (f->why == CI_FILE_FAILED)
             *err = "the file changed while it was read";
         return f->why;
     }
     if (rc != CURLE_OK || status != 200)
-        return file_status(envd_failure(p, rc, status, NULL, err));
+        return file_status(e2b_envd_failure(p, rc, status, NULL, err));
     if (!f->told && !tell_size(f))
         return f->why;
     if (f->got != f->size) {

@@ -9,7 +9,9 @@
 #include <curl/curl.h>
 #include <apr_hash.h>
 #include <apr_pools.h>
+#include "ci_buf.h"
 #include "ci_curl.h"
+#include "ci_json.h"
 #include "ci_sandbox.h"
 
 /* The e2b provider's own keys of a sandbox tool (ci_sandbox_def's conf). */
@@ -27,6 +29,20 @@ typedef struct ci_e2b_conf {
 
 /* The code-interpreter server's port (data plane: /execute, /contexts). */
 #define E2B_PORT "49999"
+/* envd's port (files, processes). */
+#define ENVD_PORT "49983"
+/* The sandbox user envd acts as (files it writes, commands it runs, are the
+ * code's): the query parameter of /files, the Basic credentials of its
+ * Connect services, base64("user:"). Sent always: envd before 0.4 has no
+ * default user. */
+#define ENVD_USER "user"
+#define ENVD_BASIC "Basic dXNlcjo="
+#define ENVD_CONNECT_MS 10000L
+/* Seconds between the keepalive events of a process stream (the SDK's). */
+#define ENVD_KEEPALIVE_S "50"
+#define E2B_DATA_DIR "/mnt/data"
+
+#define MSG_STOPPED "The execution was stopped because the request ended."
 
 struct ci_sandbox {
     apr_pool_t *p;
@@ -43,6 +59,8 @@ struct ci_sandbox {
     int container;
     int idle;                 /* seconds it lives unused */
     char *context_id;         /* the execution context its code runs in */
+    int data_dir;             /* /mnt/data is known to exist (a container's,
+                                 or made for a shell call) */
 };
 
 /* ---- sandbox_e2b.c ---- */
@@ -61,12 +79,57 @@ void e2b_set_body(CURL *h, const char *body, apr_size_t len);
  * key), its id and the port (the sandbox proxy routes by them), no
  * "Expect: 100-continue". 0, or -1 out of memory. */
 int e2b_sandbox_headers(ci_sandbox *sb, const char *port, struct curl_slist **hdrs);
+/* Whether SB was interrupted. */
+int e2b_interrupted(ci_sandbox *sb);
+/* Before anything runs in SB: CI_EXEC_COMPLETED when it may go ahead (its
+ * life extended to cover it), else why not (*MSG for the model). */
+ci_exec_outcome e2b_before_run(ci_sandbox *sb, apr_pool_t *p, const char **msg);
 /* The sandbox HANDLE names (a container's, from e2b_handle), reached with no
  * call made: its life is left as it is. Its pool P's cleanup wipes it. */
 apr_status_t e2b_open(apr_pool_t *p, const ci_sandbox_def *def, const char *handle,
                       ci_sandbox **out, const char **err);
 
 /* ---- e2b_files.c: container files through envd ---- */
+
+/* How an envd call ended. */
+typedef enum {
+    ENVD_OK,
+    ENVD_MISSING,       /* not found (404 / not_found) */
+    ENVD_EXISTS,        /* already exists (409 / already_exists) */
+    ENVD_GONE,          /* the sandbox is gone (the proxy's 502) */
+    ENVD_FAILED         /* anything else: *ERR says what */
+} envd_rc;
+
+/* One call to envd (fields left out are 0/NULL). */
+typedef struct envd_call {
+    const char *url;
+    const char *rpc_body;         /* a Connect call's request */
+    apr_size_t rpc_len;           /* its length (0: a string) */
+    const char *rpc_type;         /* its content type (NULL: unary JSON; a
+                                     stream's also asks for keepalives) */
+    curl_mime *mime;              /* an upload */
+    curl_write_callback on_data;  /* NULL: the answer goes to ANSWER */
+    void *baton;
+    ci_buf *answer;
+    long total_ms;
+    int abortable;                /* stopped when the sandbox is interrupted */
+} envd_call;
+
+/* envd's base URL: the data plane's host with envd's port, or the
+ * sandbox_url override (a proxy that routes by E2b-Sandbox-Port). */
+const char *e2b_envd_base(ci_sandbox *sb, apr_pool_t *p);
+/* One call to SB's envd. *STATUS: the HTTP status, 0 when none arrived. */
+CURLcode e2b_envd_perform(ci_sandbox *sb, const envd_call *c, long *status);
+/* What a call that did not answer 200 means (*ERR: never a message of
+ * envd's, which may quote paths). */
+envd_rc e2b_envd_failure(apr_pool_t *p, CURLcode rc, long status, const ci_buf *answer,
+                         const char **err);
+/* A unary Connect call, POST /PROCEDURE ("process.Process/SendSignal") with
+ * REQ: *OUT the answer. */
+envd_rc e2b_envd_rpc(ci_sandbox *sb, apr_pool_t *p, const char *procedure, json_object *req,
+                     json_object **out, const char **err);
+/* A Connect error's code ("not_found"): lower-case words, else NULL. */
+const char *e2b_connect_code(json_object *root);
 
 ci_file_status e2b_files_list(apr_pool_t *p, const ci_file_target *t,
                               apr_array_header_t **files, const char **err);
@@ -87,5 +150,10 @@ apr_hash_t *e2b_files_snapshot(ci_sandbox *sb, apr_pool_t *p);
  * fails). Memory from P. */
 void e2b_files_changed(ci_sandbox *sb, apr_pool_t *p, apr_hash_t *before,
                        ci_exec_result *res);
+
+/* ---- e2b_process.c: the hosted shell through envd's process service ---- */
+
+apr_status_t e2b_run_commands(ci_sandbox *sb, apr_pool_t *p, const ci_shell_action *action,
+                              ci_exec_result *res);
 
 #endif

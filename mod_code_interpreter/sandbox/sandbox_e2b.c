@@ -56,7 +56,6 @@
 #define MAX_HANDLE_LEN 16384
 #define HANDLE_VERSION 1
 
-#define MSG_STOPPED "The execution was stopped because the request ended."
 #define MSG_EXPIRED "The sandbox expired (its lifetime ran out) and was " \
                     "discarded."
 #define MSG_RESTARTED " The container's interpreter was restarted: its " \
@@ -194,6 +193,11 @@ static size_t on_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
 static int is_interrupted(ci_sandbox *sb)
 {
     return apr_atomic_read32(&sb->interrupted) != 0;
+}
+
+int e2b_interrupted(ci_sandbox *sb)
+{
+    return is_interrupted(sb);
 }
 
 static int interrupted_cb(void *sb)
@@ -774,6 +778,19 @@ static ci_exec_outcome extend_lifetime(ci_sandbox *sb, apr_pool_t *p, const char
     }
 }
 
+ci_exec_outcome e2b_before_run(ci_sandbox *sb, apr_pool_t *p, const char **msg)
+{
+    if (!sb->id) {
+        *msg = "The sandbox was let go before the execution.";
+        return CI_EXEC_LOST;
+    }
+    if (is_interrupted(sb)) {
+        *msg = MSG_STOPPED;
+        return CI_EXEC_INTERRUPTED;
+    }
+    return extend_lifetime(sb, p, msg);
+}
+
 typedef struct stream {
     CURL *h;
     ci_ndjson *nd;
@@ -896,8 +913,8 @@ static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
 {
     apr_time_t began = apr_time_now();
     ci_exec_result got;
-    ci_exec_outcome why = CI_EXEC_INTERRUPTED;
-    const char *msg = MSG_STOPPED;
+    ci_exec_outcome why;
+    const char *msg = NULL;
     int sent = 0;
     apr_pool_t *tmp;
     ci_ndjson *nd;
@@ -906,12 +923,7 @@ static apr_status_t e2b_run(ci_sandbox *sb, apr_pool_t *p, const char *code,
     /* The reader and its line buffer live only as long as this execution. */
     apr_pool_create(&tmp, p);
     nd = ci_ndjson_create(tmp, sb->def->max_output, CI_HARD_OUTPUT_CAP);
-    if (!sb->id) {
-        why = CI_EXEC_LOST;
-        msg = "The sandbox was let go before the execution.";
-    }
-    else if (!is_interrupted(sb) &&
-             (why = extend_lifetime(sb, tmp, &msg)) == CI_EXEC_COMPLETED) {
+    if ((why = e2b_before_run(sb, tmp, &msg)) == CI_EXEC_COMPLETED) {
         sent = 1;
         /* a container's files before, to tell which ones the run changed */
         if (sb->container)
@@ -1052,6 +1064,7 @@ apr_status_t e2b_open(apr_pool_t *p, const ci_sandbox_def *def, const char *hand
     if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
         return rv;
     sb->container = 1;
+    sb->data_dir = 1;
     apr_pool_create(&tmp, p);
     why = take_handle(sb, tmp, handle);
     apr_pool_destroy(tmp);
@@ -1087,6 +1100,7 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
             APR_SUCCESS)
             return rv;
         sb->container = 1;
+        sb->data_dir = 1;
         sb->idle = idle_seconds;
         apr_pool_create(&tmp, p);
         why = create_context(sb, tmp);
@@ -1317,7 +1331,7 @@ static const char *e2b_tier(apr_pool_t *p, ci_sandbox_def *d, const char *value)
 
 const ci_provider ci_provider_e2b = {
     .name = "e2b",
-    .caps = CI_CAP_REMOTE | CI_CAP_CONTAINERS | CI_CAP_FILES,
+    .caps = CI_CAP_REMOTE | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL,
     .keys = "api_key, api_base, template, lifetime, internet, sandbox_url",
     .defaults = e2b_defaults,
     .conf_copy = e2b_conf_copy,
@@ -1326,6 +1340,7 @@ const ci_provider ci_provider_e2b = {
     .resolve = e2b_resolve,
     .start = e2b_start,
     .run = e2b_run,
+    .run_commands = e2b_run_commands,
     .interrupt = e2b_interrupt,
     .destroy = e2b_destroy,
     .remote_id = e2b_remote_id,

@@ -2011,6 +2011,326 @@ static void test_run_reports_changed_files(void **state)
     wait_deletes(1);
 }
 
+/* ---- the hosted shell (envd's process service) ---------------------------- */
+
+/* A shell call of the NULL-terminated COMMANDS, each bounded by TIMEOUT
+ * seconds, MAX characters of output each. */
+static ci_exec_result shell(ci_sandbox *sb, apr_pool_t *p, int timeout, apr_size_t max,
+                            const char *const *commands)
+{
+    apr_array_header_t *a = apr_array_make(p, 4, sizeof(const char *));
+    ci_shell_action action;
+    ci_exec_result res;
+    for (; *commands; commands++)
+        *(const char **)apr_array_push(a) = *commands;
+    action.commands = a;
+    action.timeout = apr_time_from_sec(timeout);
+    action.max_output = max;
+    memset(&res, 0xa5, sizeof(res));
+    assert_int_equal(E2B->run_commands(sb, p, &action, &res), APR_SUCCESS);
+    assert_non_null(res.commands);
+    return res;
+}
+
+static const ci_command_result *command_of(const ci_exec_result *r, int i)
+{
+    assert_true(i < r->commands->nelts);
+    return &APR_ARRAY_IDX(r->commands, i, ci_command_result);
+}
+
+static void assert_command(const ci_exec_result *r, int i, const char *out, const char *err,
+                           int exit_code)
+{
+    const ci_command_result *c = command_of(r, i);
+    assert_string_equal(c->stdout_text, out);
+    assert_string_equal(c->stderr_text, err);
+    assert_int_equal(c->timed_out, 0);
+    assert_int_equal(c->exit_code, exit_code);
+}
+
+/* The fake's records of process.Process/Start ("processes") or SendSignal
+ * ("signals"). */
+static int process_calls(const char *key)
+{
+    return (int)state_len(key);
+}
+
+/* Member KEY of the fake's Nth Start record (the caller puts the state). */
+static json_object *start_record(json_object *st, int n, const char *key)
+{
+    return member(json_object_array_get_idx(member(st, "processes"), (size_t)n), key);
+}
+
+/* Wait until the fake's sandbox ID runs no process envd knows of (envd
+ * forgets one once its pipes are closed by all and it has exited). */
+static void wait_nothing_running(const char *id)
+{
+    int i;
+    for (i = 0; i < 200; i++) {
+        json_object *st = fake_state();
+        size_t n = json_object_array_length(member(member(member(st, "sandboxes"), id),
+                                                   "running"));
+        json_object_put(st);
+        if (!n)
+            return;
+        apr_sleep(apr_time_from_msec(50));
+    }
+    fail_msg("the sandbox still runs a process after 10 s");
+}
+
+/* Exit codes, stderr, a signal's 128+N, one Start per command as the SDK
+ * sends it (bash in /mnt/data, the user, the stream's content type). */
+static void test_shell_exit_codes(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    static const char *const cmds[] = { "echo hi; echo oops >&2; exit 3", "true",
+                                        "kill -TERM $$", NULL };
+    ci_exec_result r = shell(sb, p, 10, 1000, cmds);
+    json_object *st, *body, *hdrs;
+
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_null(r.failure);
+    assert_int_equal(r.commands->nelts, 3);
+    assert_command(&r, 0, "hi\n", "oops\n", 3);
+    assert_command(&r, 1, "", "", 0);
+    assert_command(&r, 2, "", "", 143);
+    st = fake_state();
+    assert_int_equal(json_object_array_length(member(st, "processes")), 3);
+    body = member(start_record(st, 0, "body"), "process");
+    hdrs = start_record(st, 0, "headers");
+    assert_string_equal(str_member(body, "cmd"), "/bin/bash");
+    assert_string_equal(str_member(body, "cwd"), "/mnt/data");
+    assert_string_equal(json_object_get_string(
+        json_object_array_get_idx(member(body, "args"), 3)), cmds[0]);
+    assert_string_equal(str_member(hdrs, "content-type"), "application/connect+json");
+    assert_string_equal(str_member(hdrs, "authorization"), "Basic dXNlcjo=");
+    assert_string_equal(str_member(hdrs, "keepalive-ping-interval"), "50");
+    assert_string_equal(str_member(hdrs, "e2b-sandbox-port"), "49983");
+    assert_int_equal(json_object_get_int(start_record(st, 0, "status")), 200);
+    json_object_put(st);
+    assert_int_equal(process_calls("signals"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+    assert_no_leaks();
+}
+
+/* Commands run in /mnt/data, the container's files: what code wrote,
+ * a command reads; what a command wrote, code reads (and the call reports
+ * it as changed). */
+static void test_shell_shares_files_with_code(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    static const char *const cmds[] = { "cat from_code.txt && printf 'from bash' > b.txt",
+                                        NULL };
+    ci_exec_result r;
+
+    run_ok(sb, p, "open('/mnt/data/from_code.txt', 'w').write('from python\\n')");
+    r = shell(sb, p, 10, 1000, cmds);
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_command(&r, 0, "from python\n", "", 0);
+    assert_string_equal(changed(p, &r), "b.txt");
+    r = run_ok(sb, p, "print(open('/mnt/data/b.txt').read())");
+    assert_string_equal(r.text, "from bash\n");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A request's own sandbox gets /mnt/data before its first command. */
+static void test_shell_request_sandbox(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = start_ok(p, make_def(p), &sbpool);
+    static const char *const cmds[] = { "echo x > f && cat f", NULL };
+    ci_exec_result r = shell(sb, p, 10, 1000, cmds);
+
+    assert_command(&r, 0, "x\n", "", 0);
+    r = shell(sb, p, 10, 1000, cmds);
+    assert_command(&r, 0, "x\n", "", 0);
+    assert_int_equal(envd_calls("/filesystem.Filesystem/MakeDir"), 1);
+    assert_string_equal(data_names(p, created_id(p)), "f");
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A command past its timeout: its group is killed (the sandbox runs
+ * nothing after), it is the call's last, with what it wrote; the
+ * container runs the next call. */
+static void test_shell_command_timeout(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    static const char *const cmds[] = { "echo first", "echo before; sleep 60 | cat",
+                                        "echo never", NULL };
+    static const char *const again[] = { "echo again", NULL };
+    ci_exec_result r = shell(sb, p, 1, 1000, cmds);
+    const ci_command_result *c;
+    json_object *st;
+
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_int_equal(r.commands->nelts, 2);
+    assert_command(&r, 0, "first\n", "", 0);
+    c = command_of(&r, 1);
+    assert_int_equal(c->timed_out, 1);
+    assert_string_equal(c->stdout_text, "before\n");
+    assert_int_equal(process_calls("processes"), 2);
+    st = fake_state();
+    assert_int_equal(json_object_array_length(member(st, "signals")), 1);
+    assert_string_equal(str_member(member(json_object_array_get_idx(member(st, "signals"), 0),
+                                          "body"), "signal"), "SIGNAL_SIGTERM");
+    json_object_put(st);
+    wait_nothing_running(created_id(p));
+    r = shell(sb, p, 10, 1000, again);
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_command(&r, 0, "again\n", "", 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* The whole call is bounded by the tool's timeout: past it, the call
+ * fails timed out, the running command cut. */
+static void test_shell_call_timeout(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox_def *def = make_def(p);
+    ci_sandbox *sb;
+    static const char *const cmds[] = { "sleep 60", "echo never", NULL };
+    ci_exec_result r;
+
+    def->timeout = apr_time_from_sec(1);
+    sb = attach_ok(p, def, NULL, IDLE, &sbpool);
+    r = shell(sb, p, 10, 1000, cmds);
+    assert_int_equal(r.outcome, CI_EXEC_TIMED_OUT);
+    assert_string_equal(r.failure, "The shell call timed out after 1 s and was stopped.");
+    assert_int_equal(r.commands->nelts, 1);
+    assert_int_equal(command_of(&r, 0)->timed_out, 1);
+    assert_int_equal(process_calls("processes"), 1);
+    wait_nothing_running(created_id(p));
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* stdout and stderr are cut together at max_output characters, stdout
+ * first, never inside a character. */
+static void test_shell_max_output(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    static const char *const cmds[] = {
+        "printf 'a\\303\\251'; printf '\\303\\261\\360\\237\\230\\200z' >&2",
+        "printf 'h\\303\\251llo w\\303\\266rld'; echo no room >&2",
+        "head -c 3000000 /dev/zero | tr '\\0' x; echo; echo tail >&2",
+        "printf '\\377ab'", NULL };
+    ci_exec_result r = shell(sb, p, 10, 4, cmds);
+
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_command(&r, 0, "a\xc3\xa9", "\xc3\xb1\xf0\x9f\x98\x80", 0);
+    assert_command(&r, 1, "h\xc3\xa9ll", "", 0);
+    assert_command(&r, 2, "xxxx", "", 0);
+    assert_command(&r, 3, "\xef\xbf\xbd" "ab", "", 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+/* A background process a command leaves does not hold the call: the call
+ * ends while envd's stream for it is still open (no end event sent), and
+ * the process lives on for the next command. */
+static void test_shell_background_process(void **state)
+{
+    apr_pool_t *p = *state, *sbpool;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    static const char *const cmds[] = { "sleep 300 & echo $!", NULL };
+    const char *check[] = { NULL, NULL };
+    ci_exec_result r = shell(sb, p, 30, 1000, cmds);
+    const ci_command_result *c = command_of(&r, 0);
+    json_object *st;
+    int i;
+
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_int_equal(c->exit_code, 0);
+    assert_int_equal(c->timed_out, 0);
+    /* the stream was let go before envd ended it */
+    for (i = 0; i < 200; i++) {
+        st = fake_state();
+        if (start_record(st, 0, "client_gone"))
+            break;
+        json_object_put(st);
+        apr_sleep(apr_time_from_msec(50));
+    }
+    assert_true(i < 200);
+    assert_true(json_object_is_type(start_record(st, 0, "end"), json_type_null));
+    json_object_put(st);
+    check[0] = apr_psprintf(p, "kill -0 %d && echo alive", atoi(c->stdout_text));
+    r = shell(sb, p, 10, 1000, check);
+    assert_command(&r, 0, "alive\n", "", 0);
+    assert_int_equal(process_calls("signals"), 0);
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
+typedef struct shell_runner {
+    ci_sandbox *sb;
+    apr_pool_t *p;
+    ci_exec_result res;
+    apr_status_t rv;
+} shell_runner;
+
+static void *APR_THREAD_FUNC shell_thread(apr_thread_t *t, void *data)
+{
+    static const char *const cmds[] = { "echo started; sleep 60", "echo never", NULL };
+    shell_runner *r = data;
+    apr_array_header_t *a = apr_array_make(r->p, 2, sizeof(const char *));
+    ci_shell_action action = { a, apr_time_from_sec(30), 1000 };
+    *(const char **)apr_array_push(a) = cmds[0];
+    *(const char **)apr_array_push(a) = cmds[1];
+    r->rv = E2B->run_commands(r->sb, r->p, &action, &r->res);
+    return NULL;
+}
+
+/* The command has printed (its stream reached the fake's client). */
+static int shell_started(void)
+{
+    json_object *st = fake_state();
+    json_object *procs = member(st, "processes");
+    int started = json_object_array_length(procs) == 1 &&
+                  json_object_is_type(start_record(st, 0, "pid"), json_type_int);
+    json_object_put(st);
+    return started;
+}
+
+/* interrupt() from another thread: the call returns interrupted, the
+ * command's group is killed, the next command never starts. */
+static void test_shell_interrupt(void **state)
+{
+    apr_pool_t *p = *state, *sbpool, *rp;
+    ci_sandbox *sb = attach_ok(p, make_def(p), NULL, IDLE, &sbpool);
+    apr_thread_t *t;
+    apr_status_t ignored;
+    shell_runner r;
+    int i;
+
+    apr_pool_create(&rp, p);
+    memset(&r, 0, sizeof(r));
+    r.sb = sb;
+    r.p = rp;
+    assert_int_equal(apr_thread_create(&t, NULL, shell_thread, &r, p), APR_SUCCESS);
+    for (i = 0; i < 200 && !shell_started(); i++)
+        apr_sleep(apr_time_from_msec(50));
+    assert_true(shell_started());
+    E2B->interrupt(sb);
+    apr_thread_join(&ignored, t);
+    assert_int_equal(r.rv, APR_SUCCESS);
+    assert_int_equal(r.res.outcome, CI_EXEC_INTERRUPTED);
+    assert_string_equal(r.res.failure, STOPPED);
+    assert_int_equal(r.res.commands->nelts, 0);
+    assert_int_equal(process_calls("processes"), 1);
+    assert_int_equal(process_calls("signals"), 1);
+    wait_nothing_running(created_id(p));
+    stop(sb, sbpool);
+    wait_deletes(1);
+}
+
 static const struct CMUnitTest tests[] = {
     TEST(test_round_trip),
     TEST(test_create_body),
@@ -2062,6 +2382,14 @@ static const struct CMUnitTest tests[] = {
     TEST(test_files_put_source_fails),
     TEST(test_files_no_sandbox),
     TEST(test_run_reports_changed_files),
+    TEST(test_shell_exit_codes),
+    TEST(test_shell_shares_files_with_code),
+    TEST(test_shell_request_sandbox),
+    TEST(test_shell_command_timeout),
+    TEST(test_shell_call_timeout),
+    TEST(test_shell_max_output),
+    TEST(test_shell_background_process),
+    TEST(test_shell_interrupt),
 };
 
 int main(int argc, char **argv)
