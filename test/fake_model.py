@@ -714,14 +714,32 @@ def respond(state, body):
                   hold_after=hold_after, gate=gate)
 
 
+def _content_span(arguments):
+    """Where what the client sees of a call's arguments lies: the code string
+    of {"code": ...}, the command strings of {"commands": [...], ...} (from
+    the first command's first character to the last one's closing quote);
+    (start, end) offsets, or None for other arguments."""
+    try:
+        args = json.loads(arguments)
+    except ValueError:
+        return None
+    if isinstance(args, dict) and isinstance(args.get("commands"), list) \
+            and args["commands"] and '["' in arguments and '"]' in arguments:
+        return arguments.index('["') + 2, arguments.rindex('"]')
+    if isinstance(args, dict) and arguments.startswith('{"code": "'):
+        return len('{"code": "'), len(arguments) - 2
+    return None
+
+
 def _argument_chunks(arguments):
-    """A call's arguments in deltas, each holding some of the code: the
-    opening '{"code": "' rides with the first piece, the closing '"}' with
-    the last."""
+    """A call's arguments in deltas, each holding some of what the client
+    sees (the code, or the shell's commands): what comes before it rides
+    with the first piece, what comes after it with the last."""
     pieces = _chunks(arguments)
-    while len(pieces) > 1 and len(pieces[0]) <= len('{"code": "'):
+    span = _content_span(arguments) or (len('{"code": "'), len(arguments) - 2)
+    while len(pieces) > 1 and len(pieces[0]) <= span[0]:
         pieces[0:2] = [pieces[0] + pieces[1]]
-    while len(pieces) > 1 and len(pieces[-1]) <= 2:
+    while len(pieces) > 1 and len(arguments) - len(pieces[-1]) >= span[1]:
         pieces[-2:] = [pieces[-2] + pieces[-1]]
     return pieces
 
