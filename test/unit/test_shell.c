@@ -93,7 +93,7 @@ static void rewrite_hosted_shell(void **state)
     assert_null(req->container_param);
     assert_null(req->memory_limit);
     assert_null(req->file_ids);
-    assert_str(req->settings_param, "tools[1].environment");
+    assert_null(req->settings_param);
     assert_int_equal(req->forced_choice, 0);
     assert_json(p, req->client_tools, "[" F_TOOL "," SHELL_AUTO "]");
     assert_int_equal(json_object_array_length(root_tools(req)), 2);
@@ -143,8 +143,7 @@ static void rewrite_both_tools(void **state)
     assert_json(p, idx(root_tools(req), 1), F_TOOL);
     assert_str(ci_json_str(idx(root_tools(req), 2), "name"), "python");
     assert_str(ci_json_str(idx(root_tools(req), 2), "type"), "function");
-    /* the code_interpreter's container settings are the last named */
-    assert_str(req->settings_param, "tools[0].environment");
+    assert_null(req->settings_param);
 
     /* the client's shell next to code_interpreter stays the client's */
     req = INTERCEPT(p, "{'input':'x','tools':[" CI_TOOL "," SHELL_LOCAL "]}");
@@ -206,6 +205,17 @@ static void rewrite_environment_settings(void **state)
                        "'type':'container_auto','memory_limit':'1g'}}]}");
     assert_str(req->memory_limit, "1g");
     assert_str(req->settings_param, "tools[1].environment");
+    /* the tier is where it was given, whatever the other tool says */
+    req = INTERCEPT(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
+                       "'memory_limit':'1g'}}," SHELL_AUTO "]}");
+    assert_str(req->memory_limit, "1g");
+    assert_str(req->settings_param, "tools[0].container");
+    req = INTERCEPT(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
+                       "'memory_limit':'4g'}},{'type':'code_interpreter','container':"
+                       "{'type':'auto','file_ids':['file_1']}}]}");
+    assert_str(req->memory_limit, "4g");
+    assert_str(req->settings_param, "tools[0].environment");
+    assert_json(p, req->file_ids, "['file_1']");
 }
 
 static void reject_shell_tools(void **state)
