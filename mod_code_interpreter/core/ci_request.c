@@ -288,8 +288,8 @@ static int check_auto_settings(apr_pool_t *p, json_object *c, const char *at,
         if (req->memory_limit && strcmp(req->memory_limit, json_object_get_string(v)))
             return conflicting(p, err, param, "memory_limit");
         req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
+        req->settings_param = at;
     }
-    req->settings_param = at;
     return 0;
 }
 

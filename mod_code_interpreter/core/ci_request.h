@@ -50,8 +50,9 @@ typedef struct ci_request {
     const char *shell_function; /* the hosted shell's function, NULL: none */
     const char *container_param;  /* where the explicit container was named
                                      ("tools[0].container") */
-    const char *settings_param;   /* where memory_limit and file_ids were
-                                     ("tools[0].container", "tools[1].environment") */
+    const char *settings_param;   /* where memory_limit was given
+                                     ("tools[0].container", "tools[1].environment"),
+                                     or NULL */
     json_object *client_tool_choice; /* as sent; NULL when absent */
     const char *function_name;
     const char *input_text;     /* input's members serialised (once) */

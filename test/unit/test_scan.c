@@ -75,6 +75,97 @@ static void test_the_name(void **state)
     CUTS("x\0code_interpreter", 1);
 }
 
+/* BODY cut at every pair of positions into three pieces: each answer must
+ * be EXPECTED, as the whole-body scan's is. */
+static void assert_every_three_cuts(const char *text, size_t len, int expected)
+{
+    size_t a, b;
+    char *body = malloc(len ? len : 1);
+    assert_non_null(body);
+    memcpy(body, text, len);
+    if (ci_body_mentions_tool(body, len) != expected)
+        fail_msg("the whole-body scan of \"%.*s\": expected %d", (int)len, body, expected);
+    for (a = 0; a <= len; a++)
+        for (b = a; b <= len; b++) {
+            ci_scan s;
+            ci_scan_init(&s);
+            ci_scan_feed(&s, body, a);
+            ci_scan_feed(&s, body + a, b - a);
+            if (ci_scan_feed(&s, body + b, len - b) != expected)
+                fail_msg("cut at %zu and %zu of \"%.*s\": expected %d", a, b, (int)len,
+                         body, expected);
+        }
+    free(body);
+    assert_every_cut(text, len, expected);
+}
+
+#define CUTS3(lit, expected) assert_every_three_cuts(lit, sizeof(lit) - 1, expected)
+
+/* The hosted shell's environments make a body ours as the tool's name does. */
+static void test_shell_environments(void **state)
+{
+    (void)state;
+    CUTS3("container_auto", 1);
+    CUTS3("container_reference", 1);
+    CUTS3("{\"tools\":[{\"type\":\"shell\",\"environment\":{\"type\":\"container_auto\"}}]}", 1);
+    CUTS3("{\"tools\":[{\"type\":\"shell\",\"environment\":{\"type\":\"container_reference\","
+          "\"container_id\":\"cntr_1\"}}]}", 1);
+    CUTS3("xx_container_autoxx", 1);
+    CUTS3("container_container_reference", 1);
+    CUTS3("container_refcontainer_auto", 1);
+    CUTS3("x\0container_auto", 1);
+    /* near misses */
+    CUTS3("container_autx", 0);
+    CUTS3("containerauto", 0);
+    CUTS3("container_aut", 0);
+    CUTS3("ontainer_auto", 0);
+    CUTS3("Container_auto", 0);
+    CUTS3("container_Auto", 0);
+    CUTS3("container-auto", 0);
+    CUTS3("container_referenc", 0);
+    CUTS3("container_referencx", 0);
+    CUTS3("containerreference", 0);
+    CUTS3("container__auto", 0);
+    CUTS3("container_ auto", 0);
+    CUTS3("{\"tools\":[{\"type\":\"shell\",\"environment\":{\"type\":\"local\"}}],"
+          "\"container_id\":\"cntr_1\"}", 0);
+    CUTS3("container_aut\0o", 0);
+    /* an escaped letter still counts, wherever it is */
+    CUTS3("container\\u005fauto", 1);
+}
+
+/* Random bodies over the environments' letters agree with the whole-body
+ * scan, however they are cut. */
+static void test_shell_environments_random(void **state)
+{
+    static const char alphabet[] = "container_autoreferenc_x";
+    static const char *const names[] = { "container_auto", "container_reference" };
+    unsigned seed = 4242u;
+    int round, found = 0;
+    char body[64];
+    (void)state;
+    for (round = 0; round < 2000; round++) {
+        size_t len = (size_t)(round % 64), i;
+        int expected;
+        for (i = 0; i < len; i++) {
+            seed = seed * 1103515245u + 12345u;
+            body[i] = alphabet[(seed >> 16) % (sizeof(alphabet) - 1)];
+        }
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 16) % 2) {
+            const char *n = names[(seed >> 8) % 2];
+            size_t nlen = strlen(n);
+            if (len >= nlen)
+                memcpy(body + (seed >> 4) % (len - nlen + 1), n, nlen);
+        }
+        expected = ci_body_mentions_tool(body, len);
+        found += expected;
+        assert_every_cut(body, len, expected);
+    }
+    assert_true(found > 300);
+    assert_true(found < 1700);
+}
+
 static void test_escaped_spellings(void **state)
 {
     (void)state;
@@ -196,7 +287,9 @@ static void test_sparse_bodies_agree_with_the_whole_body_scan(void **state)
 static void test_large_body_in_bucket_sized_pieces(void **state)
 {
     static const char line[] = "the model sums each column\\n and plots it ";
-    size_t len = 1 << 20, at, where;
+    static const char *const names[] = { "code_interpreter", "container_auto",
+                                         "container_reference" };
+    size_t len = 1 << 20, at, where, name;
     char *body = malloc(len);
     (void)state;
     assert_non_null(body);
@@ -205,13 +298,16 @@ static void test_large_body_in_bucket_sized_pieces(void **state)
     memset(body + at, ' ', len - at);
     assert_int_equal(scan_in_pieces(body, len, 8000), 0);
     assert_int_equal(scan_in_pieces(body, len, 0), 0);
-    /* the name across the seam of two 8000-byte pieces, and at the very end */
-    for (where = 8000 - 15; where <= 8000; where++) {
-        char saved[16];
-        memcpy(saved, body + where, 16);
-        memcpy(body + where, "code_interpreter", 16);
-        assert_int_equal(scan_in_pieces(body, len, 8000), 1);
-        memcpy(body + where, saved, 16);
+    /* each name across the seam of two 8000-byte pieces */
+    for (name = 0; name < 3; name++) {
+        size_t nlen = strlen(names[name]);
+        for (where = 8000 - nlen + 1; where <= 8000; where++) {
+            char saved[20];
+            memcpy(saved, body + where, nlen);
+            memcpy(body + where, names[name], nlen);
+            assert_int_equal(scan_in_pieces(body, len, 8000), 1);
+            memcpy(body + where, saved, nlen);
+        }
     }
     memcpy(body + len - 6, "\\u005f", 6);
     assert_int_equal(scan_in_pieces(body, len, 8000), 1);
@@ -235,6 +331,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_the_name),
         cmocka_unit_test(test_escaped_spellings),
+        cmocka_unit_test(test_shell_environments),
+        cmocka_unit_test(test_shell_environments_random),
         cmocka_unit_test(test_random_bodies_agree_with_the_whole_body_scan),
         cmocka_unit_test(test_sparse_bodies_agree_with_the_whole_body_scan),
         cmocka_unit_test(test_large_body_in_bucket_sized_pieces),
