@@ -1705,18 +1705,25 @@ class Handler(BaseHTTPRequestHandler):
             raise EnvdError("unauthenticated", "invalid username: '%s'" % user)
         return user
 
-    def _envd_rpc(self, sb, parts, headers, record):
+    def _envd_call_ok(self, sb, headers, record, method, methods):
+        """The checks before any envd RPC, as envd makes them: the access
+        token, a method of the service, POST. False once answered."""
         if sb.envd_token and headers.get("x-access-token") != sb.envd_token:
             self._envd_answer(record, 401, envd_error=ENVD_UNAUTHORIZED)
-            return
-        method = parts[1] if len(parts) == 2 else None
-        if method not in FILESYSTEM_METHODS:
+            return False
+        if method not in methods:
             self._connect_error(record, EnvdError("unimplemented", "%s is not implemented"
                                                   % self.route))
-            return
+            return False
         if self.command != "POST":
             record["status"] = 405
             self._send(405, b"", None, {"Allow": "POST"})
+            return False
+        return True
+
+    def _envd_rpc(self, sb, parts, headers, record):
+        method = parts[1] if len(parts) == 2 else None
+        if not self._envd_call_ok(sb, headers, record, method, FILESYSTEM_METHODS):
             return
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         if ctype != "application/json":
@@ -1752,16 +1759,7 @@ class Handler(BaseHTTPRequestHandler):
                 srv.processes.append(record)
             elif method == "SendSignal":
                 srv.signals.append(record)
-        if sb.envd_token and headers.get("x-access-token") != sb.envd_token:
-            self._envd_answer(record, 401, envd_error=ENVD_UNAUTHORIZED)
-            return
-        if method not in PROCESS_METHODS:
-            self._connect_error(record, EnvdError("unimplemented", "%s is not implemented"
-                                                  % self.route))
-            return
-        if self.command != "POST":
-            record["status"] = 405
-            self._send(405, b"", None, {"Allow": "POST"})
+        if not self._envd_call_ok(sb, headers, record, method, PROCESS_METHODS):
             return
         ctype = headers.get("content-type", "").split(";")[0].strip().lower()
         wanted = STREAM_TYPE if method == "Start" else "application/json"

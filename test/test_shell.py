@@ -12,19 +12,18 @@ caller's."""
 import json
 import os
 import re
-import warnings
 
 import pytest
 
 import fake_model
 from conftest import (SHARED_SPEC, TOOL, Httpd, base_conf, script_input,
                       wait_until)
+from test_containers import resource_checker
 from test_loop import calls_of, upstream_inputs
 from test_relay import gate
 from test_node_sdk import node_modules  # noqa: F401 (a fixture)
 from test_stream import LIFECYCLE, SSE, recorded_gaps, schema_checker, schema_problems, shape, show
 
-OPENAPI = os.path.join(SHARED_SPEC, "openai-openapi.json")
 SHELL = {"type": "shell", "environment": {"type": "container_auto"}}
 OTHER = {"Authorization": "Bearer sk-someone-else-for-the-shell"}
 
@@ -64,18 +63,8 @@ def exit_entry(stdout="", stderr="", code=0):
             "outcome": {"type": "exit", "exit_code": code}}
 
 
-def schema_validator(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from jsonschema import Draft202012Validator, RefResolver
-        with open(OPENAPI) as f:
-            doc = json.load(f)
-        return Draft202012Validator({"$ref": "#/components/schemas/" + name},
-                                    resolver=RefResolver.from_schema(doc))
-
-
 def assert_valid(name, item):
-    errors = [e.message for e in schema_validator(name).iter_errors(item)]
+    errors = [e.message for e in resource_checker(name).iter_errors(item)]
     assert errors == [], (name, item, errors)
 
 

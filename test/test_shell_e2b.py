@@ -3,56 +3,17 @@ command for real through envd's process service, as E2B does): the same
 answers as the local sandbox's - one container shared with Python, exit
 codes, stderr, the limits, a process left running, the stream - and what the
 provider asked of E2B, counted from the fake's records."""
-import secrets
-
-import pytest
-
-from conftest import FakeE2B, Httpd, base_conf, script_input, start_helper
+from conftest import script_input
+# the fake E2B and an httpd with an E2B tool and its Containers API (timeout=3
+# idle=10m), started for this module too
+from test_e2b_containers import env, server  # noqa: F401 (fixtures)
 from test_loop import calls_of
 from test_shell import exit_entry, items_of, outputs_of, shell_call, stream_problems
 from test_stream import SSE
 
-KEY = "e2b_" + secrets.token_hex(20)
 TOOLS = [{"type": "code_interpreter", "container": {"type": "auto"}},
          {"type": "shell", "environment": {"type": "container_auto"}}]
 ME = {"Authorization": "Bearer sk-e2b-shell"}
-
-
-@pytest.fixture(scope="module")
-def env(model):
-    proc, port = start_helper("fake_e2b.py", "--api-key", KEY)
-    fake = FakeE2B(proc, port)
-    extra = """
-CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \
-    sandbox_url={url} timeout=5 idle=10m
-<Location /e2b/v1/responses>
-  ProxyPass http://127.0.0.1:{port}/v1/responses
-  CodeInterpreter cloud
-</Location>
-<Location /e2b/v1/containers>
-  CodeInterpreterContainers On
-  CodeInterpreter cloud
-</Location>
-""".format(url=fake.url, port=model.port)
-    server = Httpd("e2b-shell", base_conf(model.port, extra),
-                   env={"E2B_TEST_KEY": KEY}, fakes=[fake])
-    try:
-        server.start()
-        server.fake = fake
-        yield server
-    finally:
-        try:
-            server.stop()
-        finally:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture
-def server(env, model):
-    env.fake.reset()
-    model.reset()
-    yield env
 
 
 def turn(server, rounds, **extra):
