@@ -470,8 +470,14 @@ def test_the_agents_sdk_hosted_shell_replays_its_history(httpd, model, node_modu
     report = run_agents(httpd, "--shell", turn1=turn1, turn2=turn2)
     succeeded(report)
     first, second = report["turns"]
-    kinds = [i.get("type") for i in first["newItems"]]
-    assert "tool_call_item" in kinds or any("shell" in json.dumps(i) for i in first["newItems"])
+    # the SDK took our shell items as a hosted call and its output
+    assert [i["type"] for i in first["newItems"]] == [
+        "tool_call_item", "tool_call_item", "tool_call_output_item", "message_output_item"]
+    assert [i["rawItem"]["type"] for i in first["newItems"]] == [
+        "hosted_tool_call", "shell_call", "shell_call_output", "message"]
+    assert json.loads(first["newItems"][2]["output"]) == [
+        {"stdout": "written by python", "stderr": "", "outcome": {"type": "exit",
+                                                                  "exitCode": 0}}]
     # what the SDK sent on turn 2: our items, replayed as it keeps them
     replayed = [i for i in report["sent"][-1]["input"] if isinstance(i, dict)]
     assert {"shell_call", "shell_call_output"} <= {i.get("type") for i in replayed}
@@ -480,3 +486,51 @@ def test_the_agents_sdk_hosted_shell_replays_its_history(httpd, model, node_modu
     assert "shell_call" not in {i.get("type") for i in sent}
     told = json.loads(upstream_inputs(model.requests()[-1])[-1]["output"])
     assert told == [exit_entry("written by python\nagent.txt\n")]
+
+
+# ------------------------------------------- a container like any other
+
+def test_an_expired_container_reference_is_refused_as_code_interpreters_is(httpd, model):
+    from test_containers import api, make_container
+    c = make_container(httpd, path="/brief/v1/containers")
+    tool = {"type": "shell", "environment": {"type": "container_reference",
+                                             "container_id": c["id"]}}
+    status, _, out = httpd.post("/brief/v1/responses", body_of(
+        [[shell_call("echo -n x > kept.txt")], [{"text": "set"}]], tools=[tool]))
+    assert status == 200, out
+    wait_until(lambda: not httpd.sandbox_processes(), "its sandbox to be destroyed")
+    assert api(httpd, "GET", "/brief/v1/containers/" + c["id"])[1]["status"] == "expired"
+    status, _, body = httpd.post("/brief/v1/responses", body_of([[{"text": "never"}]],
+                                                                tools=[tool]))
+    assert (status, body["error"]) == (400, {
+        "message": "Container with id '%s' has expired and can no longer be used; use "
+                   "a new container." % c["id"],
+        "type": "invalid_request_error", "param": "tools[0].environment.container_id",
+        "code": "container_expired"})
+
+
+def test_the_shells_container_is_listed_and_its_files_served(httpd, model, me):
+    out = turn(httpd, [[shell_call("printf 'a,b\\n1,2\\n' > t.csv")], [{"text": "done"}]],
+               headers=me)
+    cid = items_of(out, "shell_call")[0]["environment"]["container_id"]
+    status, _, listing = httpd.request("GET", "/v1/containers", None, me)
+    assert status == 200
+    assert [c["id"] for c in json.loads(listing)["data"]] == [cid]
+    status, _, files = httpd.request("GET", "/v1/containers/%s/files" % cid, None, me)
+    [f] = json.loads(files)["data"]
+    assert (f["path"], f["bytes"], f["source"]) == ("/mnt/data/t.csv", 8, "assistant")
+    status, _, content = httpd.request(
+        "GET", "/v1/containers/%s/files/%s/content" % (cid, f["id"]), None, me)
+    assert (status, content) == (200, b"a,b\n1,2\n")
+
+
+def test_max_tool_calls_counts_shell_calls(httpd, model):
+    out = turn(httpd, [[shell_call("echo first"), shell_call("echo second")],
+                       [{"text": "done"}]], max_tool_calls=1)
+    first, second = (o["output"] for o in items_of(out, "shell_call_output"))
+    assert first == [exit_entry("first\n")]
+    assert second == [exit_entry("", "Not run: the request's max_tool_calls limit was "
+                                     "reached.", 1)]
+    # the output items follow their calls
+    assert [o["type"] for o in out["output"]] == [
+        "shell_call", "shell_call_output", "shell_call", "shell_call_output", "message"]
