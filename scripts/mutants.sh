@@ -322,9 +322,9 @@ MUTANTS = [
     # ---- the hosted shell (core/ci_shell.c, ci_relay.c, ci_request.c, the kernel)
     ("shell-stderr-not-cut", "mod_code_interpreter/core/ci_shell.c",
      "        elen = ci_utf8_prefix(err, elen, left);\n",
-     "",
-     "a command's stderr passes max_output_length",
-     ["test/test_shell.py::test_output_past_max_output_length_is_cut"]),
+     "        elen = ci_utf8_prefix(err, elen, left + elen);\n",
+     "a command's stderr passes max_output_length where the sandbox did not cut it",
+     ["unit:test_shell"]),
     ("relay-shell-output-not-counted", "mod_code_interpreter/core/ci_relay.c",
      "        moved += APR_ARRAY_IDX(r->shells, i, int) < up;",
      "        moved += 0;",
