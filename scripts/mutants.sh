@@ -340,7 +340,7 @@ MUTANTS = [
      "        os.kill(proc.pid, signal.SIGKILL)",
      "a command past its timeout leaves its children running",
      ["test/test_kernel_shell.py::test_a_timeout_kills_the_group_and_stops_the_call"]),
-    ("citations-count-bytes", "mod_code_interpreter/core/ci_citations.c",
+    ("citations-count-bytes", "mod_code_interpreter/core/ci_json.c",
      "        n += ((unsigned char)s[i] & 0xC0) != 0x80;",
      "        n++;",
      "a citation's offsets count bytes, not characters",

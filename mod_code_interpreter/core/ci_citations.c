@@ -71,16 +71,6 @@ static const ci_cfile *file_at(const apr_array_header_t *files, const char *name
     return best;
 }
 
-/* Characters (code points) in the LEN bytes at S: every byte but UTF-8's
- * continuation bytes starts one. */
-static apr_size_t chars_in(const char *s, apr_size_t len)
-{
-    apr_size_t i, n = 0;
-    for (i = 0; i < len; i++)
-        n += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return n;
-}
-
 static json_object *citation(ci_citer *c, const ci_cfile *f, apr_size_t start,
                              apr_size_t end)
 {
@@ -110,10 +100,10 @@ json_object *ci_citer_annotations(ci_citer *c, const char *text)
             at = name;
             continue;
         }
-        chars += chars_in(counted, (apr_size_t)(at - counted));
+        chars += ci_utf8_chars(counted, (apr_size_t)(at - counted));
         counted = at;
         json_object_array_add(out, citation(c, f, chars,
-                                            chars + plen + chars_in(f->name,
+                                            chars + plen + ci_utf8_chars(f->name,
                                                                     strlen(f->name))));
         at = name + strlen(f->name);
     }

@@ -202,6 +202,14 @@ static long long out_of_range_integer(const char *buf, apr_size_t len, apr_size_
     return -1;
 }
 
+apr_size_t ci_utf8_chars(const char *s, apr_size_t len)
+{
+    apr_size_t i, n = 0;
+    for (i = 0; i < len; i++)
+        n += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return n;
+}
+
 apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;

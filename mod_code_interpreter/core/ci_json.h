@@ -50,6 +50,10 @@ json_object *ci_json_copy(json_object *obj);
  * no overlong forms, no surrogates, nothing above U+10FFFF). */
 apr_size_t ci_utf8_valid_prefix(const char *s, apr_size_t n);
 
+/* Characters (code points) in the LEN bytes of UTF-8 at S: every byte but
+ * UTF-8's continuation bytes starts one. */
+apr_size_t ci_utf8_chars(const char *s, apr_size_t len);
+
 /* S with every invalid UTF-8 sequence replaced by U+FFFD; S itself when it
  * is valid. Memory from P. */
 const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,

@@ -127,15 +127,6 @@ apr_size_t ci_utf8_prefix(const char *s, apr_size_t len, apr_size_t max)
     return i;
 }
 
-/* How many characters the UTF-8 text S (LEN bytes) holds. */
-static apr_size_t utf8_chars(const char *s, apr_size_t len)
-{
-    apr_size_t i, n = 0;
-    for (i = 0; i < len; i++)
-        n += ((unsigned char)s[i] & 0xC0) != 0x80;
-    return n;
-}
-
 /* One command's entry, cut at MAX characters (0: none). */
 static json_object *command_entry(const ci_command_result *c, apr_size_t max)
 {
@@ -145,7 +136,7 @@ static json_object *command_entry(const ci_command_result *c, apr_size_t max)
     json_object *e;
     if (max) {
         apr_size_t okeep = ci_utf8_prefix(out, olen, max);
-        apr_size_t left = max - utf8_chars(out, okeep);
+        apr_size_t left = max - ci_utf8_chars(out, okeep);
         elen = ci_utf8_prefix(err, elen, left);
         olen = okeep;
     }
