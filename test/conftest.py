@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -57,6 +58,16 @@ def require(condition, reason):
     if CI:
         pytest.fail("CI=true, and " + reason, pytrace=False)
     pytest.skip(reason)
+
+
+def etc_wrapper(etc_dir, names):
+    """The argv prefix that runs a command in a private mount namespace where
+    each /etc/NAME of NAMES is ETC_DIR/NAME bind-mounted over it (the
+    machine's own files are never touched). Needs root and unshare."""
+    mounts = " && ".join("mount --bind %s /etc/%s" % (shlex.quote(os.path.join(etc_dir, n)), n)
+                         for n in names)
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+            mounts + ' && exec "$0" "$@"']
 
 
 def free_port():
@@ -293,13 +304,17 @@ SETTLE = 30
 
 class Httpd:
     """One httpd server root. conf_body is inserted into the template.
-    FAKES: the fake E2B services (FakeE2B) its sandbox tools use."""
+    FAKES: the fake E2B services (FakeE2B) its sandbox tools use. ETC:
+    {name: contents} of files httpd sees as /etc/NAME instead of the
+    machine's (hosts, resolv.conf): it then runs in a private mount
+    namespace where they are bind-mounted (etc_wrapper)."""
 
     # Started and not stopped yet: every test ends with their check().
     running = []
 
-    def __init__(self, name, conf_body, mpm="event", env=None, fakes=()):
+    def __init__(self, name, conf_body, mpm="event", env=None, fakes=(), etc=None):
         self.name = name
+        self.etc = dict(etc or {})
         self.fakes = list(fakes)
         # pids of children a test killed on purpose (not crashes)
         self.killed = set()
@@ -356,19 +371,39 @@ TypesConfig /etc/mime.types
         with open(os.path.join(self.root, "httpd.conf"), "w") as f:
             f.write(conf)
 
+    def wrapped(self, cmd):
+        """CMD, in the namespace of the ETC files when there are some."""
+        if not self.etc:
+            return cmd
+        etc_dir = os.path.join(self.root, "etc")
+        os.makedirs(etc_dir, exist_ok=True)
+        for name, text in self.etc.items():
+            with open(os.path.join(etc_dir, name), "w") as f:
+                f.write(text)
+            os.chmod(os.path.join(etc_dir, name), 0o644)
+        return etc_wrapper(etc_dir, sorted(self.etc)) + cmd
+
     def ctl(self, action, check=True):
         cmd = [HTTPD, "-d", self.root, "-f", os.path.join(self.root, "httpd.conf"), "-k", action]
-        return subprocess.run(cmd, env=self.env, capture_output=True, text=True, check=check)
+        return subprocess.run(self.wrapped(cmd), env=self.env, capture_output=True, text=True,
+                              check=check)
 
     def configtest(self):
         cmd = [HTTPD, "-d", self.root, "-f", os.path.join(self.root, "httpd.conf"), "-t"]
-        return subprocess.run(cmd, env=self.env, capture_output=True, text=True)
+        return subprocess.run(self.wrapped(cmd), env=self.env, capture_output=True, text=True)
 
     def start(self):
+        if self.etc:
+            require(shutil.which("unshare") and shutil.which("mount") and os.geteuid() == 0,
+                    "a server with its own /etc files (%s) needs root, unshare and mount"
+                    % ", ".join(sorted(self.etc)))
         self.write_conf()
         if os.path.exists(self.error_log):
             os.unlink(self.error_log)
-        self.ctl("start")
+        out = self.ctl("start", check=False)
+        if out.returncode:
+            raise RuntimeError("httpd %s did not start (exit %d):\n%s%s" % (
+                self.name, out.returncode, out.stdout, out.stderr))
         self.log_mark = 0
         deadline = time.time() + 15
         while time.time() < deadline:
