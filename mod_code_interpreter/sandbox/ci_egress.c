@@ -364,12 +364,12 @@ static void write_audit(const egress_conn *c)
 static void log_connection(const egress_conn *c)
 {
     ci_log(CI_LOG_INFO, "CI0901: egress %s %s:%d for container %s (tool %s): %s%s%s, "
-           "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %lld ms",
+           "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms",
            c->method ? c->method : "-", c->domain ? c->domain : "-", c->port,
            *c->box->container ? c->box->container : "-",
            *c->box->tool ? c->box->tool : "-", c->allowed ? "relayed" : "not relayed",
            c->allowed ? "" : ": ", c->allowed ? "" : (c->reason ? c->reason : "?"),
-           c->bytes_out, c->bytes_in, now_ms() - c->started_ms);
+           c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms));
 }
 
 /* ---- a connection's fds, under its box's lock ----------------------------- */
