@@ -1,0 +1,1418 @@
+/*
+ * ci_egress.c - the egress proxy process of local sandboxes (ci_egress.h).
+ *
+ * One process, forked by the supervisor (single-threaded, so the fork is
+ * safe); it starts threads only afterwards. Its main thread polls the
+ * control socket and the containers' listening sockets and does nothing
+ * that blocks: it accepts, counts, and hands each connection to a thread of
+ * its own (detached, small stack). That thread reads the head, decides
+ * (ci_egress_parse.c), resolves the name (getaddrinfo may take seconds: never
+ * in the loop), connects, and relays until either side is done.
+ *
+ * Over a bound, the main thread answers itself, without a thread: 403 over
+ * a container's max_connections, 503 over max_total (the site's bound, not
+ * the container's).
+ *
+ * A container (a "box") is shared by the main thread and its connections'
+ * threads and freed by whoever drops the last reference: its listener holds
+ * one, each open connection one. ci_egress_remove shuts down every fd of
+ * its connections (under the box's lock, so no fd is shut after its thread
+ * closed it and the number was reused); the threads then see EOF and end.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <apr_strings.h>
+#include <apr_time.h>
+#include <json-c/json.h>
+#include "ci_egress.h"
+#include "ci_egress_parse.h"
+#include "ci_log.h"
+#include "ci_workers.h"
+
+/* ---- the control protocol ------------------------------------------------ */
+
+enum { CMD_ADD = 1, CMD_REMOVE = 2, CMD_EXECUTION = 3 };
+
+/* Every message: this header, then (ADD) the policy's JSON text. */
+typedef struct ctl_header {
+    apr_uint32_t cmd;
+    apr_uint32_t key;
+} ctl_header;
+
+#define CTL_POLICY_MAX (64 * 1024)
+#define CTL_SEND_WAIT_MS 5000
+
+#define RELAY_BUF 16384
+#define THREAD_STACK (256 * 1024)     /* getaddrinfo and NSS need some */
+#define ANSWER_WAIT_MS 5000           /* to write an answer to the sandbox */
+#define ACCEPT_BURST 64
+
+/* ---- time ------------------------------------------------------------------ */
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int ms_left(long long deadline)
+{
+    long long left = deadline - now_ms();
+    return left <= 0 ? 0 : left > 0x7fffffff ? 0x7fffffff : (int)left;
+}
+
+/* FD ready for EVENTS before DEADLINE: 1, 0 (time is up), -1. */
+static int wait_fd(int fd, short events, long long deadline)
+{
+    for (;;) {
+        struct pollfd pfd = { fd, events, 0 };
+        int rc = poll(&pfd, 1, ms_left(deadline));
+        if (rc > 0)
+            return 1;
+        if (rc == 0)
+            return 0;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+/* All N bytes of BUF to the non-blocking FD before DEADLINE: 0 or -1. */
+static int write_all(int fd, const char *buf, apr_size_t n, long long deadline)
+{
+    while (n > 0) {
+        ssize_t w = send(fd, buf, n, MSG_NOSIGNAL);
+        if (w > 0) {
+            buf += w;
+            n -= (apr_size_t)w;
+        }
+        else if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (wait_fd(fd, POLLOUT, deadline) != 1)
+                return -1;
+        }
+        else {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- the supervisor's side ------------------------------------------------- */
+
+void ci_egress_default_limits(ci_egress_limits *lim)
+{
+    lim->max_connections = 32;
+    lim->max_total = 512;
+    lim->max_bytes = (apr_uint64_t)1 << 30;
+    lim->idle_seconds = 60;
+    lim->head_seconds = 10;
+}
+
+/* One message, with FD (or -1) passed along. The socket is non-blocking: a
+ * full queue is waited for, a little. */
+static int send_command(int control, apr_uint32_t cmd, apr_uint32_t key,
+                        const char *payload, int fd)
+{
+    ctl_header h;
+    struct iovec iov[2];
+    struct msghdr msg;
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } u;
+    apr_size_t len = payload ? strlen(payload) : 0;
+    long long deadline = now_ms() + CTL_SEND_WAIT_MS;
+
+    if (len > CTL_POLICY_MAX) {
+        errno = EMSGSIZE;
+        return -1;
+    }
+    h.cmd = cmd;
+    h.key = key;
+    iov[0].iov_base = &h;
+    iov[0].iov_len = sizeof(h);
+    iov[1].iov_base = (void *)payload;
+    iov[1].iov_len = len;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_iov = iov;
+    msg.msg_iovlen = len ? 2 : 1;
+    if (fd >= 0) {
+        struct cmsghdr *c;
+        memset(&u, 0, sizeof(u));
+        msg.msg_control = u.buf;
+        msg.msg_controllen = sizeof(u.buf);
+        c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    }
+    for (;;) {
+        if (sendmsg(control, &msg, MSG_NOSIGNAL) >= 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if ((errno == EAGAIN || errno == EWOULDBLOCK) &&
+            wait_fd(control, POLLOUT, deadline) == 1)
+            continue;
+        return -1;
+    }
+}
+
+int ci_egress_add(int control, apr_uint32_t key, int listen_fd, const char *policy)
+{
+    if (listen_fd < 0 || !policy) {
+        errno = EINVAL;
+        return -1;
+    }
+    return send_command(control, CMD_ADD, key, policy, listen_fd);
+}
+
+int ci_egress_remove(int control, apr_uint32_t key)
+{
+    return send_command(control, CMD_REMOVE, key, NULL, -1);
+}
+
+int ci_egress_execution(int control, apr_uint32_t key)
+{
+    return send_command(control, CMD_EXECUTION, key, NULL, -1);
+}
+
+/* ---- the proxy's state ----------------------------------------------------- */
+
+typedef struct egress_conn egress_conn;
+
+typedef struct egress_box {
+    apr_uint32_t key;
+    int listen_fd;                  /* the main thread's; -1 once removed */
+    apr_pool_t *pool;               /* the policy's strings */
+    const char *container;
+    const char *tool;
+    const char **domains;
+    int ndomains;
+    const char *proxy_host;         /* NULL: no site proxy */
+    int proxy_port;
+    _Atomic apr_uint64_t used;      /* bytes of this execution, both ways */
+    pthread_mutex_t lock;           /* guards what follows */
+    int refs;                       /* the listener, and each open connection */
+    int open;                       /* connections */
+    int removed;
+    egress_conn *conns;             /* the open connections */
+} egress_box;
+
+struct egress_conn {
+    egress_box *box;
+    int client;                     /* the sandbox's side */
+    int origin;                     /* -1 until a connect starts; under box->lock */
+    _Atomic int cut;                /* the box was removed: end now */
+    egress_conn *prev, *next;
+    apr_pool_t *pool;
+    apr_time_t started;
+    long long started_ms;
+    /* What the audit line says. */
+    const char *method;
+    const char *domain;
+    int port;
+    int allowed;
+    const char *reason;
+    apr_uint64_t bytes_out;         /* sandbox -> origin */
+    apr_uint64_t bytes_in;          /* origin -> sandbox */
+};
+
+static ci_egress_limits limits;
+static int audit_fd = -1;
+static _Atomic int total_open;
+static pthread_attr_t thread_attr;
+
+/* The main thread's registry of boxes. */
+static egress_box **boxes;
+static int nboxes, boxes_cap;
+
+static egress_box *find_box(apr_uint32_t key)
+{
+    int i;
+    for (i = 0; i < nboxes; i++)
+        if (boxes[i]->key == key)
+            return boxes[i];
+    return NULL;
+}
+
+static void box_free(egress_box *b)
+{
+    pthread_mutex_destroy(&b->lock);
+    apr_pool_destroy(b->pool);
+    free(b);
+}
+
+/* Drops one reference of B (the caller holds none of its lock). */
+static void box_unref(egress_box *b)
+{
+    int last;
+    pthread_mutex_lock(&b->lock);
+    last = --b->refs == 0;
+    pthread_mutex_unlock(&b->lock);
+    if (last)
+        box_free(b);
+}
+
+/* Up to WANT bytes of the box's budget: how many may go. */
+static apr_size_t budget_take(egress_box *b, apr_size_t want)
+{
+    apr_uint64_t used = atomic_fetch_add(&b->used, (apr_uint64_t)want);
+    if (used >= limits.max_bytes)
+        return 0;
+    return limits.max_bytes - used < want ? (apr_size_t)(limits.max_bytes - used) : want;
+}
+
+/* ---- logs ------------------------------------------------------------------ */
+
+/* Lines go to descriptor 2 (the supervisor's, which is the error log), in
+ * the supervisor's format. */
+static void egress_sink(ci_log_level level, const char *file, int line,
+                        const char *message)
+{
+    static const char *const names[] = { "emerg", "alert", "crit", "error", "warn",
+                                         "notice", "info", "debug" };
+    char date[APR_CTIME_LEN];
+    char buf[1200];
+    int n;
+    apr_ctime(date, apr_time_now());
+    n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
+                 names[level & 7], (long)getpid(), message);
+    if (n > 0)
+        (void)!write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
+}
+
+/* The supervisor's level, as far as ci_log tells it (warnings when it had
+ * no sink). */
+static int inherited_log_level(void)
+{
+    int level;
+    for (level = CI_LOG_DEBUG; level >= CI_LOG_ERR; level--)
+        if (ci_log_wants((ci_log_level)level))
+            return level;
+    return CI_LOG_WARNING;
+}
+
+static void add_string_or_null(json_object *o, const char *key, const char *value)
+{
+    json_object_object_add(o, key, value ? json_object_new_string(value) : NULL);
+}
+
+/* The connection's audit line: one write, so lines of threads never mix. */
+static void write_audit(const egress_conn *c)
+{
+    char date[APR_RFC822_DATE_LEN];
+    json_object *o;
+    const char *text;
+    char *line;
+    apr_size_t n;
+    if (audit_fd < 0)
+        return;
+    apr_rfc822_date(date, c->started);
+    o = json_object_new_object();
+    json_object_object_add(o, "time", json_object_new_string(date));
+    json_object_object_add(o, "event", json_object_new_string("egress"));
+    add_string_or_null(o, "container_id", c->box->container);
+    add_string_or_null(o, "tool", c->box->tool);
+    add_string_or_null(o, "domain", c->domain);
+    json_object_object_add(o, "port", c->port ? json_object_new_int(c->port) : NULL);
+    add_string_or_null(o, "method", c->method);
+    json_object_object_add(o, "allowed", json_object_new_boolean(c->allowed));
+    add_string_or_null(o, "reason", c->allowed ? NULL : c->reason);
+    json_object_object_add(o, "bytes_out", json_object_new_int64((int64_t)c->bytes_out));
+    json_object_object_add(o, "bytes_in", json_object_new_int64((int64_t)c->bytes_in));
+    json_object_object_add(o, "duration_ms",
+                           json_object_new_int64(now_ms() - c->started_ms));
+    text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
+                                             JSON_C_TO_STRING_NOSLASHESCAPE);
+    n = strlen(text);
+    line = malloc(n + 1);
+    if (line) {
+        memcpy(line, text, n);
+        line[n] = '\n';
+        if (write(audit_fd, line, n + 1) != (ssize_t)(n + 1))
+            ci_log(CI_LOG_WARNING, "CI0902: the egress audit line could not be written");
+        free(line);
+    }
+    json_object_put(o);
+}
+
+/* The connection's log line: no header value (one may hold a secret). */
+static void log_connection(const egress_conn *c)
+{
+    ci_log(CI_LOG_INFO, "CI0901: egress %s %s:%d for container %s (tool %s): %s%s%s, "
+           "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms",
+           c->method ? c->method : "-", c->domain ? c->domain : "-", c->port,
+           *c->box->container ? c->box->container : "-",
+           *c->box->tool ? c->box->tool : "-", c->allowed ? "relayed" : "not relayed",
+           c->allowed ? "" : ": ", c->allowed ? "" : (c->reason ? c->reason : "?"),
+           c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms));
+}
+
+/* ---- a connection's fds, under its box's lock ----------------------------- */
+
+/* FD becomes C's origin side, unless its box was removed meanwhile: 0 or -1
+ * (the caller closes FD). */
+static int conn_set_origin(egress_conn *c, int fd)
+{
+    int ok;
+    pthread_mutex_lock(&c->box->lock);
+    ok = !c->box->removed && !atomic_load(&c->cut);
+    if (ok)
+        c->origin = fd;
+    pthread_mutex_unlock(&c->box->lock);
+    return ok ? 0 : -1;
+}
+
+static void conn_close_origin(egress_conn *c)
+{
+    int fd;
+    pthread_mutex_lock(&c->box->lock);
+    fd = c->origin;
+    c->origin = -1;
+    pthread_mutex_unlock(&c->box->lock);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* C leaves its box's list (so nothing shuts its fds any more), then its
+ * fds are closed and its references dropped. */
+static void conn_end(egress_conn *c)
+{
+    egress_box *b = c->box;
+    int last;
+    conn_close_origin(c);
+    pthread_mutex_lock(&b->lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        b->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    b->open--;
+    last = --b->refs == 0;
+    pthread_mutex_unlock(&b->lock);
+    close(c->client);
+    atomic_fetch_sub(&total_open, 1);
+    if (c->pool)
+        apr_pool_destroy(c->pool);
+    free(c);
+    if (last)
+        box_free(b);
+}
+
+/* ---- answers to the sandbox ---------------------------------------------- */
+
+/* What the sandbox sent and we will not read: taken from the socket before
+ * it is closed, so that the peer reads our answer rather than a reset. */
+static void drain_client(int fd)
+{
+    char buf[4096];
+    int i;
+    for (i = 0; i < 64; i++)
+        if (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) <= 0)
+            break;
+}
+
+/* Answer STATUS_LINE with BODY and note why in the audit. */
+static void answer(egress_conn *c, const char *status_line, const char *body)
+{
+    apr_size_t len;
+    const char *r = ci_egress_response(c->pool, status_line, body, &len);
+    c->reason = ci_egress_reason(c->pool, body);
+    (void)write_all(c->client, r, len, now_ms() + ANSWER_WAIT_MS);
+    shutdown(c->client, SHUT_WR);
+    drain_client(c->client);
+}
+
+static void refuse(egress_conn *c, const char *body)
+{
+    answer(c, CI_EGRESS_STATUS_403, body);
+}
+
+/* ---- reading the head ------------------------------------------------------ */
+
+typedef enum { HEAD_OK, HEAD_TOO_LONG, HEAD_TIMEOUT, HEAD_CLOSED } head_status;
+
+/* Reads into BUF (CI_EGRESS_HEAD_MAX bytes) until a whole head is there,
+ * within head_seconds: *GOT bytes read, *HEAD_LEN the head's length (what
+ * follows is already the body or the tunnel's first bytes). */
+static head_status read_head(egress_conn *c, char *buf, apr_size_t *got,
+                             apr_size_t *head_len)
+{
+    long long deadline = now_ms() + (long long)limits.head_seconds * 1000;
+    *got = 0;
+    for (;;) {
+        ssize_t n;
+        int ready = wait_fd(c->client, POLLIN, deadline);
+        if (ready == 0)
+            return HEAD_TIMEOUT;
+        if (ready < 0 || atomic_load(&c->cut))
+            return HEAD_CLOSED;
+        n = recv(c->client, buf + *got, CI_EGRESS_HEAD_MAX - *got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n <= 0)
+            return HEAD_CLOSED;
+        *got += (apr_size_t)n;
+        if ((*head_len = ci_egress_head_length(buf, *got)) > 0)
+            return HEAD_OK;
+        if (*got == CI_EGRESS_HEAD_MAX)
+            return HEAD_TOO_LONG;
+    }
+}
+
+/* ---- the decision ---------------------------------------------------------- */
+
+/* The policy's checks before any resolution, in the contract's order: IP
+ * literal, port, allowlist. 0, or -1 after answering. */
+static int check_policy(egress_conn *c, const ci_egress_request *req)
+{
+    egress_box *b = c->box;
+    if (req->host_is_ip) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_IP_LITERAL, req->host));
+        return -1;
+    }
+    if (req->port != 80 && req->port != 443) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_PORT, req->host, req->port));
+        return -1;
+    }
+    if (!ci_egress_allowed(b->domains, b->ndomains, req->host)) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_NOT_ALLOWED, req->host));
+        return -1;
+    }
+    return 0;
+}
+
+/* HOST:PORT resolved here, or NULL (it does not resolve). */
+static struct addrinfo *resolve(const char *host, int port)
+{
+    struct addrinfo hints, *res = NULL;
+    char service[8];
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = AI_NUMERICSERV;
+    snprintf(service, sizeof(service), "%d", port);
+    if (getaddrinfo(host, service, &hints, &res) != 0)
+        return NULL;
+    return res;
+}
+
+/* Every address of RES is public: 0, or -1 after refusing with the first
+ * that is not (one bad address is enough: which one a client would get is
+ * the resolver's choice, not ours). */
+static int check_addresses(egress_conn *c, const char *host, const struct addrinfo *res)
+{
+    for (; res; res = res->ai_next) {
+        ci_egress_addr_class k = ci_egress_classify(res->ai_addr);
+        char text[INET6_ADDRSTRLEN] = "?";
+        const void *a;
+        if (k == CI_EGRESS_PUBLIC)
+            continue;
+        a = res->ai_family == AF_INET6
+            ? (const void *)&((const struct sockaddr_in6 *)res->ai_addr)->sin6_addr
+            : (const void *)&((const struct sockaddr_in *)res->ai_addr)->sin_addr;
+        if (res->ai_family == AF_INET || res->ai_family == AF_INET6)
+            inet_ntop(res->ai_family, a, text, sizeof(text));
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_ADDRESS, host, text,
+                               ci_egress_class_name(k)));
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- connecting ------------------------------------------------------------ */
+
+/* A TCP connection to one address of RES, in order, before DEADLINE: the
+ * fd (the connection's origin side), or -1. */
+static int connect_first(egress_conn *c, const struct addrinfo *res, long long deadline)
+{
+    for (; res; res = res->ai_next) {
+        int err = 0;
+        socklen_t elen = sizeof(err);
+        int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                        res->ai_protocol);
+        if (fd < 0)
+            continue;
+        if (conn_set_origin(c, fd)) {
+            close(fd);
+            return -1;
+        }
+        if (connect(fd, res->ai_addr, res->ai_addrlen) == 0)
+            return fd;
+        if (errno == EINPROGRESS && wait_fd(fd, POLLOUT, deadline) == 1 &&
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0)
+            return fd;
+        conn_close_origin(c);
+        if (atomic_load(&c->cut) || ms_left(deadline) == 0)
+            return -1;
+    }
+    return -1;
+}
+
+typedef enum { TUNNEL_OK, TUNNEL_UNREACHABLE, TUNNEL_REFUSED } tunnel_status;
+
+/* Whether HEAD is an HTTP/1.x answer with a 2xx status. */
+static int status_is_2xx(const char *head, apr_size_t len)
+{
+    return len >= 12 && !strncmp(head, "HTTP/1.", 7) && head[8] == ' ' && head[9] == '2' &&
+           head[10] >= '0' && head[10] <= '9' && head[11] >= '0' && head[11] <= '9';
+}
+
+/* Through the site proxy to HOST:PORT (by name: the site proxy resolves
+ * it): *FD the tunnel, *EXTRA / *EXTRA_LEN what the proxy sent after its
+ * answer (the origin's first bytes). */
+static tunnel_status site_proxy_tunnel(egress_conn *c, const char *host, int port,
+                                       int *fd, char **extra, apr_size_t *extra_len)
+{
+    long long deadline = now_ms() + (long long)limits.idle_seconds * 1000;
+    struct addrinfo *res = resolve(c->box->proxy_host, c->box->proxy_port);
+    char *buf;
+    const char *ask;
+    apr_size_t got = 0, head_len = 0;
+
+    *fd = res ? connect_first(c, res, deadline) : -1;
+    if (res)
+        freeaddrinfo(res);
+    if (*fd < 0)
+        return TUNNEL_UNREACHABLE;
+    ask = apr_psprintf(c->pool, "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", host,
+                       port, host, port);
+    if (write_all(*fd, ask, strlen(ask), deadline))
+        return TUNNEL_UNREACHABLE;
+    buf = apr_palloc(c->pool, CI_EGRESS_HEAD_MAX);
+    while (head_len == 0) {
+        ssize_t n;
+        if (got == CI_EGRESS_HEAD_MAX || wait_fd(*fd, POLLIN, deadline) != 1)
+            return TUNNEL_UNREACHABLE;
+        n = recv(*fd, buf + got, CI_EGRESS_HEAD_MAX - got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n <= 0)
+            return TUNNEL_UNREACHABLE;
+        got += (apr_size_t)n;
+        head_len = ci_egress_head_length(buf, got);
+    }
+    if (!status_is_2xx(buf, head_len))
+        return TUNNEL_REFUSED;
+    *extra = buf + head_len;
+    *extra_len = got - head_len;
+    return TUNNEL_OK;
+}
+
+/* ---- relaying -------------------------------------------------------------- */
+
+typedef struct relay_dir {
+    int from, to;
+    char buf[RELAY_BUF];
+    apr_size_t len, off;            /* bytes in BUF still to write: [off, len) */
+    int eof;                        /* FROM is done */
+    int shut;                       /* TO had its write side shut */
+    apr_uint64_t *count;
+} relay_dir;
+
+static int dir_done(const relay_dir *d)
+{
+    return d->eof && d->off == d->len;
+}
+
+/* Once FROM is done and everything is written, TO learns it. */
+static void dir_forward_eof(relay_dir *d)
+{
+    if (dir_done(d) && !d->shut) {
+        shutdown(d->to, SHUT_WR);
+        d->shut = 1;
+    }
+}
+
+/* Writes what D holds: 1 some went, 0 none (would block), -1 TO is gone. */
+static int dir_write(relay_dir *d)
+{
+    ssize_t n;
+    if (d->off == d->len)
+        return 0;
+    n = send(d->to, d->buf + d->off, d->len - d->off, MSG_NOSIGNAL);
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    d->off += (apr_size_t)n;
+    *d->count += (apr_uint64_t)n;
+    if (d->off == d->len)
+        d->off = d->len = 0;
+    dir_forward_eof(d);
+    return n > 0;
+}
+
+/* Reads into D's empty buffer, within the box's budget: 1 bytes came, 0
+ * none, -1 end the relay (an error, or the budget is spent: what was
+ * granted still goes out first). */
+static int dir_read(egress_conn *c, relay_dir *d)
+{
+    ssize_t n = recv(d->from, d->buf, sizeof(d->buf), 0);
+    apr_size_t granted;
+    if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    if (n == 0) {
+        d->eof = 1;
+        dir_forward_eof(d);
+        return 0;
+    }
+    granted = budget_take(c->box, (apr_size_t)n);
+    d->off = 0;
+    d->len = granted;
+    if (granted < (apr_size_t)n) {
+        (void)write_all(d->to, d->buf, granted, now_ms() + ANSWER_WAIT_MS);
+        *d->count += granted;
+        d->off = d->len = 0;
+        return -1;
+    }
+    return 1;
+}
+
+/* Sends N bytes from BUF through D before anything else, within the
+ * budget: 0 or -1. */
+static int dir_send_first(egress_conn *c, relay_dir *d, const char *buf, apr_size_t n)
+{
+    apr_size_t granted = budget_take(c->box, n);
+    int rc = write_all(d->to, buf, granted, now_ms() + (long long)limits.idle_seconds * 1000);
+    if (rc == 0)
+        *d->count += granted;
+    return rc == 0 && granted == n ? 0 : -1;
+}
+
+static short dir_wants_read(const relay_dir *d)
+{
+    return !d->eof && d->len == 0 ? POLLIN : 0;
+}
+
+static short dir_wants_write(const relay_dir *d)
+{
+    return d->off < d->len ? POLLOUT : 0;
+}
+
+/* One side's readiness applied to both directions: -1 ends the relay. */
+static int dir_step(egress_conn *c, relay_dir *d, short from_ready, short to_ready,
+                    int *moved)
+{
+    int rc;
+    if (from_ready && dir_wants_read(d)) {
+        if ((rc = dir_read(c, d)) < 0)
+            return -1;
+        *moved |= rc;
+    }
+    if ((to_ready || d->len) && dir_wants_write(d)) {
+        if ((rc = dir_write(d)) < 0)
+            return -1;
+        *moved |= rc;
+    }
+    return 0;
+}
+
+/* Both ways between UP (sandbox -> origin) and DOWN until both are done,
+ * a side fails, idle_seconds pass without a byte, the budget is spent or
+ * the box is removed. Only the fds something is expected of are polled. */
+static void relay(egress_conn *c, relay_dir *up, relay_dir *down)
+{
+    long long idle_ms = (long long)limits.idle_seconds * 1000;
+    long long last = now_ms();
+    while (!(dir_done(up) && dir_done(down)) && !atomic_load(&c->cut)) {
+        struct pollfd pfd[2];
+        short ev0 = dir_wants_read(up) | dir_wants_write(down);
+        short ev1 = dir_wants_read(down) | dir_wants_write(up);
+        int rc, moved = 0, left = ms_left(last + idle_ms);
+        const short ready = POLLIN | POLLOUT | POLLHUP | POLLERR;
+        if (left == 0)
+            break;
+        pfd[0].fd = ev0 ? c->client : -1;
+        pfd[0].events = ev0;
+        pfd[0].revents = 0;
+        pfd[1].fd = ev1 ? c->origin : -1;
+        pfd[1].events = ev1;
+        pfd[1].revents = 0;
+        rc = poll(pfd, 2, left);
+        if (rc < 0 && errno != EINTR)
+            break;
+        if (rc <= 0)
+            continue;
+        if (dir_step(c, up, pfd[0].revents & ready, pfd[1].revents & ready, &moved) ||
+            dir_step(c, down, pfd[1].revents & ready, pfd[0].revents & ready, &moved))
+            break;
+        if (moved)
+            last = now_ms();
+    }
+}
+
+/* ---- one connection -------------------------------------------------------- */
+
+/* Connects C to what REQ names, directly or through the site proxy: the
+ * origin fd, or -1 after answering. *EXTRA: bytes for the sandbox already
+ * read from the site proxy. */
+static int reach_origin(egress_conn *c, const ci_egress_request *req, char **extra,
+                        apr_size_t *extra_len)
+{
+    egress_box *b = c->box;
+    struct addrinfo *res = resolve(req->host, req->port);
+    int fd = -1;
+    tunnel_status ts = TUNNEL_UNREACHABLE;
+
+    *extra = NULL;
+    *extra_len = 0;
+    if (res && check_addresses(c, req->host, res)) {
+        freeaddrinfo(res);
+        return -1;
+    }
+    if (!res && !b->proxy_host) {
+        answer(c, CI_EGRESS_STATUS_502,
+               apr_psprintf(c->pool, CI_EGRESS_TXT_UNRESOLVED, req->host));
+        return -1;
+    }
+    /* Never an address the sandbox named: the one resolved here, or the
+     * name, to the site proxy. */
+    if (b->proxy_host)
+        ts = site_proxy_tunnel(c, req->host, req->port, &fd, extra, extra_len);
+    else if ((fd = connect_first(c, res, now_ms() + (long long)limits.idle_seconds * 1000))
+             >= 0)
+        ts = TUNNEL_OK;
+    if (res)
+        freeaddrinfo(res);
+    if (ts == TUNNEL_OK)
+        return fd;
+    conn_close_origin(c);
+    answer(c, CI_EGRESS_STATUS_502,
+           apr_psprintf(c->pool, ts == TUNNEL_REFUSED ? CI_EGRESS_TXT_PROXY_REFUSED
+                                                      : CI_EGRESS_TXT_UNREACHABLE,
+                        req->host, req->port));
+    return -1;
+}
+
+/* The first bytes each way once connected: the 200 or the rewritten head,
+ * what the sandbox sent after its head, what the site proxy sent after its
+ * answer. 0 or -1. */
+static int send_opening(egress_conn *c, const ci_egress_request *req, relay_dir *up,
+                        relay_dir *down, const char *after_head, apr_size_t after_len,
+                        const char *extra, apr_size_t extra_len)
+{
+    if (req->is_connect) {
+        if (write_all(c->client, CI_EGRESS_ESTABLISHED, sizeof(CI_EGRESS_ESTABLISHED) - 1,
+                      now_ms() + ANSWER_WAIT_MS))
+            return -1;
+    }
+    else {
+        apr_size_t len;
+        const char *head = ci_egress_rewrite(c->pool, req, &len);
+        if (dir_send_first(c, up, head, len))
+            return -1;
+    }
+    if (after_len && dir_send_first(c, up, after_head, after_len))
+        return -1;
+    if (extra_len && dir_send_first(c, down, extra, extra_len))
+        return -1;
+    return 0;
+}
+
+static void serve_connection(egress_conn *c)
+{
+    char *buf = apr_palloc(c->pool, CI_EGRESS_HEAD_MAX);
+    apr_size_t got = 0, head_len = 0, extra_len = 0;
+    char *extra = NULL;
+    ci_egress_request req;
+    relay_dir *up, *down;
+    int origin = -1;
+
+    switch (read_head(c, buf, &got, &head_len)) {
+    case HEAD_TIMEOUT:
+        c->reason = apr_psprintf(c->pool, "no whole request head within %d s",
+                                 limits.head_seconds);
+        return;
+    case HEAD_CLOSED:
+        c->reason = "the connection ended before a whole request head";
+        return;
+    case HEAD_TOO_LONG:
+        answer(c, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
+        return;
+    case HEAD_OK:
+        break;
+    }
+    if (ci_egress_parse_head(c->pool, buf, head_len, &req)) {
+        answer(c, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
+        return;
+    }
+    c->method = req.method;
+    c->domain = req.host;
+    c->port = req.port;
+    if (check_policy(c, &req) || (origin = reach_origin(c, &req, &extra, &extra_len)) < 0)
+        return;
+    up = apr_pcalloc(c->pool, sizeof(*up));
+    down = apr_pcalloc(c->pool, sizeof(*down));
+    up->from = down->to = c->client;
+    up->to = down->from = origin;
+    up->count = &c->bytes_out;
+    down->count = &c->bytes_in;
+    c->allowed = 1;
+    if (send_opening(c, &req, up, down, buf + head_len, got - head_len, extra, extra_len))
+        return;
+    relay(c, up, down);
+}
+
+static void *connection_thread(void *arg)
+{
+    egress_conn *c = arg;
+    if (apr_pool_create_unmanaged_ex(&c->pool, NULL, NULL) == APR_SUCCESS) {
+        serve_connection(c);
+        write_audit(c);
+        log_connection(c);
+    }
+    conn_end(c);
+    return NULL;
+}
+
+/* ---- the main thread: accepting -------------------------------------------- */
+
+/* Connections answered at accept, kept open (their write side shut) until
+ * the sandbox closes them or LINGER_MS pass: a client that writes its head
+ * after our answer must not find the socket closed (EPIPE) and miss the
+ * answer. The main thread's, polled with the listeners. */
+#define LINGER_MAX 256
+#define LINGER_MS 2000
+static struct lingering {
+    int fd;
+    long long until;
+} lingering[LINGER_MAX];
+static int nlingering;
+
+static void linger_close(int i)
+{
+    close(lingering[i].fd);
+    lingering[i] = lingering[--nlingering];
+}
+
+static void linger_add(int fd)
+{
+    if (nlingering == LINGER_MAX)
+        linger_close(0);
+    lingering[nlingering].fd = fd;
+    lingering[nlingering].until = now_ms() + LINGER_MS;
+    nlingering++;
+}
+
+/* Reads and drops what a lingering connection sent; closes it at its EOF,
+ * an error or its time. */
+static void linger_service(int i, short revents)
+{
+    char buf[4096];
+    ssize_t n = 1;
+    int rounds;
+    for (rounds = 0; revents && rounds < 16; rounds++)
+        if ((n = recv(lingering[i].fd, buf, sizeof(buf), MSG_DONTWAIT)) <= 0)
+            break;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+        now_ms() >= lingering[i].until)
+        linger_close(i);
+}
+
+/* An answer written at once (a few hundred bytes always fit an empty
+ * socket buffer), without a thread. */
+static void answer_at_accept(egress_box *b, int fd, const char *status_line,
+                             const char *body)
+{
+    char buf[512];
+    egress_conn c;
+    int n = snprintf(buf, sizeof(buf), CI_EGRESS_RESPONSE_FORMAT, status_line,
+                     (unsigned long)strlen(body), body);
+    char reason[256];
+    apr_size_t rn = strlen(body);
+    if (n > 0 && (size_t)n < sizeof(buf))
+        (void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+    linger_add(fd);
+    /* The audit's reason, without the pool ci_egress_reason wants. */
+    if (!strncmp(body, CI_EGRESS_REFUSED_PREFIX, sizeof(CI_EGRESS_REFUSED_PREFIX) - 1)) {
+        body += sizeof(CI_EGRESS_REFUSED_PREFIX) - 1;
+        rn -= sizeof(CI_EGRESS_REFUSED_PREFIX) - 1;
+    }
+    else if (!strncmp(body, CI_EGRESS_ERROR_PREFIX, sizeof(CI_EGRESS_ERROR_PREFIX) - 1)) {
+        body += sizeof(CI_EGRESS_ERROR_PREFIX) - 1;
+        rn -= sizeof(CI_EGRESS_ERROR_PREFIX) - 1;
+    }
+    snprintf(reason, sizeof(reason), "%.*s", (int)(rn ? rn - 1 : 0), body);
+    memset(&c, 0, sizeof(c));
+    c.box = b;
+    c.started = apr_time_now();
+    c.started_ms = now_ms();
+    c.reason = reason;
+    write_audit(&c);
+    log_connection(&c);
+}
+
+/* A new connection of B on FD: counted, listed, given a thread. */
+static void admit(egress_box *b, int fd)
+{
+    char body[160];
+    egress_conn *c;
+    pthread_t t;
+    int full;
+
+    if (atomic_load(&total_open) >= limits.max_total) {
+        snprintf(body, sizeof(body), CI_EGRESS_TXT_BUSY, limits.max_total);
+        answer_at_accept(b, fd, CI_EGRESS_STATUS_503, body);
+        return;
+    }
+    c = calloc(1, sizeof(*c));
+    pthread_mutex_lock(&b->lock);
+    full = b->open >= limits.max_connections;
+    if (!full && c) {
+        c->box = b;
+        c->client = fd;
+        c->origin = -1;
+        c->started = apr_time_now();
+        c->started_ms = now_ms();
+        c->next = b->conns;
+        if (b->conns)
+            b->conns->prev = c;
+        b->conns = c;
+        b->open++;
+        b->refs++;
+    }
+    pthread_mutex_unlock(&b->lock);
+    if (full || !c) {
+        free(c);
+        snprintf(body, sizeof(body), CI_EGRESS_TXT_TOO_MANY, limits.max_connections);
+        answer_at_accept(b, fd, CI_EGRESS_STATUS_403, body);
+        return;
+    }
+    atomic_fetch_add(&total_open, 1);
+    if (pthread_create(&t, &thread_attr, connection_thread, c) != 0) {
+        ci_log(CI_LOG_ERR, "CI0903: the egress proxy could not start a thread");
+        conn_end(c);
+    }
+}
+
+/* Accepts what is waiting on B's listener: 0, or -1 when out of fds (the
+ * loop then leaves the listeners alone a moment rather than spin). */
+static int accept_some(egress_box *b)
+{
+    int i;
+    for (i = 0; i < ACCEPT_BURST; i++) {
+        int fd = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd >= 0) {
+            admit(b, fd);
+            continue;
+        }
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            ci_log(CI_LOG_ERR, "CI0904: the egress proxy cannot accept: %s",
+                   strerror(errno));
+            return -1;
+        }
+        break;
+    }
+    return 0;
+}
+
+/* ---- the main thread: commands --------------------------------------------- */
+
+static const char *json_string_or(json_object *o, const char *key, const char *dflt)
+{
+    json_object *v;
+    if (json_object_object_get_ex(o, key, &v) && json_object_is_type(v, json_type_string))
+        return json_object_get_string(v);
+    return dflt;
+}
+
+/* The domains of POLICY into B: entries as given (the matcher ignores case
+ * and a trailing dot). */
+static int box_take_domains(egress_box *b, json_object *policy)
+{
+    json_object *list;
+    apr_size_t i, n;
+    if (!json_object_object_get_ex(policy, "domains", &list) ||
+        !json_object_is_type(list, json_type_array))
+        return -1;
+    n = json_object_array_length(list);
+    b->domains = apr_pcalloc(b->pool, (n + 1) * sizeof(*b->domains));
+    for (i = 0; i < n; i++) {
+        json_object *d = json_object_array_get_idx(list, i);
+        if (!json_object_is_type(d, json_type_string))
+            return -1;
+        b->domains[b->ndomains++] = apr_pstrdup(b->pool, json_object_get_string(d));
+    }
+    return 0;
+}
+
+/* POLICY's JSON text (LEN bytes) into B: 0 or -1. */
+static int box_take_policy(egress_box *b, const char *text, apr_size_t len)
+{
+    json_tokener *tok = json_tokener_new();
+    json_object *policy = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+    const char *proxy;
+    int rc = -1;
+    if (tok)
+        json_tokener_free(tok);
+    if (!policy || !json_object_is_type(policy, json_type_object))
+        goto done;
+    b->container = apr_pstrdup(b->pool, json_string_or(policy, "container", ""));
+    b->tool = apr_pstrdup(b->pool, json_string_or(policy, "tool", ""));
+    proxy = json_string_or(policy, "proxy", NULL);
+    if (box_take_domains(b, policy) ||
+        (proxy && ci_egress_parse_proxy(b->pool, proxy, &b->proxy_host, &b->proxy_port)))
+        goto done;
+    rc = 0;
+done:
+    json_object_put(policy);
+    return rc;
+}
+
+static int registry_push(egress_box *b)
+{
+    if (nboxes == boxes_cap) {
+        int cap = boxes_cap ? boxes_cap * 2 : 16;
+        egress_box **grown = realloc(boxes, (size_t)cap * sizeof(*boxes));
+        if (!grown)
+            return -1;
+        boxes = grown;
+        boxes_cap = cap;
+    }
+    boxes[nboxes++] = b;
+    return 0;
+}
+
+static void registry_drop(egress_box *b)
+{
+    int i;
+    for (i = 0; i < nboxes; i++)
+        if (boxes[i] == b) {
+            boxes[i] = boxes[--nboxes];
+            return;
+        }
+}
+
+/* ADD: KEY listens on FD with POLICY. FD is closed on any failure. */
+static void command_add(apr_uint32_t key, int fd, const char *policy, apr_size_t len)
+{
+    egress_box *b;
+    int accepting = 0;
+    socklen_t alen = sizeof(accepting);
+    if (fd < 0 || find_box(key) ||
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) || !accepting ||
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)) {
+        ci_log(CI_LOG_ERR, "CI0905: egress: sandbox %u was not added (no listening "
+               "socket, or added twice)", (unsigned)key);
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    b = calloc(1, sizeof(*b));
+    if (!b || apr_pool_create_unmanaged_ex(&b->pool, NULL, NULL) != APR_SUCCESS) {
+        free(b);
+        close(fd);
+        ci_log(CI_LOG_ERR, "CI0906: egress: out of memory adding sandbox %u", (unsigned)key);
+        return;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    b->key = key;
+    b->listen_fd = fd;
+    b->refs = 1;
+    if (box_take_policy(b, policy, len) || registry_push(b)) {
+        ci_log(CI_LOG_ERR, "CI0907: egress: sandbox %u has a policy that does not "
+               "parse", (unsigned)key);
+        close(fd);
+        box_free(b);
+        return;
+    }
+    ci_log(CI_LOG_DEBUG, "CI0908: egress: sandbox %u added (%d domains%s)", (unsigned)key,
+           b->ndomains, b->proxy_host ? ", through the site proxy" : "");
+}
+
+/* REMOVE: the listener closed, every connection shut down both ways (their
+ * threads see it and end). */
+static void command_remove(apr_uint32_t key)
+{
+    egress_box *b = find_box(key);
+    egress_conn *c;
+    if (!b)
+        return;
+    registry_drop(b);
+    close(b->listen_fd);
+    b->listen_fd = -1;
+    pthread_mutex_lock(&b->lock);
+    b->removed = 1;
+    for (c = b->conns; c; c = c->next) {
+        atomic_store(&c->cut, 1);
+        shutdown(c->client, SHUT_RDWR);
+        if (c->origin >= 0)
+            shutdown(c->origin, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&b->lock);
+    box_unref(b);
+}
+
+static void command_execution(apr_uint32_t key)
+{
+    egress_box *b = find_box(key);
+    if (b)
+        atomic_store(&b->used, 0);
+}
+
+/* The fd a message carried (the first; any other is closed), or -1. */
+static int passed_fd(struct msghdr *msg)
+{
+    struct cmsghdr *c;
+    int fd = -1;
+    for (c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
+        apr_size_t i, n;
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (i = 0; i < n; i++) {
+            int one;
+            memcpy(&one, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (fd < 0)
+                fd = one;
+            else
+                close(one);
+        }
+    }
+    return fd;
+}
+
+/* The waiting commands: 1 some were handled, 0 none, -1 the supervisor
+ * is gone. */
+static int handle_commands(int control)
+{
+    static char buf[sizeof(ctl_header) + CTL_POLICY_MAX + 1];
+    int handled = 0;
+    for (;;) {
+        union {
+            struct cmsghdr align;
+            char buf[CMSG_SPACE(4 * sizeof(int))];
+        } u;
+        struct iovec iov = { buf, sizeof(buf) };
+        struct msghdr msg;
+        ctl_header h;
+        ssize_t n;
+        int fd;
+        memset(&msg, 0, sizeof(msg));
+        msg.msg_iov = &iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = u.buf;
+        msg.msg_controllen = sizeof(u.buf);
+        n = recvmsg(control, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+        if (n == 0)
+            return -1;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == EAGAIN || errno == EWOULDBLOCK ? handled : -1;
+        handled = 1;
+        fd = passed_fd(&msg);
+        if ((apr_size_t)n < sizeof(h) || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+            ci_log(CI_LOG_ERR, "CI0909: egress: a control message was cut or too short");
+            if (fd >= 0)
+                close(fd);
+            continue;
+        }
+        memcpy(&h, buf, sizeof(h));
+        if (h.cmd == CMD_ADD) {
+            buf[n] = '\0';
+            command_add(h.key, fd, buf + sizeof(h), (apr_size_t)n - sizeof(h));
+            continue;
+        }
+        if (fd >= 0)
+            close(fd);
+        if (h.cmd == CMD_REMOVE)
+            command_remove(h.key);
+        else if (h.cmd == CMD_EXECUTION)
+            command_execution(h.key);
+        else
+            ci_log(CI_LOG_ERR, "CI0910: egress: unknown control command %u",
+                   (unsigned)h.cmd);
+    }
+}
+
+/* ---- the main loop --------------------------------------------------------- */
+
+/* Until the control socket closes. The listeners and the lingering
+ * connections are polled in the same call; after commands were handled
+ * the poll starts again, so that no listener of a box just removed is
+ * touched, and an EXECUTION sent before a connection is seen before it. */
+static void serve(int control)
+{
+    struct pollfd *pfd = NULL;
+    egress_box **polled = NULL;
+    int cap = 0;
+    long long paused_until = 0;
+    for (;;) {
+        int i, n = 1, first_linger, timeout = -1, listening = now_ms() >= paused_until;
+        if (cap < nboxes + nlingering + 1) {
+            cap = nboxes + LINGER_MAX + 16;
+            pfd = realloc(pfd, (size_t)cap * sizeof(*pfd));
+            polled = realloc(polled, (size_t)cap * sizeof(*polled));
+            if (!pfd || !polled)
+                _exit(1);
+        }
+        pfd[0].fd = control;
+        pfd[0].events = POLLIN;
+        for (i = 0; listening && i < nboxes; i++, n++) {
+            pfd[n].fd = boxes[i]->listen_fd;
+            pfd[n].events = POLLIN;
+            polled[n] = boxes[i];
+        }
+        first_linger = n;
+        for (i = 0; i < nlingering; i++, n++) {
+            pfd[n].fd = lingering[i].fd;
+            pfd[n].events = POLLIN;
+            timeout = 100;      /* their time is checked every tenth of a second */
+        }
+        if (!listening)
+            timeout = 100;
+        for (i = 0; i < n; i++)
+            pfd[i].revents = 0;
+        if (poll(pfd, (nfds_t)n, timeout) < 0) {
+            if (errno == EINTR)
+                continue;
+            ci_log(CI_LOG_ERR, "CI0911: egress: poll failed: %s", strerror(errno));
+            _exit(1);
+        }
+        if (pfd[0].revents) {
+            int rc = handle_commands(control);
+            if (rc < 0)
+                return;
+            if (rc > 0)
+                continue;
+        }
+        /* From the last, as linger_close moves the last into a freed slot. */
+        for (i = n - 1; i >= first_linger; i--)
+            linger_service(i - first_linger, pfd[i].revents);
+        for (i = 1; i < first_linger; i++)
+            if ((pfd[i].revents & POLLIN) && accept_some(polled[i]) < 0)
+                paused_until = now_ms() + 100;
+    }
+}
+
+/* ---- the process ----------------------------------------------------------- */
+
+static void close_range_or_loop(unsigned first, unsigned last)
+{
+    unsigned fd;
+    if (first > last)
+        return;
+    if (syscall(SYS_close_range, first, last, 0U) == 0)
+        return;
+    for (fd = first; fd <= last && fd < 65536; fd++)
+        close((int)fd);
+}
+
+/* FD moved to a number above 2 (0..2 are about to be /dev/null and the
+ * log). */
+static int above_stdio(int fd)
+{
+    int moved;
+    if (fd < 0 || fd > 2)
+        return fd;
+    moved = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    return moved;
+}
+
+/* Nothing inherited but the control socket, the audit file and the log:
+ * 0 and 1 become /dev/null, every other fd is closed. */
+static int keep_only(int *control, int *audit)
+{
+    int devnull, lo, hi;
+    *control = above_stdio(*control);
+    *audit = above_stdio(*audit);
+    if (*control < 0)
+        return -1;
+    devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull >= 0) {
+        dup2(devnull, 0);
+        dup2(devnull, 1);
+    }
+    lo = *audit >= 0 && *audit < *control ? *audit : *control;
+    hi = *audit > *control ? *audit : *control;
+    close_range_or_loop(3, (unsigned)lo - 1);
+    if (hi != lo)
+        close_range_or_loop((unsigned)lo + 1, (unsigned)hi - 1);
+    close_range_or_loop((unsigned)hi + 1, ~0U);
+    return 0;
+}
+
+static void proxy_main(int control, int audit, const ci_egress_limits *lim)
+{
+    prctl(PR_SET_NAME, "ci-egress");
+    ci_signals_default();
+    /* A peer that went away is an error to handle, not a reason to die. */
+    signal(SIGPIPE, SIG_IGN);
+    ci_log_set(egress_sink, inherited_log_level());
+    if (keep_only(&control, &audit))
+        _exit(1);
+    limits = *lim;
+    audit_fd = audit;
+    pthread_attr_init(&thread_attr);
+    pthread_attr_setdetachstate(&thread_attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&thread_attr, THREAD_STACK);
+    ci_log(CI_LOG_DEBUG, "CI0912: the egress proxy runs");
+    serve(control);
+    ci_log(CI_LOG_DEBUG, "CI0913: the egress proxy ends: its supervisor is gone");
+    _exit(0);
+}
+
+pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim, const char *audit_path,
+                      int *control)
+{
+    int sv[2], audit = -1, err;
+    pid_t pid;
+    (void)p;    /* nothing of the caller's outlives the call */
+    if (audit_path &&
+        (audit = open(audit_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
+        return -1;
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+        err = errno;
+        if (audit >= 0)
+            close(audit);
+        errno = err;
+        return -1;
+    }
+    pid = fork();
+    if (pid == 0) {
+        close(sv[0]);
+        proxy_main(sv[1], audit, lim);
+    }
+    err = errno;
+    close(sv[1]);
+    if (audit >= 0)
+        close(audit);
+    if (pid < 0) {
+        close(sv[0]);
+        errno = err;
+        return -1;
+    }
+    fcntl(sv[0], F_SETFL, fcntl(sv[0], F_GETFL) | O_NONBLOCK);
+    *control = sv[0];
+    return pid;
+}

@@ -1,0 +1,416 @@
+/*
+ * test_egress_parse.c - the egress proxy's pure decisions
+ * (mod_code_interpreter/sandbox/ci_egress_parse.c): request heads admitted
+ * and refused, host names and IP literals, allowlist matching, the class
+ * of every kind of address, the head an origin gets, the answers' bytes.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <apr_general.h>
+#include <apr_pools.h>
+#include <apr_strings.h>
+
+#include "ci_egress_parse.h"
+#include "unit_pool.h"
+
+/* ---- heads ----------------------------------------------------------------- */
+
+static int parse(apr_pool_t *p, const char *head, ci_egress_request *req)
+{
+    return ci_egress_parse_head(p, head, strlen(head), req);
+}
+
+static void assert_malformed(apr_pool_t *p, const char *head)
+{
+    ci_egress_request req;
+    if (parse(p, head, &req) != -1) {
+        print_error("admitted: %s\n", head);
+        fail();
+    }
+}
+
+static void test_connect_is_admitted(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_request req;
+    assert_int_equal(parse(p, "CONNECT PyPI.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n"
+                              "User-Agent: pip\r\n\r\n", &req), 0);
+    assert_true(req.is_connect);
+    assert_string_equal(req.method, "CONNECT");
+    assert_string_equal(req.host, "pypi.org");
+    assert_int_equal(req.port, 443);
+    assert_false(req.host_is_ip);
+    assert_string_equal(req.version, "HTTP/1.1");
+    assert_int_equal(req.headers->nelts, 2);
+    assert_string_equal(APR_ARRAY_IDX(req.headers, 1, ci_egress_header).name, "User-Agent");
+    assert_string_equal(APR_ARRAY_IDX(req.headers, 1, ci_egress_header).value, "pip");
+}
+
+static void test_absolute_form_is_admitted(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_request req;
+    assert_int_equal(parse(p, "GET HTTP://Example.COM./a/b?c=d HTTP/1.0\n"
+                              "Accept:   */*  \n\n", &req), 0);
+    assert_false(req.is_connect);
+    assert_string_equal(req.method, "GET");
+    assert_string_equal(req.host, "example.com");
+    assert_int_equal(req.port, 80);
+    assert_string_equal(req.path, "/a/b?c=d");
+    assert_string_equal(req.version, "HTTP/1.0");
+    assert_string_equal(APR_ARRAY_IDX(req.headers, 0, ci_egress_header).value, "*/*");
+
+    assert_int_equal(parse(p, "POST http://example.com:8080 HTTP/1.1\r\n\r\n", &req), 0);
+    assert_int_equal(req.port, 8080);
+    assert_string_equal(req.path, "/");
+    assert_int_equal(parse(p, "GET http://example.com?q HTTP/1.1\r\n\r\n", &req), 0);
+    assert_string_equal(req.path, "/?q");
+    /* The Host header may name the URI's host, in any case, with the port. */
+    assert_int_equal(parse(p, "GET http://example.com/ HTTP/1.1\r\nHost: EXAMPLE.com:80\r\n"
+                              "\r\n", &req), 0);
+    assert_int_equal(parse(p, "GET http://example.com:443/ HTTP/1.1\r\n"
+                              "Host: example.com:443\r\n\r\n", &req), 0);
+}
+
+static void test_malformed_heads(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const bad[] = {
+        "GET / HTTP/1.1\r\nHost: example.com\r\n\r\n",            /* origin form */
+        "GET https://example.com/ HTTP/1.1\r\n\r\n",              /* https absolute */
+        "GET ftp://example.com/ HTTP/1.1\r\n\r\n",
+        "GET example.com:80 HTTP/1.1\r\n\r\n",                    /* authority, not CONNECT */
+        "CONNECT http://example.com/ HTTP/1.1\r\n\r\n",
+        "CONNECT example.com HTTP/1.1\r\n\r\n",                   /* no port */
+        "CONNECT example.com: HTTP/1.1\r\n\r\n",
+        "CONNECT example.com:0 HTTP/1.1\r\n\r\n",
+        "CONNECT example.com:65536 HTTP/1.1\r\n\r\n",
+        "CONNECT example.com:44x HTTP/1.1\r\n\r\n",
+        "CONNECT user@example.com:443 HTTP/1.1\r\n\r\n",
+        "GET http://user:pw@example.com/ HTTP/1.1\r\n\r\n",
+        "GET http://example.com/#frag HTTP/1.1\r\n\r\n",
+        "GET http:/// HTTP/1.1\r\n\r\n",
+        "GET http://exa_mple.com/ HTTP/1.1\r\n\r\n",
+        "GET http://-example.com/ HTTP/1.1\r\n\r\n",
+        "GET http://a..b/ HTTP/1.1\r\n\r\n",
+        "GET http://caf\xc3\xa9.fr/ HTTP/1.1\r\n\r\n",              /* not punycode */
+        "GET http://[::1/ HTTP/1.1\r\n\r\n",
+        "GET http://[fe80::1%25eth0]/ HTTP/1.1\r\n\r\n",
+        "GET http://example.com/ HTTP/2.0\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1 \r\n\r\n",
+        "GET  http://example.com/ HTTP/1.1\r\n\r\n",
+        "G(T http://example.com/ HTTP/1.1\r\n\r\n",
+        "GET http://example.com/a b HTTP/1.1\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nHost : example.com\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nX-A: 1\r\n folded\r\n\r\n",   /* obs-fold */
+        "GET http://example.com/ HTTP/1.1\r\nX-A: a\rb\r\n\r\n",           /* bare CR */
+        "GET http://example.com/ HTTP/1.1\r\nX-A: a\x01\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nNoColon\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nHost: other.com\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nHost: example.com:81\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\nHost: example.com\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\nHost:\r\n\r\n",
+        "\r\nGET http://example.com/ HTTP/1.1\r\n\r\n",
+        "GET http://example.com/ HTTP/1.1\r\n",                   /* no blank line */
+        "GET http://example.com/ HTTP/1.1\r\n\r\nX",              /* more than a head */
+        "",
+    };
+    apr_size_t i;
+    ci_egress_request req;
+    char *with_nul;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_malformed(p, bad[i]);
+    with_nul = apr_pstrdup(p, "GET http://example.com/ HTTP/1.1\r\nX: a\r\n\r\n");
+    with_nul[38] = '\0';
+    assert_int_equal(ci_egress_parse_head(p, with_nul, 42, &req), -1);
+}
+
+static void test_head_length_and_bounds(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *crlf = "GET http://a.com/ HTTP/1.1\r\nA: b\r\n\r\nBODY";
+    const char *lf = "GET http://a.com/ HTTP/1.1\nA: b\n\nBODY";
+    char *big;
+    ci_egress_request req;
+    apr_size_t n;
+
+    assert_int_equal(ci_egress_head_length(crlf, strlen(crlf)), strlen(crlf) - 4);
+    assert_int_equal(ci_egress_head_length(lf, strlen(lf)), strlen(lf) - 4);
+    assert_int_equal(ci_egress_head_length(crlf, 20), 0);
+    assert_int_equal(ci_egress_head_length("\r\n", 2), 2);
+    /* The most headers admitted, and one more. */
+    big = apr_pstrdup(p, "GET http://a.com/ HTTP/1.1\r\n");
+    for (n = 0; n < CI_EGRESS_HEADERS_MAX; n++)
+        big = apr_pstrcat(p, big, "X: y\r\n", NULL);
+    assert_int_equal(parse(p, apr_pstrcat(p, big, "\r\n", NULL), &req), 0);
+    assert_malformed(p, apr_pstrcat(p, big, "X: y\r\n\r\n", NULL));
+    /* Longer than 16 KiB: refused, and never a head. */
+    big = apr_pstrcat(p, "GET http://a.com/ HTTP/1.1\r\nX: ",
+                      apr_psprintf(p, "%0*d", CI_EGRESS_HEAD_MAX, 0), "\r\n\r\n", NULL);
+    assert_int_equal(ci_egress_head_length(big, strlen(big)), 0);
+    assert_int_equal(ci_egress_parse_head(p, big, strlen(big), &req), -1);
+}
+
+/* ---- hosts ----------------------------------------------------------------- */
+
+static ci_egress_host_kind host(apr_pool_t *p, const char *in, const char **out)
+{
+    return ci_egress_host_normalise(p, in, strlen(in), out);
+}
+
+static void test_host_names_are_normalised(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *out;
+    char label63[64], label64[65], *long_name;
+    int i;
+
+    assert_int_equal(host(p, "PyPI.Org.", &out), CI_EGRESS_HOST_NAME);
+    assert_string_equal(out, "pypi.org");
+    assert_int_equal(host(p, "xn--caf-dma.fr", &out), CI_EGRESS_HOST_NAME);
+    assert_string_equal(out, "xn--caf-dma.fr");
+    assert_int_equal(host(p, "localhost", &out), CI_EGRESS_HOST_NAME);
+    assert_int_equal(host(p, "a-b.c1", &out), CI_EGRESS_HOST_NAME);
+    assert_int_equal(host(p, "0x7f.example", &out), CI_EGRESS_HOST_NAME);
+
+    memset(label63, 'a', 63);
+    label63[63] = '\0';
+    memset(label64, 'a', 64);
+    label64[64] = '\0';
+    assert_int_equal(host(p, apr_pstrcat(p, label63, ".com", NULL), &out),
+                     CI_EGRESS_HOST_NAME);
+    assert_int_equal(host(p, apr_pstrcat(p, label64, ".com", NULL), &out),
+                     CI_EGRESS_HOST_BAD);
+    /* 253 in all is the most. */
+    long_name = apr_pstrcat(p, label63, ".", label63, ".", label63, ".", NULL);
+    long_name = apr_pstrcat(p, long_name, apr_pstrndup(p, label63, 61), NULL);
+    assert_int_equal(strlen(long_name), 253);
+    assert_int_equal(host(p, long_name, &out), CI_EGRESS_HOST_NAME);
+    assert_int_equal(host(p, apr_pstrcat(p, long_name, ".", NULL), &out),
+                     CI_EGRESS_HOST_NAME);
+    assert_int_equal(host(p, apr_pstrcat(p, long_name, "a", NULL), &out),
+                     CI_EGRESS_HOST_BAD);
+
+    {
+        static const char *const bad[] = { "", ".", "a..b", ".a", "a.-b", "a-.b", "a_b.c",
+                                           "caf\xc3\xa9.fr", "a b", "a\tb", "[", "[]",
+                                           "[::1", "[nope]", "a.b..", "a:b", "@x" };
+        for (i = 0; i < (int)(sizeof(bad) / sizeof(bad[0])); i++)
+            if (host(p, bad[i], &out) != CI_EGRESS_HOST_BAD) {
+                print_error("admitted host: %s\n", bad[i]);
+                fail();
+            }
+    }
+}
+
+static void test_ip_literals_in_every_form(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const ips[] = { "127.0.0.1", "2130706433", "0x7f.1", "0x7F000001",
+                                       "0177.0.0.1", "127.1", "10.0.0.1.", "169.254.169.254",
+                                       "[::1]", "[::ffff:127.0.0.1]", "[2001:DB8::1]",
+                                       "1.2.3.4.5", "example.123" };
+    const char *out;
+    int i;
+    for (i = 0; i < (int)(sizeof(ips) / sizeof(ips[0])); i++) {
+        if (host(p, ips[i], &out) != CI_EGRESS_HOST_IP) {
+            print_error("not an IP literal: %s\n", ips[i]);
+            fail();
+        }
+        assert_string_equal(out, ips[i]);   /* named as sent */
+    }
+}
+
+/* ---- the allowlist --------------------------------------------------------- */
+
+static void test_allowlist_matching(void **state)
+{
+    static const char *const list[] = { "pypi.org", "*.pythonhosted.org", "Example.COM.",
+                                        "*.", "*", "" };
+    int n = (int)(sizeof(list) / sizeof(list[0]));
+    (void)state;
+    assert_true(ci_egress_allowed(list, n, "pypi.org"));
+    assert_true(ci_egress_allowed(list, n, "PyPI.org"));
+    assert_true(ci_egress_allowed(list, n, "pypi.org."));
+    assert_false(ci_egress_allowed(list, n, "www.pypi.org"));
+    assert_false(ci_egress_allowed(list, n, "xpypi.org"));
+    assert_true(ci_egress_allowed(list, n, "files.pythonhosted.org"));
+    assert_true(ci_egress_allowed(list, n, "a.b.c.PythonHosted.org"));
+    /* "*." is any subdomain, never the suffix itself. */
+    assert_false(ci_egress_allowed(list, n, "pythonhosted.org"));
+    assert_false(ci_egress_allowed(list, n, "evilpythonhosted.org"));
+    assert_false(ci_egress_allowed(list, n, ".pythonhosted.org"));
+    assert_true(ci_egress_allowed(list, n, "example.com"));
+    assert_false(ci_egress_allowed(list, n, "other.com"));
+    assert_false(ci_egress_allowed(list, n, ""));
+    assert_false(ci_egress_allowed(list, 0, "pypi.org"));
+}
+
+/* ---- addresses ------------------------------------------------------------- */
+
+static ci_egress_addr_class classify(const char *text)
+{
+    struct sockaddr_in in;
+    struct sockaddr_in6 in6;
+    memset(&in, 0, sizeof(in));
+    memset(&in6, 0, sizeof(in6));
+    if (inet_pton(AF_INET, text, &in.sin_addr) == 1) {
+        in.sin_family = AF_INET;
+        return ci_egress_classify((struct sockaddr *)&in);
+    }
+    assert_int_equal(inet_pton(AF_INET6, text, &in6.sin6_addr), 1);
+    in6.sin6_family = AF_INET6;
+    return ci_egress_classify((struct sockaddr *)&in6);
+}
+
+static void test_address_classes(void **state)
+{
+    static const struct { const char *addr; const char *kind; } cases[] = {
+        { "8.8.8.8", "public" }, { "151.101.0.223", "public" },
+        { "127.0.0.1", "loopback" }, { "127.255.255.254", "loopback" },
+        { "10.0.0.1", "private" }, { "172.16.0.1", "private" },
+        { "172.31.255.255", "private" }, { "172.32.0.1", "public" },
+        { "192.168.1.1", "private" },
+        { "169.254.169.254", "link-local" }, { "169.254.0.1", "link-local" },
+        { "100.64.0.1", "shared (CGNAT)" }, { "100.127.255.255", "shared (CGNAT)" },
+        { "100.128.0.1", "public" },
+        { "224.0.0.1", "multicast" }, { "239.255.255.250", "multicast" },
+        { "0.0.0.0", "unspecified" }, { "0.1.2.3", "unspecified" },
+        { "240.0.0.1", "reserved" }, { "255.255.255.255", "reserved" },
+        { "192.0.2.1", "reserved" }, { "198.18.0.1", "reserved" },
+        { "2606:4700::1111", "public" },
+        { "::1", "loopback" }, { "::", "unspecified" },
+        { "fc00::1", "private" }, { "fd12:3456::1", "private" },
+        { "fe80::1", "link-local" }, { "febf::1", "link-local" },
+        { "ff02::1", "multicast" },
+        { "::ffff:127.0.0.1", "loopback" }, { "::ffff:169.254.169.254", "link-local" },
+        { "::ffff:8.8.8.8", "public" },
+        { "64:ff9b::a00:1", "private" }, { "64:ff9b::8.8.8.8", "public" },
+        { "::10.0.0.1", "private" }, { "::127.0.0.1", "loopback" },
+        { "2002:7f00:1::", "loopback" }, { "2002:808:808::1", "public" },
+        { "2001:db8::1", "reserved" }, { "100::1", "reserved" },
+    };
+    int i;
+    (void)state;
+    for (i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        const char *got = ci_egress_class_name(classify(cases[i].addr));
+        if (strcmp(got, cases[i].kind)) {
+            print_error("%s: %s, not %s\n", cases[i].addr, got, cases[i].kind);
+            fail();
+        }
+    }
+    {
+        struct sockaddr un;
+        memset(&un, 0, sizeof(un));
+        un.sa_family = AF_UNIX;
+        assert_int_equal(ci_egress_classify(&un), CI_EGRESS_RESERVED);
+    }
+}
+
+/* ---- the head an origin gets ----------------------------------------------- */
+
+static void test_rewrite_for_the_origin(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_request req;
+    apr_size_t len;
+    char *out;
+    assert_int_equal(parse(p, "POST http://Example.com/up?x=1 HTTP/1.1\n"
+                              "Host: example.com\n"
+                              "Proxy-Authorization: Basic c2VjcmV0\n"
+                              "Proxy-Connection: keep-alive\n"
+                              "Connection: keep-alive, X-Secret-Hop , Content-Length\n"
+                              "Keep-Alive: timeout=5\n"
+                              "TE: trailers\n"
+                              "Trailer: X-T\n"
+                              "Upgrade: websocket\n"
+                              "X-Secret-Hop: 1\n"
+                              "Content-Length: 3\n"
+                              "Accept: */*\n\n", &req), 0);
+    out = ci_egress_rewrite(p, &req, &len);
+    assert_int_equal(len, strlen(out));
+    assert_string_equal(out, "POST /up?x=1 HTTP/1.1\r\n"
+                             "Host: example.com\r\n"
+                             "Content-Length: 3\r\n"
+                             "Accept: */*\r\n"
+                             "Connection: close\r\n\r\n");
+
+    assert_int_equal(parse(p, "GET http://example.com:443 HTTP/1.0\r\n\r\n", &req), 0);
+    assert_string_equal(ci_egress_rewrite(p, &req, &len),
+                        "GET / HTTP/1.0\r\nHost: example.com:443\r\nConnection: close\r\n\r\n");
+}
+
+/* ---- answers --------------------------------------------------------------- */
+
+static void test_answers_and_reasons(void **state)
+{
+    apr_pool_t *p = *state;
+    apr_size_t len;
+    const char *body = apr_psprintf(p, CI_EGRESS_TXT_NOT_ALLOWED, "evil.com");
+    char *r = ci_egress_response(p, CI_EGRESS_STATUS_403, body, &len);
+    assert_string_equal(body, "egress refused: evil.com is not on this container's "
+                              "allowlist\n");
+    assert_string_equal(r, "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; "
+                           "charset=utf-8\r\nContent-Length: 62\r\nConnection: close\r\n"
+                           "\r\negress refused: evil.com is not on this container's "
+                           "allowlist\n");
+    assert_int_equal(len, strlen(r));
+    assert_string_equal(ci_egress_reason(p, body),
+                        "evil.com is not on this container's allowlist");
+    assert_string_equal(ci_egress_reason(p, CI_EGRESS_TXT_MALFORMED), "malformed request");
+    assert_string_equal(apr_psprintf(p, CI_EGRESS_TXT_ADDRESS, "localhost", "127.0.0.1",
+                                     "loopback"),
+                        "egress refused: localhost resolves to 127.0.0.1, a loopback "
+                        "address\n");
+    assert_string_equal(apr_psprintf(p, CI_EGRESS_TXT_PORT, "pypi.org", 22),
+                        "egress refused: pypi.org:22: only ports 80 and 443 are allowed\n");
+}
+
+static void test_site_proxy_url(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *h;
+    int port;
+    assert_int_equal(ci_egress_parse_proxy(p, "http://proxy.corp:3128", &h, &port), 0);
+    assert_string_equal(h, "proxy.corp");
+    assert_int_equal(port, 3128);
+    assert_int_equal(ci_egress_parse_proxy(p, "http://127.0.0.1:8/", &h, &port), 0);
+    assert_string_equal(h, "127.0.0.1");
+    assert_int_equal(ci_egress_parse_proxy(p, "http://[::1]:3128", &h, &port), 0);
+    assert_string_equal(h, "::1");
+    assert_int_equal(ci_egress_parse_proxy(p, "HTTP://proxy", &h, &port), 0);
+    assert_int_equal(port, 80);
+    assert_int_equal(ci_egress_parse_proxy(p, "https://proxy:1", &h, &port), -1);
+    assert_int_equal(ci_egress_parse_proxy(p, "http://proxy:1/x", &h, &port), -1);
+    assert_int_equal(ci_egress_parse_proxy(p, "http://u@proxy:1", &h, &port), -1);
+    assert_int_equal(ci_egress_parse_proxy(p, "http://", &h, &port), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        TEST(test_connect_is_admitted),
+        TEST(test_absolute_form_is_admitted),
+        TEST(test_malformed_heads),
+        TEST(test_head_length_and_bounds),
+        TEST(test_host_names_are_normalised),
+        TEST(test_ip_literals_in_every_form),
+        TEST(test_allowlist_matching),
+        TEST(test_address_classes),
+        TEST(test_rewrite_for_the_origin),
+        TEST(test_answers_and_reasons),
+        TEST(test_site_proxy_url),
+    };
+    int rc;
+    apr_initialize();
+    rc = cmocka_run_group_tests_name("egress_parse", tests, NULL, NULL);
+    apr_terminate();
+    return rc;
+}
