@@ -274,9 +274,8 @@ REQUEST_CASES = [
              "tools[0].container.type")),
     ("container-network-policy-string", body(tools=[{"type": "code_interpreter", "container": {
         "type": "auto", "network_policy": "disabled"}}]),
-     refused("unsupported_parameter", NOT_SUPPORTED % (
-         "Network policies other than \"disabled\"", "tools[0].container.network_policy"),
-         "tools[0].container.network_policy")),
+     bad_type("tools[0].container.network_policy",
+              "an object of type \"disabled\" or \"allowlist\"")),
     ("container-file_ids-string", body(tools=[{"type": "code_interpreter", "container": {
         "type": "auto", "file_ids": "file-1"}}]),
      bad_type("tools[0].container.file_ids", "an array of file ids")),

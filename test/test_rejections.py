@@ -154,11 +154,8 @@ NOT_SUPPORTED = ("%s are not supported by this server's code_interpreter ('%s');
 
 
 @pytest.mark.parametrize("container,what,param", [
-    ({"type": "auto", "network_policy": {"type": "allowlist",
-                                         "allowed_domains": ["example.com"]}},
-     "Network policies other than \"disabled\"", "tools[0].container.network_policy"),
     ({"type": "other"}, "Container types other than \"auto\"", "tools[0].container.type"),
-], ids=["allowlist", "type"])
+], ids=["type"])
 def test_unsupported_container_settings(httpd, model, container, what, param):
     tool = {"type": "code_interpreter", "container": container}
     status, _, body = httpd.post("/v1/responses", ci_body([[{"text": "x"}]], tools=[tool]))

@@ -111,6 +111,78 @@ const char *ci_parse_url(apr_pool_t *p, const char *value)
                         value ? value : "");
 }
 
+/* LEN bytes at S are one label of a host name. */
+static int is_label(const char *s, apr_size_t len)
+{
+    apr_size_t i;
+    if (len < 1 || len > 63 || s[0] == '-' || s[len - 1] == '-')
+        return 0;
+    for (i = 0; i < len; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+/* NAME is all digits and dots: an IPv4 address in one of its forms. */
+static int looks_numeric(const char *name)
+{
+    const char *last = strrchr(name, '.');
+    last = last ? last + 1 : name;
+    return strspn(last, "0123456789") == strlen(last) ||
+           (last[0] == '0' && (last[1] == 'x' || last[1] == 'X'));
+}
+
+const char *ci_parse_domain_pattern(apr_pool_t *p, const char *value, const char **out)
+{
+    char *name = apr_pstrdup(p, value ? value : ""), *s, *dot;
+    apr_size_t len;
+    int wild = !strncmp(name, "*.", 2);
+    for (s = name; *s; s++)
+        *s = (char)tolower((unsigned char)*s);
+    s = wild ? name + 2 : name;
+    len = strlen(s);
+    if (len && s[len - 1] == '.')
+        s[--len] = '\0';
+    if (len < 1 || len > 253 || looks_numeric(s))
+        return apr_psprintf(p, "'%s' is not a domain name", value ? value : "");
+    for (;;) {
+        dot = strchr(s, '.');
+        if (!is_label(s, dot ? (apr_size_t)(dot - s) : strlen(s)))
+            return apr_psprintf(p, "'%s' is not a domain name", value);
+        if (!dot)
+            break;
+        s = dot + 1;
+    }
+    *out = name;
+    return NULL;
+}
+
+int ci_domain_covers(const char *pattern, const char *what)
+{
+    apr_size_t plen, wlen;
+    if (!strcmp(pattern, what))
+        return 1;
+    if (strncmp(pattern, "*.", 2))
+        return 0;                            /* an exact name covers itself */
+    if (!strncmp(what, "*.", 2))             /* "*.b" covers "*.a.b" as "a.b" */
+        return ci_domain_covers(pattern, what + 2);
+    pattern += 1;                            /* ".suffix" */
+    plen = strlen(pattern);
+    wlen = strlen(what);
+    return wlen > plen && !strcmp(what + wlen - plen, pattern);
+}
+
+const char *ci_parse_proxy_url(apr_pool_t *p, const char *value)
+{
+    apr_uri_t uri;
+    if (value && apr_uri_parse(p, value, &uri) == APR_SUCCESS && uri.scheme &&
+        !strcasecmp(uri.scheme, "http") && uri.hostname && *uri.hostname &&
+        uri.port_str && uri.port > 0 && (!uri.path || !strcmp(uri.path, "/") ||
+        !*uri.path) && !uri.user && !uri.query && !strpbrk(value, " \t\r\n"))
+        return NULL;
+    return apr_psprintf(p, "'%s' is not valid: expected http://HOST:PORT", value ? value : "");
+}
+
 const char *ci_parse_function_name(apr_pool_t *p, const char *value)
 {
     apr_size_t n = value ? strlen(value) : 0, i;

@@ -27,6 +27,17 @@ const char *ci_parse_url(apr_pool_t *p, const char *value);
 const char *ci_parse_function_name(apr_pool_t *p, const char *value);
 /* on or off (any case). */
 const char *ci_parse_on_off(apr_pool_t *p, const char *value, int *out);
+/* A domain pattern of a network allowlist: a host name (ASCII letters,
+ * digits and hyphens in labels of 1 to 63, at most 253 in all; IDNA names as
+ * punycode) or "*." before one (any subdomain of it, not itself). Not an IP
+ * address. *OUT: lower-cased, without a trailing dot. NULL, or why not. */
+const char *ci_parse_domain_pattern(apr_pool_t *p, const char *value, const char **out);
+/* Whether PATTERN (as ci_parse_domain_pattern gives) covers WHAT, a domain
+ * or a pattern: "a.b" covers "a.b"; "*.b" covers "a.b", "x.a.b" and "*.a.b",
+ * never "b". */
+int ci_domain_covers(const char *pattern, const char *what);
+/* http://HOST:PORT, the form of a forward proxy's address. */
+const char *ci_parse_proxy_url(apr_pool_t *p, const char *value);
 /* A secret given as env:VAR, file:PATH (first line, trimmed) or literally.
  * KEY names the setting in messages; the message never holds the secret. */
 const char *ci_resolve_secret(apr_pool_t *p, const char *key, const char *spec,

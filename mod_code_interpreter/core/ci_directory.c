@@ -346,6 +346,13 @@ void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provi
     c->cred = cred ? apr_pstrdup(rp, cred) : NULL;
 }
 
+void ci_directory_set_allowlist(ci_directory *d, ci_container *c, const char *allowlist)
+{
+    (void)d;
+    c->allowlist = allowlist && *allowlist ? apr_pstrdup(rec_from(c)->pool, allowlist)
+                                           : NULL;
+}
+
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle)
 {
     c->handle = handle ? apr_pstrdup(rec_from(c)->pool, handle) : NULL;

@@ -54,6 +54,8 @@ typedef struct ci_container {
     const char *cred;            /* a digest of the credentials its remote
                                     sandbox is deleted with (ci_registry.h),
                                     or NULL */
+    const char *allowlist;       /* its network policy's domains, comma
+                                    separated; NULL: no network */
 } ci_container;
 
 typedef struct ci_directory ci_directory;
@@ -120,6 +122,9 @@ void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now);
 /* Where it was made: PROVIDER and CRED (ci_container), copied. */
 void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provider,
                              const char *cred);
+
+/* Its network policy: the domains of ALLOWLIST (copied; NULL: none). */
+void ci_directory_set_allowlist(ci_directory *d, ci_container *c, const char *allowlist);
 
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <apr_hash.h>
 #include <apr_strings.h>
+#include "ci_config.h"
 #include "ci_json.h"
 #include "ci_request.h"
 
@@ -271,9 +272,12 @@ static int check_file_ids(apr_pool_t *p, json_object *v, const char *at, ci_requ
     return 0;
 }
 
+static int check_network_policy(apr_pool_t *p, json_object *c, const char *at,
+                                ci_request *req, ci_error *err);
+
 /* The settings of a new container ({"type":"auto"} of code_interpreter,
  * {"type":"container_auto"} of the shell) at AT: an optional memory tier
- * (checked against the tool's by the glue) and file_ids. */
+ * and allowlist (checked against the tool's by the glue) and file_ids. */
 static int check_auto_settings(apr_pool_t *p, json_object *c, const char *at,
                                ci_request *req, ci_error *err)
 {
@@ -290,15 +294,100 @@ static int check_auto_settings(apr_pool_t *p, json_object *c, const char *at,
         req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
         req->settings_param = at;
     }
+    return check_network_policy(p, c, at, req, err);
+}
+
+#define MAX_ALLOWED_DOMAINS 256
+
+static int bad_domain(apr_pool_t *p, ci_error *err, const char *param, const char *value)
+{
+    ci_error_set(err, 400, CI_INVALID, param, "invalid_value", p,
+                 "Invalid value for '%s': '%s' is not a domain name.", param, value);
+    return -1;
+}
+
+static int parse_allowed_domains(apr_pool_t *p, json_object *policy, const char *param,
+                                 apr_array_header_t **domains, ci_error *err)
+{
+    const char *at = apr_pstrcat(p, param, ".allowed_domains", NULL), *norm;
+    json_object *list = ci_json_get(policy, "allowed_domains", json_type_array);
+    apr_size_t i, n = list ? json_object_array_length(list) : 0;
+    if (n < 1 || n > MAX_ALLOWED_DOMAINS)
+        return bad_type(p, err, at, "a non-empty array of at most 256 domain names");
+    *domains = apr_array_make(p, (int)n, sizeof(const char *));
+    for (i = 0; i < n; i++) {
+        json_object *d = json_object_array_get_idx(list, i);
+        const char *entry = apr_psprintf(p, "%s[%d]", at, (int)i);
+        if (!json_object_is_type(d, json_type_string))
+            return bad_type(p, err, entry, "a string");
+        if (ci_parse_domain_pattern(p, json_object_get_string(d), &norm))
+            return bad_domain(p, err, entry, json_object_get_string(d));
+        *(const char **)apr_array_push(*domains) = norm;
+    }
     return 0;
 }
 
-/* A network policy other than "disabled" (what every container has). */
-static int wants_network(json_object *c)
+int ci_network_policy_parse(apr_pool_t *p, json_object *v, const char *param,
+                            apr_array_header_t **domains, ci_error *err)
 {
+    json_object *secrets;
+    *domains = NULL;
+    if (!json_object_is_type(v, json_type_object) ||
+        (!ci_json_is_type(v, "disabled") && !ci_json_is_type(v, "allowlist")))
+        return bad_type(p, err, param, "an object of type \"disabled\" or \"allowlist\"");
+    if (ci_json_is_type(v, "disabled"))
+        return 0;
+    if (json_object_object_get_ex(v, "domain_secrets", &secrets) && secrets != NULL)
+        return refuse_setting(p, err, apr_pstrcat(p, param, ".domain_secrets", NULL),
+                              "Domain secrets", "an allowlist without domain_secrets");
+    return parse_allowed_domains(p, v, param, domains, err);
+}
+
+const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains)
+{
+    const char *out = NULL;
+    int i;
+    for (i = 0; domains && i < domains->nelts; i++)
+        out = out ? apr_pstrcat(p, out, ",", APR_ARRAY_IDX(domains, i, const char *), NULL)
+                  : APR_ARRAY_IDX(domains, i, const char *);
+    return out;
+}
+
+json_object *ci_network_policy_object(apr_pool_t *p, const char *allowlist)
+{
+    json_object *o = json_object_new_object(), *a;
+    char *list, *last, *entry;
+    json_object_object_add(o, "type", json_object_new_string(allowlist ? "allowlist"
+                                                                       : "disabled"));
+    if (!allowlist)
+        return o;
+    a = json_object_new_array();
+    list = apr_pstrdup(p, allowlist);
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        json_object_array_add(a, json_object_new_string(entry));
+    json_object_object_add(o, "allowed_domains", a);
+    return o;
+}
+
+/* The network policy of the container tool TOOL asks for, at AT: one per
+ * request (both tools may give it, the same). */
+static int check_network_policy(apr_pool_t *p, json_object *c, const char *at,
+                                ci_request *req, ci_error *err)
+{
+    const char *param = apr_pstrcat(p, at, ".network_policy", NULL), *joined, *given;
+    apr_array_header_t *domains;
     json_object *v;
-    return json_object_object_get_ex(c, "network_policy", &v) && v != NULL &&
-           !ci_json_is_type(v, "disabled");
+    if (!json_object_object_get_ex(c, "network_policy", &v) || v == NULL)
+        return 0;
+    if (ci_network_policy_parse(p, v, param, &domains, err) < 0)
+        return -1;
+    joined = ci_domains_join(p, domains);
+    given = ci_domains_join(p, req->allowed_domains);
+    if (req->network_param && strcmp(joined ? joined : "", given ? given : ""))
+        return conflicting(p, err, param, "network_policy");
+    req->allowed_domains = domains;
+    req->network_param = param;
+    return 0;
 }
 
 /* The one explicit container of a request, named at PARAM. */
@@ -335,13 +424,8 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (!ci_json_is_type(c, "auto"))
         return refuse_container(p, err, index, "type",
                                 "Container types other than \"auto\"");
-    if (check_auto_settings(p, c, apr_psprintf(p, "tools[%d].container", index), req, err))
-        return -1;
-    /* no allowlist yet; "disabled" is what we do anyway */
-    if (wants_network(c))
-        return refuse_container(p, err, index, "network_policy",
-                                "Network policies other than \"disabled\"");
-    return 0;
+    return check_auto_settings(p, c, apr_psprintf(p, "tools[%d].container", index), req,
+                               err);
 }
 
 /* The hosted shell's environment: a new container (container_auto) or one
@@ -360,10 +444,6 @@ static int check_environment(apr_pool_t *p, json_object *tool, int index,
     }
     if (check_auto_settings(p, env, at, req, err))
         return -1;
-    if (wants_network(env))
-        return refuse_setting(p, err, apr_pstrcat(p, at, ".network_policy", NULL),
-                              "Network policies other than \"disabled\"",
-                              "\"network_policy\": {\"type\": \"disabled\"}");
     if ((v = ci_json_get(env, "skills", json_type_array)) && json_object_array_length(v))
         return refuse_setting(p, err, apr_pstrcat(p, at, ".skills", NULL), "Skills",
                               "an environment without skills");
@@ -835,6 +915,27 @@ static void encode_input(apr_pool_t *p, ci_request *req)
                                    req->input_len, "", 0, &req->body_len);
 }
 
+/* A function of a container with an allowlist: its description says what
+ * it reaches (the model would not try otherwise). */
+static json_object *with_network_note(apr_pool_t *p, json_object *tool,
+                                      const apr_array_header_t *domains)
+{
+    const char *text = ci_json_str(tool, "description"), *list;
+    char *at;
+    if (!domains)
+        return tool;
+    list = apr_array_pstrcat(p, domains, ',');
+    text = apr_pstrcat(p, text, " Internet access: only these domains (\"*.\" is any "
+                       "subdomain), over http and https on ports 80 and 443, through "
+                       "the proxy the environment already sets (HTTP_PROXY, "
+                       "HTTPS_PROXY): ", list, ".", NULL);
+    /* the Python tool's own sentence would say otherwise */
+    if ((at = strstr(text, "There is no internet access. ")))
+        memmove(at, at + 29, strlen(at + 29) + 1);
+    json_object_object_add(tool, "description", json_object_new_string(text));
+    return tool;
+}
+
 static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts,
                    ci_request *req, ci_error *err)
 {
@@ -843,10 +944,12 @@ static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts
 
     req->client_tools = ci_json_own(p, ci_json_copy(tools));
     if (req->tool_index >= 0)
-        json_object_array_put_idx(tools, req->tool_index, our_function_tool(opts));
+        json_object_array_put_idx(tools, req->tool_index, with_network_note(
+                                      p, our_function_tool(opts), req->allowed_domains));
     if (req->shell_index >= 0)
-        json_object_array_put_idx(tools, req->shell_index,
-                                  shell_function_tool(req->shell_function));
+        json_object_array_put_idx(tools, req->shell_index, with_network_note(
+                                      p, shell_function_tool(req->shell_function),
+                                      req->allowed_domains));
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
     json_object_object_get_ex(root, "input", &input);

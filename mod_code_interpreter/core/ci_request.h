@@ -12,6 +12,7 @@
 #define CI_REQUEST_H
 
 #include <apr_pools.h>
+#include <apr_tables.h>
 #include <json-c/json.h>
 #include "ci_error.h"
 
@@ -67,6 +68,10 @@ typedef struct ci_request {
     const char *container_id;   /* tools[].container as an id, or NULL (auto) */
     const char *memory_limit;   /* tools[].container.memory_limit, or NULL */
     json_object *file_ids;      /* tools[].container.file_ids (strings), or NULL */
+    apr_array_header_t *allowed_domains; /* the container's allowlist
+                                      (network_policy), normalised, or NULL */
+    const char *network_param;  /* where it was given
+                                   ("tools[0].container.network_policy") */
     const char *context_container; /* the container of the context's latest
                                       code_interpreter_call (a replayed item
                                       or a recalled reference), or NULL */
@@ -96,5 +101,18 @@ const char *ci_default_description(void);
 /* The description of a tool whose sandbox can (INTERNET) or cannot reach
  * the internet. */
 const char *ci_function_description(int internet);
+
+/* A network_policy at PARAM: {"type": "disabled"} (*DOMAINS = NULL) or
+ * {"type": "allowlist", "allowed_domains": [...]} (*DOMAINS: each
+ * normalised, ci_parse_domain_pattern). Domain secrets are refused. 0, or
+ * -1 with ERR (400). */
+int ci_network_policy_parse(apr_pool_t *p, json_object *v, const char *param,
+                            apr_array_header_t **domains, ci_error *err);
+/* DOMAINS comma separated (what a sandbox definition and a container
+ * record hold), or NULL when there are none. */
+const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains);
+/* The network_policy object a container reports for ALLOWLIST (comma
+ * separated; NULL: disabled). */
+json_object *ci_network_policy_object(apr_pool_t *p, const char *allowlist);
 
 #endif

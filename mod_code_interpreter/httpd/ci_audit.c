@@ -56,6 +56,12 @@ int ci_audit_open(apr_pool_t *pconf, server_rec *s)
     return OK;
 }
 
+const char *ci_audit_file_path(apr_pool_t *p, server_rec *s)
+{
+    const char *target = ci_server_config(s)->audit_log;
+    return target && *target != '|' ? ap_server_root_relative(p, target) : NULL;
+}
+
 void ci_audit_child_init(apr_pool_t *pchild)
 {
     if (audit_file)

@@ -13,6 +13,9 @@
 const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target);
 int ci_audit_open(apr_pool_t *pconf, server_rec *s);
 void ci_audit_child_init(apr_pool_t *pchild);
+/* The audit log's file, absolute, for a process of the module's own to
+ * append to (the egress proxy); NULL when there is none or it is piped. */
+const char *ci_audit_file_path(apr_pool_t *p, server_rec *s);
 /* The execution hook's function (mod_code_interpreter.h). */
 int ci_audit_execution(request_rec *r, const ci_execution *e);
 /* A container's admission that was not plain: EVENT "waited" (for room),

@@ -326,11 +326,40 @@ static int check_file_ids(request_rec *r, ci_req_state *st, ci_error *err)
                               &st->upstream_files, err);
 }
 
+int ci_containers_check_allowlist(apr_pool_t *p, const ci_sandbox_def *tool,
+                                  const apr_array_header_t *domains, const char *param,
+                                  ci_error *err)
+{
+    int i;
+    if (!domains)
+        return OK;
+    if (!tool->egress) {
+        ci_error_set(err, 400, CI_INVALID, param, "unsupported_parameter", p,
+                     "Network allowlists are not enabled for the sandbox tool '%s' on "
+                     "this server (egress=off).", tool->name);
+        return 400;
+    }
+    for (i = 0; i < domains->nelts; i++) {
+        const char *d = APR_ARRAY_IDX(domains, i, const char *);
+        if (ci_sandbox_def_domain_allowed(p, tool, d))
+            continue;
+        ci_error_set(err, 400, CI_INVALID,
+                     apr_psprintf(p, "%s.allowed_domains[%d]", param, i),
+                     "domain_not_allowed", p, "The domain '%s' is not allowed for the "
+                     "sandbox tool '%s' on this server.", d, tool->name);
+        return 400;
+    }
+    return OK;
+}
+
 int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
 {
     const char *chained = NULL;
     int rc;
     if ((rc = check_tier(r, st, err)) != OK)
+        return rc;
+    if ((rc = ci_containers_check_allowlist(r->pool, st->sandbox, st->req->allowed_domains,
+                                            st->req->network_param, err)) != OK)
         return rc;
     if ((rc = follow_chain(r, st, &chained, err)) != OK)
         return rc;
@@ -354,8 +383,8 @@ const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int too
 
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *id, const char *name, int idle,
-                                          int hold)
+                                          const char *allowlist, const char *id,
+                                          const char *name, int idle, int hold)
 {
     ci_server_conf *sc = ci_server_config(r->server);
     json_object *req = dir_request(r->pool, "create", owner);
@@ -368,6 +397,7 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
     put_str(req, "provider", tool->provider->name);
     put_str(req, "cred", ci_registry_cred_digest(r->pool, tool));
     put_str(req, "memory_limit", tier);
+    put_str(req, "allowlist", allowlist);
     json_object_object_add(req, "memory_bytes",
                            json_object_new_int64((apr_int64_t)tiered->rss_bound));
     json_object_object_add(req, "idle", json_object_new_int(idle));
@@ -422,8 +452,10 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
     }
     else {
         req = ci_containers_create_request(r, st->owner, st->sandbox,
-                                           st->req->memory_limit, st->container_id, NULL,
-                                           st->sandbox->idle, hold_seconds(r, st));
+                                           st->req->memory_limit,
+                                           ci_domains_join(r->pool, st->req->allowed_domains),
+                                           st->container_id, NULL, st->sandbox->idle,
+                                           hold_seconds(r, st));
         began = apr_time_now();
         ans = ci_containers_create_waiting(r, req, wait_until(r, st), &waited);
         /* for the access log: %{ci-admit-wait-us}n, the time spent waiting

@@ -50,13 +50,22 @@ void ci_containers_note_admission(request_rec *r, const char *tool, const char *
                                   int waited, json_object *ans);
 
 /* A create request for OWNER's new container of TOOL in memory tier TIER
- * (NULL: the default), with ID (NULL: one minted by the directory), NAME,
- * IDLE seconds, and the server's caps and budget. */
+ * (NULL: the default), with the network policy ALLOWLIST (comma separated;
+ * NULL: none), ID (NULL: one minted by the directory), NAME, IDLE seconds,
+ * and the server's caps and budget. */
 /* HOLD: seconds the asking request holds the new container (0: none). */
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *id, const char *name, int idle,
-                                          int hold);
+                                          const char *allowlist, const char *id,
+                                          const char *name, int idle, int hold);
+
+/* A client's allowlist DOMAINS (given at PARAM; NULL: none) against TOOL's
+ * ceiling: OK, or 400 with ERR (egress off, a domain outside
+ * allowed_domains). */
+int ci_containers_check_allowlist(apr_pool_t *p, const ci_sandbox_def *tool,
+                                  const apr_array_header_t *domains, const char *param,
+                                  ci_error *err);
+
 
 /* Fixups, after the rewrite: the container of the request (ST->container_id
  * and the rest), outputs owed to a chained response put before the input.

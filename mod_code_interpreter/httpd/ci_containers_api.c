@@ -95,6 +95,7 @@ static json_object *resource(apr_pool_t *p, const ci_container *c)
     json_object_object_add(o, "memory_limit",
                            json_object_new_string(c->memory_limit ? c->memory_limit
                                                                   : CI_DEFAULT_TIER));
+    json_object_object_add(o, "network_policy", ci_network_policy_object(p, c->allowlist));
     return o;
 }
 
@@ -254,16 +255,25 @@ json_object *capi_read_json(api_req *a)
 }
 
 static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def,
-                        int *idle)
+                        int *idle, const char **allowlist)
 {
     const char *tier, *why;
     const ci_sandbox_def *tiered;
+    apr_array_header_t *domains = NULL;
+    json_object *policy;
     if (ci_capi_check_create(a->r->pool, body, def->max_idle / 60, def->idle, idle,
                              &a->err) != 0)
         return capi_fail(a), -1;
     if ((tier = ci_json_str(body, "memory_limit")) &&
         (why = ci_sandbox_def_tier(a->r->pool, def, tier, &tiered)))
         return capi_bad(a, "memory_limit", "invalid_value", why), -1;
+    if (json_object_object_get_ex(body, "network_policy", &policy) && policy &&
+        (ci_network_policy_parse(a->r->pool, policy, "network_policy", &domains,
+                                 &a->err) < 0 ||
+         ci_containers_check_allowlist(a->r->pool, def, domains, "network_policy",
+                                       &a->err) != OK))
+        return capi_fail(a), -1;
+    *allowlist = ci_domains_join(a->r->pool, domains);
     return 0;
 }
 
@@ -296,12 +306,13 @@ static int create(api_req *a)
     ci_container c;
     ci_dir_status why;
     int idle, waited = 0;
+    const char *allowlist = NULL;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
                      "The code interpreter is misconfigured on this server.");
         return capi_fail(a);
     }
-    if (check_create(a, body, def, &idle))
+    if (check_create(a, body, def, &idle, &allowlist))
         return OK;
     /* file_ids: each checked at the upstream before anything is made */
     if ((ids = ci_json_get(body, "file_ids", json_type_array)) &&
@@ -309,7 +320,7 @@ static int create(api_req *a)
         ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err) != OK)
         return capi_fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
-                                       ci_json_str(body, "memory_limit"), NULL,
+                                       ci_json_str(body, "memory_limit"), allowlist, NULL,
                                        ci_json_str(body, "name"), idle, 0);
     if (!(ans = ci_containers_create_waiting(a->r, req, capacity_deadline(a), &waited)))
         return capi_unavailable(a);

@@ -35,12 +35,16 @@
 
 static const char *record_auth(apr_pool_t *p, const char *id, const char *owner,
                                const char *tool, const char *provider, const char *cred,
-                               const char *memory_limit, const char *node)
+                               const char *memory_limit, const char *node,
+                               const char *allowlist)
 {
+    /* the allowlist only when there is one: records without keep the
+     * authenticators they had */
     const char *fields[] = { "container-record-1", id, owner, tool, provider, cred,
-                             memory_limit ? memory_limit : CI_DEFAULT_TIER, node };
-    return ci_record_auth(p, ci_owner_secret(), fields,
-                          (int)(sizeof(fields) / sizeof(fields[0])));
+                             memory_limit ? memory_limit : CI_DEFAULT_TIER, node,
+                             allowlist };
+    int n = (int)(sizeof(fields) / sizeof(fields[0]));
+    return ci_record_auth(p, ci_owner_secret(), fields, allowlist ? n : n - 1);
 }
 
 /* A create: its id minted here (the HMAC covers it) and the record's auth. */
@@ -53,7 +57,8 @@ static void authenticate_create(apr_pool_t *p, json_object *req)
     }
     auth = record_auth(p, id, ci_json_str(req, "owner"), ci_json_str(req, "tool"),
                        ci_json_str(req, "provider"), ci_json_str(req, "cred"),
-                       ci_json_str(req, "memory_limit"), ci_dirclient_node());
+                       ci_json_str(req, "memory_limit"), ci_dirclient_node(),
+                       ci_json_str(req, "allowlist"));
     if (auth)
         json_object_object_add(req, "auth", json_object_new_string(auth));
 }
@@ -65,7 +70,8 @@ static int authentic(apr_pool_t *p, json_object *j, const char *owner)
         owner = ci_json_str(j, "owner");
     want = owner ? record_auth(p, ci_json_str(j, "id"), owner, ci_json_str(j, "tool"),
                                ci_json_str(j, "provider"), ci_json_str(j, "cred"),
-                               ci_json_str(j, "memory_limit"), ci_json_str(j, "node"))
+                               ci_json_str(j, "memory_limit"), ci_json_str(j, "node"),
+                               ci_json_str(j, "allowlist"))
                  : NULL;
     return auth && want && !strcmp(auth, want);
 }

@@ -229,8 +229,7 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
                      "provider.", def->provider->name);
         return 501;
     }
-    if (c->memory_limit)
-        ci_sandbox_def_tier(r->pool, def, c->memory_limit, &def);
+    def = ci_sandbox_def_container(r->pool, def, c->memory_limit, c->allowlist);
     t->def = def;
     t->container = c->id;
     t->handle = ci_dirclient_unseal(r, c);

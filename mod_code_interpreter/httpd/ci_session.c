@@ -232,11 +232,16 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
     const char *container_id = st->container_id;
     s->r = r;
     s->st = st;
-    s->def = def;
     s->container_id = container_id;
     s->container = st->owner && def->provider->attach;
     s->slot = -1;
     s->root = session_pool();
+    /* a sandbox of the request's own has the request's allowlist (a
+     * container's comes from its record, when it is attached) */
+    if (!s->container)
+        def = ci_sandbox_def_allowlist(s->root, def,
+                                       ci_domains_join(s->root, st->req->allowed_domains));
+    s->def = def;
     s->box = ci_box_create(s->root, def, container_id, box_event, s);
     apr_pool_pre_cleanup_register(r->pool, s, session_cleanup);
     return s;
@@ -279,10 +284,9 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     if (made_now && s->st->upstream_files &&
         (rv = provision(s, &c, &handle, err)) != APR_SUCCESS)
         return rv;
-    /* the container's tier (checked when it was asked for) */
-    if (c.memory_limit)
-        ci_sandbox_def_tier(s->root, s->def, c.memory_limit, &tiered);
-    s->def = tiered;
+    /* the container's tier and allowlist (checked when it was asked for) */
+    s->def = tiered = ci_sandbox_def_container(s->root, s->def, c.memory_limit,
+                                               c.allowlist);
     if (ci_dirclient_adopt(s->r, s->st->owner, &c, tiered) < 0) {
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
                      "The code sandbox could not be started; retry shortly.");

@@ -19,6 +19,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -39,6 +40,7 @@
 #include <mpm_common.h>
 #include <unixd.h>
 #include "ci_settings.h"
+#include "ci_audit.h"
 #include "ci_log.h"
 #include "ci_registry.h"
 #include "ci_supervisor_process.h"
@@ -143,10 +145,69 @@ static void oom_first(void)
     close(fd);
 }
 
+/* Where the supervisor makes its sandboxes' egress sockets: beside its own
+ * socket, a directory of its own. */
+static const char *egress_dir(apr_pool_t *p)
+{
+    apr_size_t len = strlen(keep->path);
+    if (len > 5 && !strcmp(keep->path + len - 5, ".sock"))
+        len -= 5;
+    return apr_pstrcat(p, apr_pstrndup(p, keep->path, len), ".egress", NULL);
+}
+
+/* The egress directory and what the sandboxes' directories in it hold
+ * (one socket each) go. */
+static void remove_egress_dir(apr_pool_t *p)
+{
+    const char *base = egress_dir(p);
+    DIR *d = opendir(base);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *sub;
+        if (e->d_name[0] == '.')
+            continue;
+        sub = apr_pstrcat(p, base, "/", e->d_name, NULL);
+        unlink(apr_pstrcat(p, sub, "/" CI_EGRESS_SOCKET_NAME, NULL));
+        rmdir(sub);
+    }
+    if (d)
+        closedir(d);
+    rmdir(base);
+}
+
+/* The egress directory, empty, owned by the children's user, mode 0700. */
+static int make_egress_dir(apr_pool_t *p)
+{
+    const char *base = egress_dir(p);
+    remove_egress_dir(p);
+    if (mkdir(base, 0700) != 0 ||
+        (geteuid() == 0 &&
+         chown(base, ap_unixd_config.user_id, ap_unixd_config.group_id) != 0))
+        return -1;
+    return 0;
+}
+
+/* The audit log's file, for appending, or -1 (none, piped, or it cannot be
+ * opened: the error log still has each egress line). */
+static int open_audit(server_rec *s)
+{
+    apr_pool_t *p;
+    const char *path;
+    int fd = -1;
+    apr_pool_create(&p, NULL);
+    if ((path = ci_audit_file_path(p, s)) &&
+        (fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640)) < 0)
+        ci_log(CI_LOG_WARNING, "CI0626: the audit log %s cannot be opened for the "
+               "egress proxy's lines: %s", path, strerror(errno));
+    apr_pool_destroy(p);
+    return fd;
+}
+
 static void supervisor_main(int lfd, pid_t parent, server_rec *s)
 {
     apr_pool_t *p;
     ci_sup_config cfg;
+    int audit_fd;
 
     prctl(PR_SET_NAME, "ci-supervisor");
     /* A session of its own: what httpd sends its process group (SIGHUP to
@@ -156,6 +217,8 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     reset_signals();
     if ((lfd = close_inherited(lfd)) < 0)
         _exit(1);
+    /* the audit log is root's: opened now, for the egress proxy's lines */
+    audit_fd = open_audit(s);
     apr_pool_create(&p, NULL);
     ci_log_set(sup_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
     /* Every sandbox is the OOM killer's first choice (oom_score_adj 1000),
@@ -183,6 +246,8 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     cfg.hooks = &registry_hooks;
     cfg.wants = gen_wants;
     cfg.wants_len = gen_wants_len;
+    cfg.egress_dir = egress_dir(p);
+    cfg.audit_fd = audit_fd;
     ci_supervisor_run(p, &cfg);
     _exit(0);
 }
@@ -246,6 +311,10 @@ static int spawn(void)
                      "supervisor's socket %s could not be made", keep->path);
         return -1;
     }
+    if (make_egress_dir(gen_pconf) < 0)
+        ap_log_error(APLOG_MARK, APLOG_WARNING, errno, s, "CI0625: the sandbox "
+                     "supervisor's egress directory %s could not be made: containers "
+                     "with an allowlist will not start", egress_dir(gen_pconf));
     if ((pid = fork()) < 0) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "CI0603: the sandbox "
                      "supervisor could not be forked");
@@ -278,6 +347,7 @@ static void stop(const char *why)
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     unlink(keep->path);
+    remove_egress_dir(gen_pconf);
 }
 
 static void maintenance(int reason, void *data, apr_wait_t status)

@@ -27,9 +27,10 @@ Data model:
   ci:c:ID      string  the record, JSON: the container's fields (id, owner,
                        name, tool, memory_limit, handle, created_at,
                        last_active_at, idle_seconds, memory_bytes, status,
-                       node, provider, cred, auth: an HMAC the nodes compute
-                       over id, owner, tool, provider, cred, memory_limit and
-                       node with the server secret, and check on every read) and busy, retention (seconds, from the create's
+                       node, provider, cred, allowlist, auth: an HMAC the
+                       nodes compute over id, owner, tool, provider, cred,
+                       memory_limit, node and (when there is one) allowlist
+                       with the server secret, and check on every read) and busy, retention (seconds, from the create's
                        limits: the container keeps it) and forget_at (when
                        an expired or deleted record is forgotten).
                        TTL: a running one's expiry plus retention, refreshed
@@ -258,7 +259,8 @@ local function container_json(r)
     handle = opt(r.handle), created_at = r.created_at,
     last_active_at = r.last_active_at, idle_seconds = r.idle_seconds,
     memory_bytes = r.memory_bytes, status = r.status, node = r.node,
-    provider = opt(r.provider), cred = opt(r.cred), auth = r.auth,
+    provider = opt(r.provider), cred = opt(r.cred), allowlist = opt(r.allowlist),
+    auth = r.auth,
   }
 end
 
@@ -394,7 +396,7 @@ local function new_rec(req, owner, id, node, lim, idle)
     memory_bytes = int_of(req, 'memory_bytes', 0), status = 'running', node = node,
     busy = false, retention = lim.retention, forget_at = 0,
     provider = str_of(req, 'provider'), cred = str_of(req, 'cred'),
-    auth = str_of(req, 'auth'),
+    allowlist = str_of(req, 'allowlist'), auth = str_of(req, 'auth'),
   }
   local ms = ttl_ms(r)
   redis.call('ZADD', k_listed(owner), num(now), id)

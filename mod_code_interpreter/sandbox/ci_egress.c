@@ -1382,14 +1382,13 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
     _exit(0);
 }
 
-pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim, const char *audit_path,
+pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim, int audit_fd,
                       int *control)
 {
     int sv[2], audit = -1, err;
     pid_t pid;
     (void)p;    /* nothing of the caller's outlives the call */
-    if (audit_path &&
-        (audit = open(audit_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600)) < 0)
+    if (audit_fd >= 0 && (audit = fcntl(audit_fd, F_DUPFD_CLOEXEC, 3)) < 0)
         return -1;
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
         err = errno;

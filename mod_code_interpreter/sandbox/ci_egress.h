@@ -42,12 +42,14 @@ typedef struct ci_egress_limits {
  * idle, 10 s for a head. */
 void ci_egress_default_limits(ci_egress_limits *lim);
 
-/* Fork the proxy. AUDIT_PATH: a file to append one JSON line per connection
- * to (NULL: none; the error log has a line per connection either way).
+/* Fork the proxy. AUDIT_FD: a file open for appending, one JSON line per
+ * connection (-1: none; the error log has a line per connection either
+ * way); the proxy takes a copy. The supervisor opens it before it gives
+ * up root, as the file is root's.
  * Returns its pid (or -1 with errno) and *CONTROL, the supervisor's end
  * (non-blocking, close-on-exec). The proxy ends when CONTROL is closed. */
 pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim,
-                      const char *audit_path, int *control);
+                      int audit_fd, int *control);
 
 /* The container of KEY (the supervisor's sandbox id) listens on LISTEN_FD
  * (passed; the caller closes its own copy afterwards) with POLICY, a JSON

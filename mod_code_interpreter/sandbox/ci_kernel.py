@@ -13,7 +13,9 @@ import json
 import os
 import resource
 import select
+import selectors
 import signal
+import socket
 import stat
 import sys
 import time
@@ -566,8 +568,143 @@ def shell_call(channel, action):
         channel.finish()
 
 
+# ---- the egress relay ------------------------------------------------------
+# A container with an allowlist has one way out: the egress proxy outside,
+# through a Unix socket mounted at CONFIG["egress"]["socket"]. The proxy
+# variables point at this relay, on the sandbox's own loopback; it carries
+# each connection to that socket as it is. One process, one task (the
+# sandbox's task count is bounded), never blocking on one connection.
+
+class Leg:
+    """One direction of a relayed connection: bytes read from SRC, waiting
+    to be written to DST."""
+
+    def __init__(self, src, dst):
+        self.src, self.dst, self.buf, self.eof = src, dst, b"", False
+
+
+class Relayed:
+    def __init__(self, client, upstream):
+        self.legs = (Leg(client, upstream), Leg(upstream, client))
+        self.closed = False
+
+    def events(self, sock):
+        ev = 0
+        for leg in self.legs:
+            if leg.src is sock and not leg.buf and not leg.eof:
+                ev |= selectors.EVENT_READ
+            if leg.dst is sock and leg.buf:
+                ev |= selectors.EVENT_WRITE
+        return ev
+
+    def step(self, sock, mask):
+        for leg in self.legs:
+            if leg.src is sock and mask & selectors.EVENT_READ:
+                data = sock.recv(65536)
+                leg.buf, leg.eof = data, not data
+            if leg.dst is sock and mask & selectors.EVENT_WRITE and leg.buf:
+                leg.buf = leg.buf[sock.send(leg.buf):]
+            if leg.eof and not leg.buf:
+                try:
+                    leg.dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+        return all(leg.eof and not leg.buf for leg in self.legs)
+
+
+def relay_register(sel, relayed):
+    for sock in {leg.src for leg in relayed.legs}:
+        ev = relayed.events(sock)
+        key = sel.get_map().get(sock)
+        if key and ev:
+            sel.modify(sock, ev, relayed)
+        elif key:
+            sel.unregister(sock)
+        elif ev:
+            sel.register(sock, ev, relayed)
+
+
+def relay_close(sel, relayed):
+    relayed.closed = True
+    for leg in relayed.legs:
+        if leg.src in sel.get_map():
+            sel.unregister(leg.src)
+        leg.src.close()
+
+
+def relay_accept(sel, listener, path):
+    try:
+        client, _ = listener.accept()
+    except OSError:
+        return
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    client.setblocking(False)
+    upstream.setblocking(False)
+    relay_register(sel, Relayed(client, upstream))
+
+
+def relay_loop(listener, path, kernel_alive):
+    sel = selectors.DefaultSelector()
+    listener.setblocking(False)
+    sel.register(listener, selectors.EVENT_READ, None)
+    sel.register(kernel_alive, selectors.EVENT_READ, "kernel")
+    while True:
+        for key, mask in sel.select():
+            relayed = key.data
+            if relayed == "kernel":
+                return                  # the kernel is gone: so is the relay
+            if relayed is None:
+                relay_accept(sel, listener, path)
+                continue
+            if relayed.closed:
+                continue
+            try:
+                done = relayed.step(key.fileobj, mask)
+            except OSError:
+                done = True
+            if done:
+                relay_close(sel, relayed)
+            else:
+                relay_register(sel, relayed)
+
+
+def start_egress_relay():
+    """Listen before the kernel says ready; relay in a child of its own.
+    Returns the descriptor the kernel holds while it lives, or None."""
+    egress = CONFIG.get("egress")
+    if not egress:
+        return None
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(egress["port"])))
+    listener.listen(128)
+    kernel_alive, alive_end = os.pipe()   # EOF when the kernel ends
+    if os.fork() == 0:
+        try:
+            # never a holder of the kernel's pipes: their EOF is its end
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.setsid()
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            os.close(alive_end)
+            relay_loop(listener, egress["socket"], kernel_alive)
+        finally:
+            os._exit(0)
+    os.close(kernel_alive)
+    listener.close()
+    return alive_end
+
+
 def main():
     limit_processes()
+    relay = start_egress_relay()   # noqa: F841 (held open: the relay's life)
     requests = os.fdopen(os.dup(0), "rb")
     channel = Channel(os.dup(1))
     null = os.open("/dev/null", os.O_RDWR)

@@ -87,7 +87,7 @@ const char *ci_provider_list_text(apr_pool_t *p, const apr_array_header_t *names
 /* ---- definitions --------------------------------------------------------- */
 
 #define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention, tiers, " \
-                    "max_file, max_files, max_bytes"
+                    "max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy"
 #define MAX_FILES_LIMIT 10000            /* a container's listing shows as many */
 #define MAX_IDLE (30 * 86400)
 
@@ -108,6 +108,56 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
     if (provider->defaults)
         provider->defaults(p, d);
     return d;
+}
+
+/* allowed_domains=a.org,*.b.org: each a domain pattern, normalised. */
+static const char *parse_domains(apr_pool_t *p, const char *v, const char **out)
+{
+    char *list = apr_pstrdup(p, v), *last, *entry;
+    const char *joined = NULL, *norm, *e;
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last)) {
+        if ((e = ci_parse_domain_pattern(p, entry, &norm)))
+            return e;
+        joined = joined ? apr_pstrcat(p, joined, ",", norm, NULL) : norm;
+    }
+    if (!joined)
+        return "expected one or more domains, comma separated";
+    *out = joined;
+    return NULL;
+}
+
+static const char *parse_egress_key(apr_pool_t *p, ci_sandbox_def *d, const char *key,
+                                    const char *v, int *known)
+{
+    const char *e;
+    if (!strcmp(key, "egress")) {
+        if (!strcmp(v, "off") || !strcmp(v, "allowlist")) {
+            d->egress = !strcmp(v, "allowlist");
+            return NULL;
+        }
+        return apr_psprintf(p, "'%s' is not valid: expected off or allowlist", v);
+    }
+    if (!strcmp(key, "allowed_domains"))
+        return parse_domains(p, v, &d->allowed_domains);
+    if (!strcmp(key, "egress_proxy")) {
+        if (!(e = ci_parse_proxy_url(p, v)))
+            d->egress_proxy = apr_pstrdup(p, v);
+        return e;
+    }
+    *known = 0;
+    return NULL;
+}
+
+/* The egress keys together, once every word is in. */
+static const char *check_egress(apr_pool_t *p, const ci_sandbox_def *d)
+{
+    if (d->egress && !(d->provider->caps & CI_CAP_EGRESS))
+        return apr_psprintf(p, "egress: provider %s cannot enforce an allowlist",
+                            d->provider->name);
+    if (!d->egress && (d->allowed_domains || d->egress_proxy))
+        return apr_psprintf(p, "%s= needs egress=allowlist",
+                            d->allowed_domains ? "allowed_domains" : "egress_proxy");
+    return NULL;
 }
 
 static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
@@ -146,8 +196,7 @@ static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
             d->max_output = (apr_size_t)n;
         return e;
     }
-    *known = 0;
-    return NULL;
+    return parse_egress_key(p, d, key, v, known);
 }
 
 /* The provider= word (the last one wins), or the default provider. */
@@ -292,6 +341,8 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
             return e;
     if (d->tiers && (e = check_tiers(p, d)))
         return e;
+    if ((e = check_egress(p, d)))
+        return e;
     if (d->idle > d->max_idle)
         return apr_psprintf(p, "idle=%d s exceeds max_idle=%d s: the default expiry "
                                "must be one a client could ask for", d->idle, d->max_idle);
@@ -299,11 +350,48 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     return NULL;
 }
 
+const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p, const ci_sandbox_def *def,
+                                               const char *allowlist)
+{
+    ci_sandbox_def *d;
+    if (!allowlist || !*allowlist)
+        return def;
+    d = apr_pmemdup(p, def, sizeof(*d));
+    if (def->provider->conf_copy && def->conf)
+        d->conf = def->provider->conf_copy(p, def->conf);
+    d->allowlist = apr_pstrdup(p, allowlist);
+    return d;
+}
+
+const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_def *def,
+                                               const char *tier, const char *allowlist)
+{
+    if (tier)
+        ci_sandbox_def_tier(p, def, tier, &def);
+    return ci_sandbox_def_allowlist(p, def, allowlist);
+}
+
+int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,
+                                  const char *domain)
+{
+    char *list, *last, *entry;
+    if (!def->allowed_domains)
+        return 1;
+    list = apr_pstrdup(p, def->allowed_domains);
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        if (ci_domain_covers(entry, domain))
+            return 1;
+    return 0;
+}
+
 ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def)
 {
     ci_sandbox_def *d = apr_pmemdup(p, def, sizeof(*def));
     d->name = apr_pstrdup(p, def->name);
     d->tiers = def->tiers ? apr_pstrdup(p, def->tiers) : NULL;
+    d->allowed_domains = def->allowed_domains ? apr_pstrdup(p, def->allowed_domains) : NULL;
+    d->egress_proxy = def->egress_proxy ? apr_pstrdup(p, def->egress_proxy) : NULL;
+    d->allowlist = def->allowlist ? apr_pstrdup(p, def->allowlist) : NULL;
     if (def->provider->conf_copy && def->conf)
         d->conf = def->provider->conf_copy(p, def->conf);
     return d;
@@ -318,10 +406,12 @@ const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
 {
     return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%d|%d|%s|%"
                         APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%"
-                        APR_UINT64_T_FMT "|%s",
+                        APR_UINT64_T_FMT "|%d|%s|%s|%s",
                         d->provider->name, d->timeout, d->max_output, d->warm, d->network,
                         d->tiers ? d->tiers : "", d->rss_bound, d->files.max_file,
-                        d->files.max_files, d->files.max_bytes,
+                        d->files.max_files, d->files.max_bytes, d->egress,
+                        d->allowed_domains ? d->allowed_domains : "",
+                        d->egress_proxy ? d->egress_proxy : "",
                         d->provider->fingerprint ? d->provider->fingerprint(p, d) : "");
 }
 

@@ -101,6 +101,15 @@ typedef struct ci_sandbox_def {
     int warm;                      /* sandboxes kept ready (CI_CAP_WARM) */
     int network;                   /* code in it reaches the internet (the
                                       function's description says so) */
+    /* network allowlists (CI_CAP_EGRESS): the operator's ceiling ... */
+    int egress;                    /* egress=allowlist: clients may ask for one */
+    const char *allowed_domains;   /* the patterns they may list, comma
+                                      separated, normalised; NULL: any */
+    const char *egress_proxy;      /* http://HOST:PORT, the site's forward
+                                      proxy allowed traffic goes through */
+    /* ... and one container's: the domains its sandbox may reach, comma
+     * separated, normalised (ci_sandbox_def_allowlist); NULL: no network */
+    const char *allowlist;
     void *conf;                    /* the provider's own keys */
 } ci_sandbox_def;
 
@@ -111,6 +120,7 @@ typedef struct ci_sandbox_def {
 #define CI_CAP_CONTAINERS 0x04   /* containers: attach, release (keep_alive) */
 #define CI_CAP_FILES      0x08   /* container files: files_list ... file_put */
 #define CI_CAP_SHELL      0x10   /* the hosted shell: run_commands */
+#define CI_CAP_EGRESS     0x20   /* network allowlists (egress=allowlist) */
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */
@@ -272,6 +282,20 @@ const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
 const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def);
 
 /* A copy of DEF in P, its strings and its provider's keys too. */
+/* DEF for a container whose network policy allows ALLOWLIST (comma
+ * separated, normalised; NULL or "": none): DEF itself, or a copy in P. */
+const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p, const ci_sandbox_def *def,
+                                               const char *allowlist);
+
+/* What a container's sandbox runs with: DEF in memory tier TIER (NULL: as
+ * declared), with ALLOWLIST (as ci_sandbox_def_allowlist). */
+const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_def *def,
+                                               const char *tier, const char *allowlist);
+
+/* Whether DEF's ceiling lets a client list DOMAIN (normalised). */
+int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,
+                                  const char *domain);
+
 ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def);
 
 /* The provider's resolve entry. NULL or why not (no secret in it). */

@@ -28,6 +28,9 @@ typedef struct ci_sup_config {
     const ci_sup_hooks *hooks;
     const char *wants;       /* a WARM_SET payload to start with, or NULL */
     apr_size_t wants_len;
+    const char *egress_dir;  /* where sandboxes' egress sockets are made (a
+                                directory of their own each) */
+    int audit_fd;            /* the audit log file egress lines go to, or -1 */
 } ci_sup_config;
 
 /* The supervisor's loop. Returns only when the listening socket fails. */
@@ -35,8 +38,15 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg);
 
 /* ---- for the supervisor, from the local provider ----------------------- */
 
-/* Fork the bubblewrap process of DEF (the supervisor's main thread). */
-apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def, pid_t *pid,
+/* The egress proxy's socket in the directory a sandbox with an allowlist
+ * gets (ci_egress.h). */
+#define CI_EGRESS_SOCKET_NAME "proxy.sock"
+
+/* Fork the bubblewrap process of DEF (the supervisor's main thread).
+ * EGRESS_DIR: for a sandbox with an allowlist, the directory of its egress
+ * socket, mounted inside; NULL: no way out. */
+apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def,
+                            const char *egress_dir, pid_t *pid,
                             int *in_fd, int *out_fd, int *err_fd);
 
 #endif

@@ -112,6 +112,7 @@ void sup_box_free(box *b)
         release_waiting(b, "the container's sandbox was removed");
     box_release_slot(b);
     sup_box_kill(b);
+    sup_egress_close(b);
     apr_pool_destroy(b->pool);
 }
 
@@ -142,8 +143,11 @@ static void fresh_reader(box *b)
  * until its kernel says ready. -1 when it could not be forked. */
 int sup_box_spawn(box *b)
 {
-    if (ci_local_spawn(b->pool, b->def, &b->pid, &b->in_fd, &b->out_fd, &b->err_fd)
-        != APR_SUCCESS)
+    /* an allowlist's socket is made once: a sandbox forked again finds it */
+    if (b->def->allowlist && !b->egress_dir && sup_egress_open(b) < 0)
+        return -1;
+    if (ci_local_spawn(b->pool, b->def, b->egress_dir, &b->pid, &b->in_fd, &b->out_fd,
+                       &b->err_fd) != APR_SUCCESS)
         return -1;
     set_nonblock(b->in_fd);
     set_nonblock(b->out_fd);
@@ -266,6 +270,8 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw
     b->deadline = apr_time_now() + (b->fileop ? FILEOP_TIMEOUT : b->def->timeout);
     b->interrupted = CI_EXEC_COMPLETED;
     b->upload = raw == RAW_PUT;
+    if (!b->fileop)
+        sup_egress_execution(b);
     /* The line before the first one is as good as a newline. */
     b->tail[0] = '\n';
     b->tail_len = 1;
@@ -596,7 +602,7 @@ void sup_reap_strays(void)
     pid_t pid;
     box *b;
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-        for (b = sup_state.boxes; b; b = b->next)
+        for (b = sup_egress_reaped(pid) ? NULL : sup_state.boxes; b; b = b->next)
             if (b->pid == pid) {
                 b->pid = -1;          /* the output's EOF tells the rest */
                 break;

@@ -16,6 +16,8 @@
  *                               sandbox, upload limits measured outside
  *   ci_supervisor_procs.c       processes as /proc shows them: parents, a
  *                               sandbox's tree, its memory and its bound
+ *   ci_supervisor_egress.c      the egress proxy: started on need, a
+ *                               listener per sandbox with an allowlist
  */
 #ifndef CI_SUPERVISOR_INTERNAL_H
 #define CI_SUPERVISOR_INTERNAL_H
@@ -123,6 +125,8 @@ typedef struct box {
                                    gets, whatever the kernel says */
     char tail[FILEOP_END_LEN + 1];  /* a file operation's last output bytes */
     apr_size_t tail_len;
+    const char *egress_dir;     /* with an allowlist: the directory of its
+                                   egress socket, mounted inside; NULL */
     struct box *next;
 } box;
 
@@ -244,5 +248,17 @@ apr_array_header_t *sup_proc_parents(apr_pool_t *p);
 int sup_descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int max);
 /* Sandboxes over their memory bound are killed. */
 void sup_enforce_memory(void);
+
+/* ---- ci_supervisor_egress.c: the egress proxy ------------------------ */
+
+/* B (whose def has an allowlist) gets its egress directory and socket, the
+ * proxy listening on it with B's policy. 0, or -1. */
+int sup_egress_open(box *b);
+/* B's socket and directory go; the proxy forgets it. */
+void sup_egress_close(box *b);
+/* An execution starts in B: the proxy starts its byte budget again. */
+void sup_egress_execution(box *b);
+/* A child PID was reaped: 1 when it was the proxy (started again). */
+int sup_egress_reaped(pid_t pid);
 
 #endif

@@ -195,7 +195,33 @@ static json_object *def_object(const ci_sandbox_def *d)
     add_int(o, "rss_bound", (apr_int64_t)d->rss_bound);
     json_object_object_add(o, "preload",
                            json_object_new_string(c->preload ? c->preload : ""));
+    if (d->allowlist) {
+        json_object_object_add(o, "allowlist", json_object_new_string(d->allowlist));
+        if (d->egress_proxy)
+            json_object_object_add(o, "egress_proxy",
+                                   json_object_new_string(d->egress_proxy));
+    }
     return o;
+}
+
+/* A container's allowlist and the site's proxy, as def_object wrote them:
+ * each domain checked again here. NULL, or why not. */
+static const char *allowlist_parse(apr_pool_t *p, json_object *o, ci_sandbox_def *d)
+{
+    const char *list = ci_json_str(o, "allowlist"), *proxy = ci_json_str(o, "egress_proxy");
+    const char *norm;
+    char *copy, *last, *entry;
+    if (!list)
+        return NULL;
+    copy = apr_pstrdup(p, list);
+    for (entry = apr_strtok(copy, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        if (ci_parse_domain_pattern(p, entry, &norm) || strcmp(norm, entry))
+            return "the allowlist is not valid";
+    if (proxy && ci_parse_proxy_url(p, proxy))
+        return "the egress proxy is not valid";
+    d->allowlist = *list ? apr_pstrdup(p, list) : NULL;
+    d->egress_proxy = proxy ? apr_pstrdup(p, proxy) : NULL;
+    return NULL;
 }
 
 const char *ci_sup_def_encode(apr_pool_t *p, const ci_sandbox_def *d)
@@ -244,7 +270,7 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     d->rss_bound = (apr_uint64_t)rss_bound;
     c->preload = preload[0] ? apr_pstrdup(p, preload) : NULL;
     *out = d;
-    return NULL;
+    return allowlist_parse(p, o, d);
 }
 
 const char *ci_sup_create_encode(apr_pool_t *p, const ci_sandbox_def *d,

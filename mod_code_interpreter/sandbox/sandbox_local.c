@@ -80,9 +80,22 @@ static void pass_env(apr_array_header_t *a, const char *name)
         push3(a, "--setenv", name, v);
 }
 
-static const char *kernel_config(apr_pool_t *p, const ci_sandbox_def *def)
+/* Inside a sandbox with an allowlist: the egress proxy's socket (its
+ * directory bind-mounted read-only) and the relay's port on loopback. */
+#define EGRESS_MOUNT "/run/ci-egress"
+#define EGRESS_SOCKET EGRESS_MOUNT "/" CI_EGRESS_SOCKET_NAME
+#define EGRESS_RELAY "http://127.0.0.1:3128"
+#define EGRESS_RELAY_PORT 3128
+
+static const char *kernel_config(apr_pool_t *p, const ci_sandbox_def *def, int egress)
 {
     json_object *cfg = ci_json_own(p, json_object_new_object());
+    if (egress) {
+        json_object *e = json_object_new_object();
+        json_object_object_add(e, "socket", json_object_new_string(EGRESS_SOCKET));
+        json_object_object_add(e, "port", json_object_new_int(EGRESS_RELAY_PORT));
+        json_object_object_add(cfg, "egress", e);
+    }
     json_object_object_add(cfg, "max_output", json_object_new_int64(def->max_output));
     json_object_object_add(cfg, "processes", json_object_new_int(CI_LOCAL(def)->processes));
     json_object_object_add(cfg, "preload",
@@ -90,7 +103,18 @@ static const char *kernel_config(apr_pool_t *p, const ci_sandbox_def *def)
     return ci_json_pstr(p, cfg, NULL);
 }
 
-static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
+/* The proxy variables every client library reads, at the relay. */
+static void egress_env(apr_array_header_t *a)
+{
+    static const char *const names[] = { "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                         "http_proxy", "https_proxy", "all_proxy" };
+    unsigned i;
+    for (i = 0; i < sizeof(names) / sizeof(*names); i++)
+        push3(a, "--setenv", names[i], EGRESS_RELAY);
+}
+
+static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
+                                     const char *egress_dir)
 {
     apr_array_header_t *a = apr_array_make(p, 96, sizeof(const char *));
     const char *disk = apr_psprintf(p, "%" APR_UINT64_T_FMT, CI_LOCAL(def)->disk);
@@ -126,6 +150,8 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
     push3(a, "--tmpfs", "/tmp", NULL);
     push3(a, "--size", disk, NULL);
     push3(a, "--tmpfs", "/mnt/data", NULL);
+    if (egress_dir)
+        push3(a, "--ro-bind", egress_dir, EGRESS_MOUNT);
     push3(a, "--remount-ro", "/", NULL);
     push3(a, "--chdir", "/mnt/data", NULL);
     push(a, "--clearenv");
@@ -140,12 +166,14 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def)
     push3(a, "--setenv", "PYTHONDONTWRITEBYTECODE", "1");
     pass_env(a, "OPENBLAS_CORETYPE");
     pass_env(a, "OPENBLAS_L2_SIZE");
+    if (egress_dir)
+        egress_env(a);
     push(a, "--");
     push(a, CI_LOCAL(def)->python);
     push(a, "-I");
     push(a, "-c");
     push(a, ci_kernel_source);
-    push(a, kernel_config(p, def));
+    push(a, kernel_config(p, def, egress_dir != NULL));
     push(a, NULL);
     return (const char *const *)a->elts;
 }
@@ -210,12 +238,13 @@ static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
 }
 
 /* In the supervisor: fork the sandbox of DEF from its only thread. */
-apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def, pid_t *pid,
+apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def,
+                            const char *egress_dir, pid_t *pid,
                             int *in_fd, int *out_fd, int *err_fd)
 {
     ci_spawn_limits lim;
     limits_of(def, &lim);
-    return ci_spawn_here(bwrap_argv(p, def), &lim, pid, in_fd, out_fd, err_fd);
+    return ci_spawn_here(bwrap_argv(p, def, egress_dir), &lim, pid, in_fd, out_fd, err_fd);
 }
 
 static apr_status_t sandbox_cleanup(void *data)
@@ -469,7 +498,7 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
     memset(&d, 0, sizeof(d));
     d.in_fd = d.out_fd = d.err_fd = -1;
     d.nd = ci_ndjson_create(p, def->max_output, CI_HARD_OUTPUT_CAP);
-    rv = ci_spawn_here(bwrap_argv(p, def), &lim, &d.pid, &d.in_fd, &d.out_fd,
+    rv = ci_spawn_here(bwrap_argv(p, def, NULL), &lim, &d.pid, &d.in_fd, &d.out_fd,
                        &d.err_fd);
     if (rv == APR_SUCCESS && direct_ready(&d, apr_time_now() + START_TIMEOUT)) {
         direct_stop(&d);
@@ -577,7 +606,7 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 
 const ci_provider ci_provider_local = {
     .name = "local",
-    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL,
+    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,
     .conf_copy = local_conf_copy,

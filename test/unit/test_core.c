@@ -884,10 +884,10 @@ static void test_reject_container(void **state)
                     "tools[0].container.memory_limit", "invalid_type",
                     TYPE_ERR("tools[0].container.memory_limit", "a string"));
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
-                       "'network_policy':{'type':'allowlist','allowed_domains':['x.org']}}}]}",
-                    "tools[0].container.network_policy", "unsupported_parameter",
-                    CONTAINER_ERR("Network policies other than \"disabled\"",
-                                  "tools[0].container.network_policy"));
+                       "'network_policy':'disabled'}}]}",
+                    "tools[0].container.network_policy", "invalid_type",
+                    TYPE_ERR("tools[0].container.network_policy",
+                             "an object of type \"disabled\" or \"allowlist\""));
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'static'}}]}",
                     "tools[0].container.type", "unsupported_parameter",
                     CONTAINER_ERR("Container types other than \"auto\"",
@@ -2459,6 +2459,89 @@ static void def_bad_(apr_pool_t *p, const char *name, int argc,
     def_bad_((p), (name), sizeof((const char *const[]){__VA_ARGS__}) / sizeof(char *), \
              (const char *const[]){__VA_ARGS__}, (want), __FILE__, __LINE__)
 
+static void test_parse_domain_pattern(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const bad[] = {"", "*", "*.", "a..b", "-a.org", "a-.org", "a_b.org",
+                                      "10.0.0.1", "2130706433", "0x7f.1", "a.0x10", "[::1]",
+                                      "a.*.org", "**.org", "a.org:80", "caf\xc3\xa9.org",
+                                      "a b.org", NULL};
+    const char *out = NULL;
+    int i;
+    assert_null(ci_parse_domain_pattern(p, "PyPI.org.", &out));
+    assert_string_equal(out, "pypi.org");
+    assert_null(ci_parse_domain_pattern(p, "*.Files.Test", &out));
+    assert_string_equal(out, "*.files.test");
+    assert_null(ci_parse_domain_pattern(p, "xn--caf-dma.org", &out));
+    assert_string_equal(out, "xn--caf-dma.org");
+    assert_null(ci_parse_domain_pattern(p, "localhost", &out));
+    for (i = 0; bad[i]; i++)
+        assert_string_equal(ci_parse_domain_pattern(p, bad[i], &out),
+                            apr_psprintf(p, "'%s' is not a domain name", bad[i]));
+}
+
+static void test_domain_covers(void **state)
+{
+    (void)state;
+    assert_true(ci_domain_covers("pypi.org", "pypi.org"));
+    assert_false(ci_domain_covers("pypi.org", "x.pypi.org"));
+    assert_false(ci_domain_covers("pypi.org", "*.pypi.org"));
+    assert_true(ci_domain_covers("*.pypi.org", "x.pypi.org"));
+    assert_true(ci_domain_covers("*.pypi.org", "a.b.pypi.org"));
+    assert_false(ci_domain_covers("*.pypi.org", "pypi.org"));
+    assert_false(ci_domain_covers("*.pypi.org", "evilpypi.org"));
+    assert_true(ci_domain_covers("*.pypi.org", "*.pypi.org"));
+    assert_true(ci_domain_covers("*.org", "*.pypi.org"));
+    assert_false(ci_domain_covers("*.pypi.org", "*.org"));
+}
+
+static void test_parse_proxy_url(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const bad[] = {"http://proxy", "https://proxy:3128", "proxy:3128",
+                                      "http://proxy:3128/path", "http://u:p@proxy:3128",
+                                      "http://proxy:3128?x", "", NULL};
+    int i;
+    assert_null(ci_parse_proxy_url(p, "http://proxy.corp:3128"));
+    assert_null(ci_parse_proxy_url(p, "http://127.0.0.1:8080/"));
+    for (i = 0; bad[i]; i++)
+        assert_string_equal(ci_parse_proxy_url(p, bad[i]),
+                            apr_psprintf(p, "'%s' is not valid: expected http://HOST:PORT",
+                                         bad[i]));
+}
+
+static void test_sandbox_egress_keys(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_sandbox_def *d = DEF_OK(p, "py", "egress=allowlist",
+                               "allowed_domains=PyPI.org,*.pythonhosted.org",
+                               "egress_proxy=http://proxy.corp:3128");
+    const ci_sandbox_def *c;
+    assert_int_equal(d->egress, 1);
+    assert_string_equal(d->allowed_domains, "pypi.org,*.pythonhosted.org");
+    assert_string_equal(d->egress_proxy, "http://proxy.corp:3128");
+    assert_true(ci_sandbox_def_domain_allowed(p, d, "pypi.org"));
+    assert_true(ci_sandbox_def_domain_allowed(p, d, "files.pythonhosted.org"));
+    assert_true(ci_sandbox_def_domain_allowed(p, d, "*.x.pythonhosted.org"));
+    assert_false(ci_sandbox_def_domain_allowed(p, d, "pythonhosted.org"));
+    assert_false(ci_sandbox_def_domain_allowed(p, d, "evil.org"));
+    assert_true(ci_sandbox_def_domain_allowed(p, DEF_OK(p, "py", "egress=allowlist"),
+                                              "anything.org"));
+    /* a container's: a copy with its allowlist; none: the tool itself */
+    c = ci_sandbox_def_container(p, d, NULL, "pypi.org");
+    assert_ptr_not_equal(c, d);
+    assert_string_equal(c->allowlist, "pypi.org");
+    assert_null(d->allowlist);
+    assert_ptr_equal(ci_sandbox_def_container(p, d, NULL, NULL), d);
+    DEF_BAD(p, "py", "egress: 'on' is not valid: expected off or allowlist", "egress=on");
+    DEF_BAD(p, "py", "allowed_domains= needs egress=allowlist", "allowed_domains=a.org");
+    DEF_BAD(p, "py", "egress_proxy= needs egress=allowlist", "egress_proxy=http://p:1");
+    DEF_BAD(p, "py", "allowed_domains: '10.0.0.1' is not a domain name", "egress=allowlist",
+            "allowed_domains=a.org,10.0.0.1");
+    DEF_BAD(p, "py", "egress: provider e2b cannot enforce an allowlist", "provider=e2b",
+            "egress=allowlist");
+}
+
 static void test_sandbox_defaults(void **state)
 {
     apr_pool_t *p = *state;
@@ -2513,8 +2596,8 @@ static void test_sandbox_local_keys(void **state)
     DEF_BAD(p, "py", "preload: 'os;rm' is not a valid module list: expected "
                      "comma-separated Python module names", "preload=os;rm");
     DEF_BAD(p, "py", "unknown key 'foo' for provider local"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
-    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, python, memory, processes, disk, warm, preload", "api_key=sk-x");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
+    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, python, memory, processes, disk, warm, preload", "api_key=sk-x");
     DEF_BAD(p, "py", "unknown provider 'docker': expected local or e2b", "provider=docker");
     DEF_BAD(p, "py", "'timeout' is not valid: expected key=value", "timeout");
     DEF_BAD(p, "py", "'=5' is not valid: expected key=value", "=5");
@@ -2558,7 +2641,7 @@ static void test_sandbox_e2b_keys(void **state)
     DEF_BAD(p, "cloud", "lifetime: '0' is not a valid duration: expected whole seconds "
                         "from 1 to 86400", "provider=e2b", "lifetime=0");
     DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
             "memory=1G");
 }
 
@@ -2574,7 +2657,7 @@ static void test_sandbox_errors_hide_key(void **state)
     e = ci_sandbox_def_parse(p, "cloud", 3, (const char *const[]){
         "provider=e2b", "api_key=sk-SECRET-0001", "bogus=1"}, &d);
     assert_str(e, "unknown key 'bogus' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, api_key, api_base, template, lifetime, internet, sandbox_url");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, api_key, api_base, template, lifetime, internet, sandbox_url");
     assert_null(strstr(e, "SECRET"));
 }
 
@@ -2732,8 +2815,12 @@ int main(void)
         TEST(test_parse_seconds),
         TEST(test_parse_count),
         TEST(test_parse_url),
+        TEST(test_parse_domain_pattern),
+        TEST(test_domain_covers),
+        TEST(test_parse_proxy_url),
         TEST(test_parse_function_name),
         TEST(test_sandbox_defaults),
+        TEST(test_sandbox_egress_keys),
         TEST(test_sandbox_local_keys),
         TEST(test_sandbox_e2b_keys),
         TEST(test_sandbox_errors_hide_key),

@@ -326,6 +326,7 @@ static fixture *start(void **state, int max_connections)
 {
     fixture *f = calloc(1, sizeof(*f));
     ci_egress_limits lim;
+    int audit_fd;
     assert_non_null(f);
     apr_pool_create(&f->pool, NULL);
     strcpy(f->dir, "/tmp/egress-test-XXXXXX");
@@ -337,7 +338,10 @@ static fixture *start(void **state, int max_connections)
     lim.idle_seconds = 30;
     lim.head_seconds = 1;
     /* The proxy first: it is forked before this process starts threads. */
-    f->pid = ci_egress_start(f->pool, &lim, f->audit, &f->control);
+    audit_fd = open(f->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(audit_fd >= 0);
+    f->pid = ci_egress_start(f->pool, &lim, audit_fd, &f->control);
+    close(audit_fd);               /* the proxy has its own copy */
     assert_true(f->pid > 0);
     assert_true(f->control >= 0);
     assert_true(fcntl(f->control, F_GETFD) & FD_CLOEXEC);

@@ -57,7 +57,7 @@ static int listen_at(const char *at)
 
 static void run_supervisor(int fd)
 {
-    ci_sup_config cfg = { fd, getppid(), getuid(), &hooks, NULL, 0 };
+    ci_sup_config cfg = { fd, getppid(), getuid(), &hooks, NULL, 0, NULL, -1 };
     apr_pool_t *p;
     signal(SIGPIPE, SIG_IGN);        /* as the real one: a kernel may go */
     setsid();

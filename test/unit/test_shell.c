@@ -249,11 +249,36 @@ static void reject_shell_tools(void **state)
                     "The function name 'shell' is reserved for the shell tool on this "
                     "server; rename your function.");
     assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
-                       "'network_policy':{'type':'allowlist','allowed_domains':['pypi.org']}}}]}",
-                    "tools[0].environment.network_policy", "unsupported_parameter",
-                    "Network policies other than \"disabled\" are not supported by this "
-                    "server ('tools[0].environment.network_policy'); use "
-                    "\"network_policy\": {\"type\": \"disabled\"}.");
+                       "'network_policy':{'type':'allowlist','allowed_domains':['pypi.org'],"
+                       "'domain_secrets':[{'domain':'pypi.org','name':'T','value':'v'}]}}}]}",
+                    "tools[0].environment.network_policy.domain_secrets",
+                    "unsupported_parameter",
+                    "Domain secrets are not supported by this server "
+                    "('tools[0].environment.network_policy.domain_secrets'); use an "
+                    "allowlist without domain_secrets.");
+    assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
+                       "'network_policy':{'type':'allowlist','allowed_domains':"
+                       "['pypi.org','10.0.0.1']}}}]}",
+                    "tools[0].environment.network_policy.allowed_domains[1]", "invalid_value",
+                    "Invalid value for 'tools[0].environment.network_policy.allowed_domains[1]'"
+                    ": '10.0.0.1' is not a domain name.");
+    assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
+                       "'network_policy':{'type':'allowlist','allowed_domains':[]}}}]}",
+                    "tools[0].environment.network_policy.allowed_domains", "invalid_type",
+                    TYPE_ERR("tools[0].environment.network_policy.allowed_domains",
+                             "a non-empty array of at most 256 domain names"));
+    assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
+                       "'network_policy':{'type':'open'}}}]}",
+                    "tools[0].environment.network_policy", "invalid_type",
+                    TYPE_ERR("tools[0].environment.network_policy",
+                             "an object of type \"disabled\" or \"allowlist\""));
+    assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':{'type':'auto',"
+                       "'network_policy':{'type':'allowlist','allowed_domains':['a.org']}}},"
+                       "{'type':'shell','environment':{'type':'container_auto',"
+                       "'network_policy':{'type':'allowlist','allowed_domains':['b.org']}}}]}",
+                    "tools[1].environment.network_policy", "conflicting_container",
+                    "The code_interpreter and shell tools of a request share one container; "
+                    "give its network_policy once ('tools[1].environment.network_policy').");
     assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
                        "'skills':[{'type':'skill_reference','skill_id':'s_1'}]}}]}",
                     "tools[0].environment.skills", "unsupported_parameter",

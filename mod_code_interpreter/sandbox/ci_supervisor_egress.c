@@ -1,0 +1,157 @@
+/*
+ * ci_supervisor_egress.c - the egress proxy (ci_egress.h) from the
+ * supervisor's side. A sandbox whose container has an allowlist gets a
+ * directory of its own under the configuration's egress_dir, holding the
+ * socket the proxy listens on for it; bubblewrap mounts that directory
+ * inside. The proxy is started the first time a sandbox needs it, and
+ * again (every listener re-made in place) if it dies: a sandbox's mount is
+ * of the directory, so a socket made again is the one it sees.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <apr_strings.h>
+#include "ci_egress.h"
+#include "ci_json.h"
+#include "ci_log.h"
+#include "ci_supervisor_internal.h"
+
+static pid_t proxy_pid;           /* 0: not running */
+static int proxy_control = -1;
+
+/* The policy the proxy enforces for B, as ci_egress_add takes it. */
+static const char *policy_of(apr_pool_t *p, const box *b)
+{
+    json_object *o = ci_json_own(p, json_object_new_object());
+    json_object *domains = json_object_new_array();
+    char *list = apr_pstrdup(p, b->def->allowlist), *last, *entry;
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        json_object_array_add(domains, json_object_new_string(entry));
+    json_object_object_add(o, "container", json_object_new_string(
+        b->tag && !strncmp(b->tag, "cntr_", 5) ? b->tag : ""));
+    json_object_object_add(o, "tool", json_object_new_string(b->def->name));
+    json_object_object_add(o, "domains", domains);
+    if (b->def->egress_proxy)
+        json_object_object_add(o, "proxy", json_object_new_string(b->def->egress_proxy));
+    return ci_json_pstr(p, o, NULL);
+}
+
+/* A socket listening at DIR/CI_EGRESS_SOCKET_NAME, or -1. The path is
+ * bound relative to DIR: the runtime directory's absolute path may be too
+ * long for a socket address. The supervisor has one thread, so the
+ * working directory is its own for the moment. */
+static int listen_in(const char *dir)
+{
+    struct sockaddr_un sa;
+    int fd, here, rc = -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    apr_cpystrn(sa.sun_path, CI_EGRESS_SOCKET_NAME, sizeof(sa.sun_path));
+    if ((here = open(".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        return -1;
+    if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 && chdir(dir) == 0) {
+        unlink(CI_EGRESS_SOCKET_NAME);
+        rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+             chmod(CI_EGRESS_SOCKET_NAME, 0600) == 0 && listen(fd, 64) == 0 ? 0 : -1;
+    }
+    if (fchdir(here) != 0)
+        rc = -1;
+    close(here);
+    if (rc < 0 && fd >= 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* Hand B's listener to the proxy. 0, or -1. */
+static int register_box(box *b)
+{
+    apr_pool_t *p;
+    int fd = listen_in(b->egress_dir), rc;
+    if (fd < 0)
+        return -1;
+    apr_pool_create(&p, b->pool);
+    rc = ci_egress_add(proxy_control, b->id, fd, policy_of(p, b));
+    apr_pool_destroy(p);
+    close(fd);
+    return rc;
+}
+
+/* The proxy, started if it does not run. 0, or -1. */
+static int proxy_running(void)
+{
+    ci_egress_limits lim;
+    if (proxy_pid > 0)
+        return 0;
+    ci_egress_default_limits(&lim);
+    proxy_pid = ci_egress_start(sup_state.p, &lim, sup_state.cfg->audit_fd,
+                                &proxy_control);
+    if (proxy_pid <= 0) {
+        ci_log(CI_LOG_ERR, "CI0640: the egress proxy could not be started: %s",
+               strerror(errno));
+        proxy_pid = 0;
+        return -1;
+    }
+    ci_log(CI_LOG_INFO, "CI0641: egress proxy %ld started", (long)proxy_pid);
+    return 0;
+}
+
+int sup_egress_open(box *b)
+{
+    const char *dir;
+    if (!sup_state.cfg->egress_dir || proxy_running() < 0)
+        return -1;
+    dir = apr_psprintf(b->pool, "%s/%u", sup_state.cfg->egress_dir, b->id);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return -1;
+    b->egress_dir = dir;
+    if (register_box(b) < 0) {
+        ci_log(CI_LOG_ERR, "CI0642: sandbox %u: its egress socket could not be made "
+               "in %s", b->id, dir);
+        rmdir(dir);
+        b->egress_dir = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void sup_egress_close(box *b)
+{
+    if (!b->egress_dir)
+        return;
+    if (proxy_pid > 0)
+        ci_egress_remove(proxy_control, b->id);
+    unlink(apr_pstrcat(b->pool, b->egress_dir, "/" CI_EGRESS_SOCKET_NAME, NULL));
+    rmdir(b->egress_dir);
+    b->egress_dir = NULL;
+}
+
+void sup_egress_execution(box *b)
+{
+    if (b->egress_dir && proxy_pid > 0)
+        ci_egress_execution(proxy_control, b->id);
+}
+
+int sup_egress_reaped(pid_t pid)
+{
+    box *b;
+    if (proxy_pid <= 0 || pid != proxy_pid)
+        return 0;
+    close(proxy_control);
+    proxy_control = -1;
+    proxy_pid = 0;
+    ci_log(CI_LOG_ERR, "CI0643: egress proxy %ld died; starting a new one", (long)pid);
+    if (proxy_running() < 0)
+        return 1;
+    for (b = sup_state.boxes; b; b = b->next)
+        if (b->egress_dir && register_box(b) < 0)
+            ci_log(CI_LOG_ERR, "CI0644: sandbox %u: its egress socket could not be "
+                   "made again", b->id);
+    return 1;
+}
