@@ -1,6 +1,9 @@
 /* ci_log.c - logging from httpd-free code through the sink the glue set. */
 #include <stdarg.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <apr_strings.h>
+#include <apr_time.h>
 #include "ci_log.h"
 
 static ci_log_sink *log_sink;
@@ -27,4 +30,21 @@ void ci_log_at(ci_log_level level, const char *file, int line, const char *fmt, 
     apr_vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     log_sink(level, file, line, msg);
+}
+
+void ci_log_stderr_sink(ci_log_level level, const char *file, int line,
+                        const char *message)
+{
+    static const char *const names[] = { "emerg", "alert", "crit", "error", "warn",
+                                         "notice", "info", "debug" };
+    char date[APR_CTIME_LEN];
+    char buf[1200];
+    int n;
+    (void)file;
+    (void)line;
+    apr_ctime(date, apr_time_now());
+    n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
+                 names[level & 7], (long)getpid(), message);
+    if (n > 0)
+        (void)!write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
 }

@@ -25,6 +25,12 @@ int ci_log_wants(ci_log_level level);
 void ci_log_at(ci_log_level level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
+/* A sink for the module's own processes (the sandbox supervisor, the
+ * egress proxy): lines to descriptor 2, the error log when it is a file,
+ * in httpd's format. */
+void ci_log_stderr_sink(ci_log_level level, const char *file, int line,
+                        const char *message);
+
 #define ci_log(level, ...) ci_log_at(level, __FILE__, __LINE__, __VA_ARGS__)
 
 #endif

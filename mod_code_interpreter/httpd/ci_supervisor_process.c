@@ -70,23 +70,6 @@ static apr_size_t gen_wants_len;
 
 /* ---- in the supervisor process ------------------------------------------ */
 
-/* Lines go to descriptor 2, the main error log when it is a file (piped
- * logs are not kept: see keep_stderr), in httpd's own format. */
-static void sup_sink(ci_log_level level, const char *file, int line,
-                     const char *message)
-{
-    static const char *const names[] = { "emerg", "alert", "crit", "error", "warn",
-                                         "notice", "info", "debug" };
-    char date[APR_CTIME_LEN];
-    char buf[1024];
-    int n;
-    apr_ctime(date, apr_time_now());
-    n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
-                 names[level & 7], (long)getpid(), message);
-    if (n > 0)
-        (void)!write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-}
-
 static void reset_signals(void)
 {
     /* Every disposition back to the default, SIGCHLD's too: the supervisor
@@ -220,7 +203,7 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     /* the audit log is root's: opened now, for the egress proxy's lines */
     audit_fd = open_audit(s);
     apr_pool_create(&p, NULL);
-    ci_log_set(sup_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
+    ci_log_set(ci_log_stderr_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
     /* Every sandbox is the OOM killer's first choice (oom_score_adj 1000),
      * before anything of httpd's: set here, while the process may still
      * write it (after setuid it is not dumpable, and its /proc files, and

@@ -288,23 +288,6 @@ static apr_size_t budget_take(egress_box *b, apr_size_t want)
 
 /* ---- logs ------------------------------------------------------------------ */
 
-/* Lines go to descriptor 2 (the supervisor's, which is the error log), in
- * the supervisor's format. */
-static void egress_sink(ci_log_level level, const char *file, int line,
-                        const char *message)
-{
-    static const char *const names[] = { "emerg", "alert", "crit", "error", "warn",
-                                         "notice", "info", "debug" };
-    char date[APR_CTIME_LEN];
-    char buf[1200];
-    int n;
-    apr_ctime(date, apr_time_now());
-    n = snprintf(buf, sizeof(buf), "[%s] [code_interpreter:%s] [pid %ld] %s\n", date,
-                 names[level & 7], (long)getpid(), message);
-    if (n > 0)
-        (void)!write(2, buf, (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1);
-}
-
 /* The supervisor's level, as far as ci_log tells it (warnings when it had
  * no sink). */
 static int inherited_log_level(void)
@@ -1368,7 +1351,7 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
     ci_signals_default();
     /* A peer that went away is an error to handle, not a reason to die. */
     signal(SIGPIPE, SIG_IGN);
-    ci_log_set(egress_sink, inherited_log_level());
+    ci_log_set(ci_log_stderr_sink, inherited_log_level());
     if (keep_only(&control, &audit))
         _exit(1);
     limits = *lim;
