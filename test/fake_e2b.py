@@ -66,6 +66,7 @@ import linecache
 import mimetypes
 import os
 import queue
+import re
 import secrets
 import select
 import shutil
@@ -1390,6 +1391,25 @@ class Handler(BaseHTTPRequestHandler):
         for key in ("secure", "allow_internet_access", "autoPause"):
             if key in body and not isinstance(body[key], bool):
                 return 'request body has an error: property "%s": must be a boolean' % key
+        return Handler._validate_network(body.get("network"))
+
+    @staticmethod
+    def _validate_network(net):
+        """E2B's network settings: allowOut takes IPs, CIDRs and domains
+        (and "*." patterns), denyOut IPs and CIDRs only."""
+        if net is None:
+            return None
+        if not isinstance(net, dict):
+            return 'request body has an error: property "network": must be an object'
+        for key in ("allowOut", "denyOut"):
+            value = net.get(key, [])
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                return ('request body has an error: property "network.%s": must be an '
+                        'array of strings' % key)
+        for entry in net.get("denyOut", []):
+            if not re.fullmatch(r"[0-9.]+(/[0-9]+)?", entry):
+                return ("invalid network config: domains are only supported in allowOut, "
+                        "got %r in denyOut" % entry)
         return None
 
     def _delete(self, sid, api_key):

@@ -70,6 +70,22 @@ def test_unknown_provider(request):
                         "expected local or e2b")
 
 
+@pytest.mark.parametrize("words,message", [
+    ("provider=local egress=open", "egress: 'open' is not valid: expected off or allowlist"),
+    ("provider=local allowed_domains=pypi.org", "allowed_domains= needs egress=allowlist"),
+    ("provider=local egress=allowlist allowed_domains=pypi.org,10.0.0.1",
+     "allowed_domains: '10.0.0.1' is not a domain name"),
+    ("provider=local egress=allowlist egress_proxy=https://proxy:3128",
+     "egress_proxy: 'https://proxy:3128' is not valid: expected http://HOST:PORT"),
+    ("provider=e2b api_key=k egress=allowlist egress_proxy=http://proxy:3128",
+     "egress_proxy: provider e2b's sandboxes do not reach the internet through this server"),
+], ids=["egress-value", "domains-without-egress", "ip-domain", "proxy-scheme", "e2b-proxy"])
+def test_egress_keys_are_checked(request, words, message):
+    line = "CodeInterpreterSandbox s " + words
+    server, r = configtest(request, line)
+    assert_syntax_error(server, r, line, "CodeInterpreterSandbox s: " + message)
+
+
 UNKNOWN_KEY_LINES = {
     "local": "CodeInterpreterSandbox s provider=local foo=1",
     "e2b": "CodeInterpreterSandbox s provider=e2b api_key=k foo=1",

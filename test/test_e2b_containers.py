@@ -33,6 +33,16 @@ CodeInterpreterSandbox cloud provider=e2b api_key=env:E2B_TEST_KEY api_base={url
   CodeInterpreter cloud
   CodeInterpreterUpstream http://127.0.0.1:{port}/v1/responses
 </Location>
+CodeInterpreterSandbox fenced provider=e2b api_key=env:E2B_TEST_KEY api_base={url} \
+    sandbox_url={url} egress=allowlist allowed_domains=pypi.org,*.pythonhosted.org
+<Location /fenced/v1/responses>
+  ProxyPass http://127.0.0.1:{port}/v1/responses
+  CodeInterpreter fenced
+</Location>
+<Location /fenced/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter fenced
+</Location>
 """.format(url=fake.url, port=model.port)
     server = Httpd("e2b-containers", base_conf(model.port, extra),
                    env={"E2B_TEST_KEY": KEY}, fakes=[fake])
@@ -285,3 +295,47 @@ def test_an_evicted_containers_sandbox_is_deleted_at_once(capped, model):
     assert (state["created"], state["deleted"], len(state["live"])) == (2, 1, 1)
     status, _, body = capped.request("GET", "/v1/containers/" + made[0], headers=ME)
     assert (status, json.loads(body)["status"]) == (200, "expired")
+
+
+def test_an_allowlist_becomes_e2b_network_settings(server, model):
+    """A container's allowlist is E2B's own domain filter: the create asks
+    for the domains out and everything else denied (E2B's documented form);
+    a container without one asks for no internet at all."""
+    policy = {"type": "allowlist", "allowed_domains": ["PyPI.org", "*.pythonhosted.org"]}
+    tool = {"type": "code_interpreter", "container": {"type": "auto",
+                                                      "network_policy": policy}}
+    status, _, out = server.post("/fenced/v1/responses", {
+        "model": "m", "tools": [tool], "include": [OUTPUTS],
+        "input": script_input([[{"call": "print(1)"}], [{"text": "done"}]])}, headers=ME)
+    assert status == 200, out
+    cid = calls_of(out)[0]["container_id"]
+    [create] = server.fake.state()["creates"]
+    assert create["status"] == 201
+    assert create["body"]["allow_internet_access"] is True
+    assert create["body"]["network"] == {"allowOut": ["pypi.org", "*.pythonhosted.org"],
+                                         "denyOut": ["0.0.0.0/0"]}
+    status, _, c = server.request("GET", "/fenced/v1/containers/" + cid, headers=ME)
+    assert status == 200
+    assert json.loads(c)["network_policy"] == {"type": "allowlist",
+                                   "allowed_domains": ["pypi.org", "*.pythonhosted.org"]}
+    # without a policy: no network key, no internet
+    server.fake.reset()
+    status, _, out = server.post("/fenced/v1/responses", {
+        "model": "m", "tools": [TOOL], "include": [OUTPUTS],
+        "input": script_input([[{"call": "print(2)"}], [{"text": "done"}]])}, headers=ME)
+    assert status == 200, out
+    [create] = server.fake.state()["creates"]
+    assert "network" not in create["body"]
+    assert create["body"]["allow_internet_access"] is False
+
+
+def test_an_e2b_allowlist_outside_the_ceiling_is_refused(server, model):
+    policy = {"type": "allowlist", "allowed_domains": ["pypi.org", "evil.example"]}
+    status, _, out = server.post("/fenced/v1/containers", {
+        "name": "x", "network_policy": policy}, headers=ME)
+    assert (status, out["error"]) == (400, {
+        "type": "invalid_request_error", "code": "domain_not_allowed",
+        "param": "network_policy.allowed_domains[1]",
+        "message": "The domain 'evil.example' is not allowed for the sandbox tool "
+                   "'fenced' on this server."})
+    assert server.fake.state()["creates"] == []

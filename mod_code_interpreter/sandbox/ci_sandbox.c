@@ -157,6 +157,9 @@ static const char *check_egress(apr_pool_t *p, const ci_sandbox_def *d)
     if (!d->egress && (d->allowed_domains || d->egress_proxy))
         return apr_psprintf(p, "%s= needs egress=allowlist",
                             d->allowed_domains ? "allowed_domains" : "egress_proxy");
+    if (d->egress_proxy && !(d->provider->caps & CI_CAP_SITE_PROXY))
+        return apr_psprintf(p, "egress_proxy: provider %s's sandboxes do not reach the "
+                               "internet through this server", d->provider->name);
     return NULL;
 }
 

@@ -121,6 +121,7 @@ typedef struct ci_sandbox_def {
 #define CI_CAP_FILES      0x08   /* container files: files_list ... file_put */
 #define CI_CAP_SHELL      0x10   /* the hosted shell: run_commands */
 #define CI_CAP_EGRESS     0x20   /* network allowlists (egress=allowlist) */
+#define CI_CAP_SITE_PROXY 0x40   /* ... through the site's proxy (egress_proxy=) */
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */

@@ -378,6 +378,23 @@ static apr_status_t sandbox_cleanup(void *data)
     return APR_SUCCESS;
 }
 
+/* A container's allowlist as E2B's network settings: the domains (E2B
+ * takes "*." subdomain patterns too) allowed out, everything else denied.
+ * E2B filters domains on ports 80 (Host) and 443 (SNI) only; other ports
+ * fall to the IP rules, which deny them. */
+static json_object *network_of(apr_pool_t *p, const char *allowlist)
+{
+    json_object *net = json_object_new_object(), *allow = json_object_new_array();
+    json_object *deny = json_object_new_array();
+    char *list = apr_pstrdup(p, allowlist), *last, *entry;
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        json_object_array_add(allow, json_object_new_string(entry));
+    json_object_array_add(deny, json_object_new_string("0.0.0.0/0"));
+    json_object_object_add(net, "allowOut", allow);
+    json_object_object_add(net, "denyOut", deny);
+    return net;
+}
+
 /* The create call's body: TIMEOUT seconds of life; CONTAINER: TAG is a
  * container's id (it says so in the metadata, so that a sweep for leftovers
  * can tell a container's sandbox from a request's). */
@@ -400,7 +417,9 @@ static const char *create_body(apr_pool_t *p, const ci_sandbox_def *def,
     json_object_object_add(body, "timeout", json_object_new_int(timeout));
     json_object_object_add(body, "secure", json_object_new_boolean(1));
     json_object_object_add(body, "allow_internet_access",
-                           json_object_new_boolean(def->network ? 1 : 0));
+                           json_object_new_boolean(def->network || def->allowlist ? 1 : 0));
+    if (def->allowlist)
+        json_object_object_add(body, "network", network_of(p, def->allowlist));
     json_object_object_add(body, "metadata", meta);
     return ci_json_pstr(p, body, NULL);
 }
@@ -1331,7 +1350,7 @@ static const char *e2b_tier(apr_pool_t *p, ci_sandbox_def *d, const char *value)
 
 const ci_provider ci_provider_e2b = {
     .name = "e2b",
-    .caps = CI_CAP_REMOTE | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL,
+    .caps = CI_CAP_REMOTE | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS,
     .keys = "api_key, api_base, template, lifetime, internet, sandbox_url",
     .defaults = e2b_defaults,
     .conf_copy = e2b_conf_copy,

@@ -606,7 +606,8 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 
 const ci_provider ci_provider_local = {
     .name = "local",
-    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS,
+    .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS |
+            CI_CAP_SITE_PROXY,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,
     .conf_copy = local_conf_copy,

@@ -2538,8 +2538,11 @@ static void test_sandbox_egress_keys(void **state)
     DEF_BAD(p, "py", "egress_proxy= needs egress=allowlist", "egress_proxy=http://p:1");
     DEF_BAD(p, "py", "allowed_domains: '10.0.0.1' is not a domain name", "egress=allowlist",
             "allowed_domains=a.org,10.0.0.1");
-    DEF_BAD(p, "py", "egress: provider e2b cannot enforce an allowlist", "provider=e2b",
-            "egress=allowlist");
+    assert_true(DEF_OK(p, "cloud", "provider=e2b", "egress=allowlist",
+                       "allowed_domains=pypi.org")->egress);
+    DEF_BAD(p, "cloud", "egress_proxy: provider e2b's sandboxes do not reach the internet "
+            "through this server", "provider=e2b", "egress=allowlist",
+            "egress_proxy=http://p:3128");
 }
 
 static void test_sandbox_defaults(void **state)
