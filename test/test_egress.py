@@ -259,14 +259,25 @@ def test_an_allowlisted_domain_answers_over_http_and_https(eg, net, me):
     assert UNRESOLVABLE in net.dns.asked()
 
 
+SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"
+
+
 def test_the_sandbox_has_the_proxy_variables_only_with_an_allowlist(eg, net, me):
+    """With an allowlist the sandbox also sees the system's CA certificates
+    (public), so that https to the real internet verifies as anywhere."""
+    require(os.path.exists(SYSTEM_CAS), "the system's CA bundle (ca-certificates)")
     code = ("print(json.dumps({'env': {k: os.environ.get(k) for k in %r}, "
-            "'ifaces': [n for _, n in socket.if_nameindex()]}))" % PROXY_VARS)
+            "'ifaces': [n for _, n in socket.if_nameindex()], "
+            "'cas': os.path.exists(%r) and hashlib.sha256(open(%r, 'rb').read()).hexdigest()}))"
+            % (PROXY_VARS, SYSTEM_CAS, SYSTEM_CAS))
+    code = "import hashlib\n" + code
+    with open(SYSTEM_CAS, "rb") as f:
+        cas = hashlib.sha256(f.read()).hexdigest()
     with_list = run_json(eg, make(eg, net, me), code, me)
-    assert with_list == {"env": {k: RELAY for k in PROXY_VARS}, "ifaces": ["lo"]}
+    assert with_list == {"env": {k: RELAY for k in PROXY_VARS}, "ifaces": ["lo"], "cas": cas}
     without = make(eg, net, me, domains=None)
     assert run_json(eg, without, code, me) == {"env": {k: None for k in PROXY_VARS},
-                                               "ifaces": ["lo"]}
+                                               "ifaces": ["lo"], "cas": False}
     # no relay listens in a container without an allowlist
     got = run_json(eg, without, "try:\n    raw('GET http://allowed.test/ HTTP/1.1\\r\\n"
                    "Host: allowed.test\\r\\n\\r\\n')\n    r = 'answered'\n"

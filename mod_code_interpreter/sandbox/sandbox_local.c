@@ -150,8 +150,11 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
     push3(a, "--tmpfs", "/tmp", NULL);
     push3(a, "--size", disk, NULL);
     push3(a, "--tmpfs", "/mnt/data", NULL);
-    if (egress_dir)
+    if (egress_dir) {
         push3(a, "--ro-bind", egress_dir, EGRESS_MOUNT);
+        /* the public CA certificates, for https through the tunnel */
+        push3(a, "--ro-bind-try", "/etc/ssl/certs", "/etc/ssl/certs");
+    }
     push3(a, "--remount-ro", "/", NULL);
     push3(a, "--chdir", "/mnt/data", NULL);
     push(a, "--clearenv");
