@@ -53,6 +53,11 @@ CodeInterpreterSandbox cloudbrief provider=e2b api_key=env:E2B_TEST_KEY api_base
   ProxyPass http://127.0.0.1:{model}/v1/responses
   CodeInterpreter cloudbrief
 </Location>
+CodeInterpreterSandbox fenced provider=local egress=allowlist
+<Location /fenced/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter fenced
+</Location>
 """.format(redis=redis_port, secret=secret, url=fake_url, model=model_port))
 
 
@@ -474,3 +479,27 @@ def test_a_malformed_record_does_not_stop_the_others(nodes, cluster):
     status, _, body = node1.request("GET", "/e2b/v1/containers/" + cid, headers=ME)
     assert status == 404, body
     cluster["fake"].remove_leftovers()
+
+
+def test_an_allowlist_widened_in_redis_reads_as_unknown(nodes, cluster):
+    """A container's allowlist is in its record, covered by the record's
+    authenticator: every node reports it, and one widened in Redis (a way
+    out for the container's code) makes the record unknown."""
+    node1, node2 = nodes
+    policy = {"type": "allowlist", "allowed_domains": ["pypi.org"]}
+    status, _, body = node1.request("POST", "/fenced/v1/containers",
+                                    {"name": "fenced", "network_policy": policy}, headers=ME)
+    assert status == 200, body
+    cid = json.loads(body)["id"]
+    status, _, body = node2.request("GET", "/fenced/v1/containers/" + cid, headers=ME)
+    assert (status, json.loads(body)["network_policy"]) == (200, policy)
+    rec = record(cluster, cid)
+    assert rec["allowlist"] == "pypi.org"
+    rec["allowlist"] = "pypi.org,*.evil.test"
+    rewrite(cluster, cid, rec)
+    for server in nodes:
+        status, _, body = server.request("GET", "/fenced/v1/containers/" + cid, headers=ME)
+        assert (status, json.loads(body)["error"]["message"]) == (
+            404, "Container with id '%s' not found." % cid)
+    assert "CI0842: the shared directory's record of container %s does not match" % cid \
+        in node2.log()
