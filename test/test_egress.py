@@ -758,3 +758,56 @@ def test_every_connection_is_one_audit_line(eg, net, me):
     (ok,) = [x for x in lines if x["allowed"]]
     body = len("http allowed.test GET /echo/audited\n")
     assert ok["bytes_in"] > body and ok["bytes_out"] > 0
+
+
+def lowered_conf(model_port, ceiling):
+    return base_conf(model_port, """
+CodeInterpreterSandbox fenced provider=local egress=allowlist allowed_domains=%s
+<Location /fenced/v1/responses>
+  ProxyPass http://127.0.0.1:%d/v1/responses
+  CodeInterpreter fenced
+</Location>
+<Location /fenced/v1/containers>
+  CodeInterpreterContainers On
+  CodeInterpreter fenced
+</Location>
+""" % (ceiling, model_port))
+
+
+def test_a_ceiling_lowered_by_a_reload_retires_wider_containers(model):
+    """A container keeps the allowlist it was made with, but only while the
+    tool still allows it: after a reload that lowers allowed_domains=, a
+    container whose list goes past the new ceiling is unavailable (its
+    turns and its files refused); one within it stays usable."""
+    me = {"Authorization": "Bearer sk-egress-lowered"}
+    server = Httpd("egress-lowered", lowered_conf(model.port, "a.test,b.test"))
+    server.start()
+    try:
+        made = {}
+        for name, domains in (("wide", ["a.test", "b.test"]), ("narrow", ["a.test"])):
+            status, c = api(server, "POST", "/fenced/v1/containers",
+                            {"name": name, "network_policy": policy(*domains)}, me)
+            assert status == 200, c
+            made[name] = c["id"]
+        server.write_conf(lowered_conf(model.port, "a.test"))
+        server.graceful()
+        wide, narrow = made["wide"], made["narrow"]
+        status, _, out = server.post("/fenced/v1/responses", {
+            "model": "m", "input": script_input([[{"call": "print(1)"}]]),
+            "tools": [{"type": "code_interpreter", "container": wide}]}, headers=me)
+        assert (status, error_of(out)) == (400, {
+            "type": "invalid_request_error", "code": "container_unavailable",
+            "param": "tools[0].container",
+            "message": "Container with id '%s' runs on a sandbox tool this server no longer "
+                       "serves (it was removed or changed); use a new container." % wide})
+        status, _, body = server.request("GET", "/fenced/v1/containers/%s/files" % wide,
+                                         headers=me)
+        assert (status, json.loads(body)["error"]["code"]) == (409, "container_unavailable")
+        status, _, out = server.post("/fenced/v1/responses", {
+            "model": "m", "input": script_input([[{"call": "print(1)"}],
+                                                 [{"text": "{{last_output}}"}]]),
+            "tools": [{"type": "code_interpreter", "container": narrow}]}, headers=me)
+        assert status == 200, out
+        assert out["output"][-1]["content"][0]["text"] == "1\n"
+    finally:
+        server.stop()

@@ -192,8 +192,7 @@ static int elsewhere(request_rec *r, json_object *ans, ci_error *err)
 
 const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c)
 {
-    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
-    return def && (!c->provider || !strcmp(c->provider, def->provider->name)) ? def : NULL;
+    return ci_sandbox_of_container(r->server, r->pool, c->tool, c->provider, c->allowlist);
 }
 
 /* Whether the container ANS names can run here: its own tool (the one it

@@ -214,9 +214,10 @@ static int reach_sandbox(request_rec *r, const char *owner, const ci_container *
 int ci_files_target(request_rec *r, const char *owner, const ci_container *c, int start,
                     ci_file_target *t, ci_error *err)
 {
-    const ci_sandbox_def *def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
+    const ci_sandbox_def *def = ci_sandbox_of_container(r->server, r->pool, c->tool,
+                                                        c->provider, c->allowlist);
     memset(t, 0, sizeof(*t));
-    if (!def || (c->provider && strcmp(c->provider, def->provider->name))) {
+    if (!def) {
         ci_error_set(err, 409, CI_INVALID, NULL, "container_unavailable", r->pool,
                      "Container '%s' runs on a sandbox tool this server no longer "
                      "serves (it was removed or changed): its files cannot be reached.",

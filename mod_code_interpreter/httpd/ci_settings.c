@@ -216,6 +216,31 @@ const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
     return def;
 }
 
+/* Whether TOOL allows every domain of ALLOWLIST. */
+static int allowlist_within(apr_pool_t *p, const ci_sandbox_def *tool, const char *allowlist)
+{
+    char *list, *last, *entry;
+    if (!allowlist)
+        return 1;
+    if (!tool->egress)
+        return 0;
+    list = apr_pstrdup(p, allowlist);
+    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+        if (!ci_sandbox_def_domain_allowed(p, tool, entry))
+            return 0;
+    return 1;
+}
+
+const ci_sandbox_def *ci_sandbox_of_container(server_rec *s, apr_pool_t *p, const char *tool,
+                                              const char *provider, const char *allowlist)
+{
+    const ci_sandbox_def *def = tool ? ci_sandbox_lookup(s, tool) : NULL;
+    if (!def || (provider && strcmp(provider, def->provider->name)) ||
+        !allowlist_within(p, def, allowlist))
+        return NULL;
+    return def;
+}
+
 apr_array_header_t *ci_sandbox_all(apr_pool_t *p, server_rec *s)
 {
     ci_server_conf *c = ci_server_config(s);

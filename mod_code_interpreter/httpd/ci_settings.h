@@ -102,6 +102,12 @@ int ci_server_reserve(const ci_server_conf *c);
 /* The sandbox tool NAME of server S (the built-in one when not declared),
  * or NULL. */
 const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name);
+/* The tool a container runs on: TOOL as declared now, still of PROVIDER
+ * (NULL: any, an older record) and still allowing every domain of its
+ * ALLOWLIST (a reload may have lowered the ceiling or turned egress off);
+ * NULL when a reload removed or changed it so. */
+const ci_sandbox_def *ci_sandbox_of_container(server_rec *s, apr_pool_t *p, const char *tool,
+                                              const char *provider, const char *allowlist);
 /* Every sandbox tool of S, the built-in one first unless declared.
  * Memory from P. */
 apr_array_header_t *ci_sandbox_all(apr_pool_t *p, server_rec *s);
