@@ -223,7 +223,8 @@ class _OriginHandler(BaseHTTPRequestHandler):
             u = urllib.parse.urlsplit(target)
             target = u.path + ("?" + u.query if u.query else "")
         rec = {"scheme": self.server.scheme, "host": self.headers.get("Host", ""),
-               "method": self.command, "path": target, "sent": 0, "done": False}
+               "method": self.command, "path": target, "sent": 0, "done": False,
+               "headers": {k.lower(): v for k, v in self.headers.items()}}
         with self.server.lock:
             self.server.records.append(rec)
         return rec
@@ -581,7 +582,9 @@ def prerequisites():
                                "for the test httpd's /etc/hosts)")
 
 
-@pytest.fixture(scope="session")
+# Module-scoped: each test module that imports it has its own, and the one
+# before has closed its servers (the name server's fixed address) by then.
+@pytest.fixture(scope="module")
 def egress_net():
     prerequisites()
     directory = tempfile.mkdtemp(prefix="ci-egress-")

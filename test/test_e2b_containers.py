@@ -339,3 +339,19 @@ def test_an_e2b_allowlist_outside_the_ceiling_is_refused(server, model):
         "message": "The domain 'evil.example' is not allowed for the sandbox tool "
                    "'fenced' on this server."})
     assert server.fake.state()["creates"] == []
+
+
+def test_domain_secrets_on_e2b_are_refused(server, model):
+    """E2B's sandboxes reach the internet from E2B's network, never through
+    this server's egress proxy: a secret could not be injected outside them."""
+    policy = {"type": "allowlist", "allowed_domains": ["pypi.org"],
+              "domain_secrets": [{"domain": "pypi.org", "name": "TOKEN", "value": "v"}]}
+    status, _, out = server.post("/fenced/v1/containers", {
+        "name": "x", "network_policy": policy}, headers=ME)
+    assert (status, out["error"]) == (400, {
+        "type": "invalid_request_error", "code": "unsupported_parameter",
+        "param": "network_policy.domain_secrets",
+        "message": "Domain secrets are not supported by the sandbox tool 'fenced' "
+                   "(provider e2b): its sandboxes reach the internet without this "
+                   "server's egress proxy."})
+    assert server.fake.state()["creates"] == []

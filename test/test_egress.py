@@ -78,9 +78,10 @@ TOO_MANY = ("egress refused: too many connections from this container (at most %
             % PER_CONTAINER)
 
 
-def egress_conf(up, site, audit):
+def egress_conf(up, site, audit, ca):
     tools = f"""
-CodeInterpreterSandbox open provider=local timeout=120 egress=allowlist egress_proxy={site}
+CodeInterpreterSandbox open provider=local timeout=120 egress=allowlist egress_proxy={site} \
+    egress_ca={ca}
 CodeInterpreterSandbox ceiling provider=local egress=allowlist allowed_domains=pypi.test,*.files.test egress_proxy={site}
 CodeInterpreterSandbox direct provider=local egress=allowlist
 CodeInterpreterAuditLog "{audit}"
@@ -106,7 +107,7 @@ def egress(model, egress_net):  # noqa: F811
     server.audit = os.path.join(server.root, "logs", "audit.jsonl")
     up = "http://127.0.0.1:%d" % model.port
     server.write_conf(base_conf(model.port, egress_conf(up, egress_net.site.url,
-                                                         server.audit)))
+                                                         server.audit, egress_net.ca_pem)))
     server.start()
     yield server
     server.stop()
@@ -422,10 +423,26 @@ CASES = {
         "domain_not_allowed", p + ".allowed_domains[0]",
         "The domain 'files.test' is not allowed for the sandbox tool 'ceiling' on this "
         "server.")),
-    "domain secrets": ("/open", SECRETS, lambda p: (
-        "unsupported_parameter", p + ".domain_secrets",
-        "Domain secrets are not supported by this server ('%s.domain_secrets'); use an "
-        "allowlist without domain_secrets." % p)),
+    "a secret's domain off the allowlist": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "other.test", "name": "API_TOKEN", "value": "v"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].domain",
+        "Invalid value for '%s.domain_secrets[0].domain': 'other.test' is not on the "
+        "allowlist." % p)),
+    "a secret named PATH": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "PATH", "value": "v"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].name",
+        "Invalid value for '%s.domain_secrets[0].name': 'PATH' is not an environment "
+        "variable name a secret may take." % p)),
+    "a secret named twice": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "T", "value": "v"},
+        {"domain": "allowed.test", "name": "T", "value": "w"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[1].name",
+        "Invalid value for '%s.domain_secrets[1].name': 'T' is given twice." % p)),
+    "a secret on two lines": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "T", "value": "v\r\nX-Injected: 1"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].value",
+        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
+        "16384 bytes on one line." % p)),
 }
 for _bad in MALFORMED:
     CASES["malformed %r" % _bad] = ("/open", policy("allowed.test", _bad),
@@ -811,3 +828,90 @@ def test_a_ceiling_lowered_by_a_reload_retires_wider_containers(model):
         assert out["output"][-1]["content"][0]["text"] == "1\n"
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------ domain secrets
+
+SECRET_VALUE = "sv-" + "7f3a9c" * 6          # greppable, and never anywhere but the origin
+SECRET_POLICY = {"type": "allowlist",
+                 "allowed_domains": ["allowed.test", "a.wild.test", "pypi.test"],
+                 "domain_secrets": [{"domain": "allowed.test", "name": "API_TOKEN",
+                                     "value": SECRET_VALUE}]}
+
+SECRET_CODE = r'''
+token = os.environ["API_TOKEN"]
+out = {"placeholder": token, "env_has_value": %r in repr(dict(os.environ))}
+def fetch(url, ctx=None):
+    req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token,
+                                               "X-Key": token})
+    with urllib.request.urlopen(req, timeout=60, context=ctx) as r:
+        return [r.status, r.read().decode()]
+out["http"] = fetch("http://allowed.test/echo/plain?key=" + token)
+out["https"] = fetch("https://allowed.test/echo/tls?key=" + token)
+out["other"] = fetch("https://a.wild.test/echo/other",
+                     ssl.create_default_context(cafile="/mnt/data/ca.pem"))
+out["trusts_system_path"] = open("/etc/ssl/certs/ca-certificates.crt").read().count("BEGIN CERTIFICATE") > 0
+print(json.dumps(out))
+''' % SECRET_VALUE
+
+
+def test_a_secret_is_injected_for_its_domain_only(eg, net, me):
+    """The sandbox holds a placeholder; the origin of the secret's domain
+    gets the value (over http, and over https, which the proxy terminates
+    with its own CA that the sandbox trusts, verifying the origin against
+    egress_ca); another allowed domain gets the placeholder as it was sent,
+    through a tunnel (its own certificate)."""
+    status, c = api(eg, "POST", "/open/v1/containers",
+                    {"name": "secret", "network_policy": SECRET_POLICY}, me)
+    assert status == 200, c
+    assert c["network_policy"] == {"type": "allowlist",
+                                   "allowed_domains": SECRET_POLICY["allowed_domains"]}
+    assert SECRET_VALUE not in json.dumps(c)
+    status, f = upload(eg, c["id"], "ca.pem", net.ca_bytes, me, path="/open/v1/containers")
+    assert status == 200, f
+    got = run_json(eg, c["id"], SECRET_CODE, me)
+    placeholder = got["placeholder"]
+    assert re.fullmatch(r"CI_SECRET_[0-9a-f]{32}", placeholder), got
+    assert got["env_has_value"] is False
+    assert got["http"] == [200, "http allowed.test GET /echo/plain?key=%s\n" % SECRET_VALUE]
+    assert got["https"] == [200, "https allowed.test GET /echo/tls?key=%s\n" % SECRET_VALUE]
+    assert got["other"] == [200, "https a.wild.test GET /echo/other\n"]
+    assert got["trusts_system_path"] is True
+    by_path = {r["path"].split("?")[0]: r for r in net.http.records() + net.https.records()}
+    for path in ("/echo/plain", "/echo/tls"):
+        assert by_path[path]["headers"]["authorization"] == "Bearer " + SECRET_VALUE
+        assert by_path[path]["headers"]["x-key"] == SECRET_VALUE
+    assert by_path["/echo/other"]["headers"]["authorization"] == "Bearer " + placeholder
+    # the value is nowhere but at the origin
+    status, _, listing = eg.request("GET", "/open/v1/containers", headers=me)
+    files_listing = eg.request("GET", "/open/v1/containers/%s/files" % c["id"], headers=me)[2]
+    for where, text in (("listing", listing.decode()), ("files", files_listing.decode()),
+                        ("error log", eg.log()), ("audit log", open(eg.audit).read())):
+        assert SECRET_VALUE not in text, where
+    lines = [json.loads(x) for x in open(eg.audit) if '"egress"' in x]
+    tls = [x for x in lines if x.get("container_id") == c["id"] and x["port"] == 443]
+    assert sorted((x["domain"], x["tls"], x["injected"]) for x in tls) == [
+        ("a.wild.test", None, 0), ("allowed.test", "terminated", 3)]
+
+
+def test_a_secret_in_a_request_is_not_echoed(eg, model, me):
+    """The answer's tools echo the request's, without a secret's value; a
+    later turn in the same container keeps the secret."""
+    tool = {"type": "code_interpreter", "container": {"type": "auto",
+                                                      "network_policy": SECRET_POLICY}}
+    status, _, out = eg.post("/open/v1/responses", {
+        "model": "m", "tools": [tool], "include": ["code_interpreter_call.outputs"],
+        "input": script_input([[{"call": "import os; print(os.environ['API_TOKEN'][:10])"}],
+                               [{"text": "{{last_output}}"}]])}, headers=me)
+    assert status == 200, out
+    assert out["output"][-1]["content"][0]["text"] == "CI_SECRET_\n"
+    assert SECRET_VALUE not in json.dumps(out)
+    echoed = out["tools"][0]["container"]["network_policy"]["domain_secrets"]
+    assert echoed == [{"domain": "allowed.test", "name": "API_TOKEN"}]
+    status, _, again = eg.post("/open/v1/responses", {
+        "model": "m", "tools": [tool], "previous_response_id": out["id"],
+        "input": script_input([[{"call": "print(len(os.environ['API_TOKEN']))"}],
+                               [{"text": "{{last_output}}"}]])}, headers=me)
+    assert status == 200, again
+    assert again["output"][-1]["content"][0]["text"] == "42\n"
+    assert SECRET_VALUE not in json.dumps(again) + eg.log()

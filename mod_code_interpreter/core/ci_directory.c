@@ -346,11 +346,13 @@ void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provi
     c->cred = cred ? apr_pstrdup(rp, cred) : NULL;
 }
 
-void ci_directory_set_allowlist(ci_directory *d, ci_container *c, const char *allowlist)
+void ci_directory_set_network(ci_directory *d, ci_container *c, const char *allowlist,
+                              const char *secrets)
 {
+    apr_pool_t *rp = rec_from(c)->pool;
     (void)d;
-    c->allowlist = allowlist && *allowlist ? apr_pstrdup(rec_from(c)->pool, allowlist)
-                                           : NULL;
+    c->allowlist = allowlist && *allowlist ? apr_pstrdup(rp, allowlist) : NULL;
+    c->secrets = c->allowlist && secrets && *secrets ? apr_pstrdup(rp, secrets) : NULL;
 }
 
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle)

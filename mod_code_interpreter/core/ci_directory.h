@@ -56,6 +56,9 @@ typedef struct ci_container {
                                     or NULL */
     const char *allowlist;       /* its network policy's domains, comma
                                     separated; NULL: no network */
+    const char *secrets;         /* its domain secrets, sealed for it with
+                                    the server's secret (never in clear
+                                    here), or NULL */
 } ci_container;
 
 typedef struct ci_directory ci_directory;
@@ -123,8 +126,10 @@ void ci_directory_touch_id(ci_directory *d, const char *id, apr_time_t now);
 void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provider,
                              const char *cred);
 
-/* Its network policy: the domains of ALLOWLIST (copied; NULL: none). */
-void ci_directory_set_allowlist(ci_directory *d, ci_container *c, const char *allowlist);
+/* Its network policy: the domains of ALLOWLIST and the sealed SECRETS
+ * (copied; NULL: none). */
+void ci_directory_set_network(ci_directory *d, ci_container *c, const char *allowlist,
+                              const char *secrets);
 
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);

@@ -70,6 +70,8 @@ typedef struct ci_request {
     json_object *file_ids;      /* tools[].container.file_ids (strings), or NULL */
     apr_array_header_t *allowed_domains; /* the container's allowlist
                                       (network_policy), normalised, or NULL */
+    apr_array_header_t *secrets;  /* its domain secrets (ci_domain_secret),
+                                     or NULL */
     const char *network_param;  /* where it was given
                                    ("tools[0].container.network_policy") */
     const char *context_container; /* the container of the context's latest
@@ -102,12 +104,37 @@ const char *ci_default_description(void);
  * the internet. */
 const char *ci_function_description(int internet);
 
-/* A network_policy at PARAM: {"type": "disabled"} (*DOMAINS = NULL) or
- * {"type": "allowlist", "allowed_domains": [...]} (*DOMAINS: each
- * normalised, ci_parse_domain_pattern). Domain secrets are refused. 0, or
- * -1 with ERR (400). */
+/* A domain secret of a network policy: NAME is an environment variable
+ * in the sandbox holding a placeholder that the egress proxy replaces with
+ * VALUE in requests to DOMAIN (a domain pattern, on the allowlist). */
+typedef struct ci_domain_secret {
+    const char *domain;
+    const char *name;
+    const char *value;
+} ci_domain_secret;
+
+#define CI_MAX_SECRETS 32
+#define CI_MAX_SECRET_VALUE 16384
+
+/* A network_policy at PARAM: {"type": "disabled"} (*DOMAINS = *SECRETS =
+ * NULL) or {"type": "allowlist", "allowed_domains": [...],
+ * "domain_secrets": [...]} (*DOMAINS: each normalised,
+ * ci_parse_domain_pattern; *SECRETS: ci_domain_secret, or NULL). 0, or -1
+ * with ERR (400). */
 int ci_network_policy_parse(apr_pool_t *p, json_object *v, const char *param,
-                            apr_array_header_t **domains, ci_error *err);
+                            apr_array_header_t **domains, apr_array_header_t **secrets,
+                            ci_error *err);
+/* A secret's NAME may be a sandbox's variable; its VALUE (LEN bytes) may
+ * go into a request's headers. */
+int ci_secret_name_ok(const char *name);
+int ci_secret_value_ok(const char *value, apr_size_t len);
+/* SECRETS (ci_domain_secret) as a sandbox definition holds them: a JSON
+ * array of {domain, name, placeholder, value}, each with a new random
+ * placeholder ("CI_SECRET_" and 32 hex digits). */
+const char *ci_secrets_with_placeholders(apr_pool_t *p, const apr_array_header_t *secrets);
+/* TOOLS (a copy of the client's, for the answer) without the values of
+ * domain secrets: an answer never carries one. */
+void ci_redact_secrets(json_object *tools);
 /* DOMAINS comma separated (what a sandbox definition and a container
  * record hold), or NULL when there are none. */
 const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains);

@@ -326,12 +326,21 @@ static int check_file_ids(request_rec *r, ci_req_state *st, ci_error *err)
 }
 
 int ci_containers_check_allowlist(apr_pool_t *p, const ci_sandbox_def *tool,
-                                  const apr_array_header_t *domains, const char *param,
+                                  const apr_array_header_t *domains,
+                                  const apr_array_header_t *secrets, const char *param,
                                   ci_error *err)
 {
     int i;
     if (!domains)
         return OK;
+    if (secrets && tool->egress && !(tool->provider->caps & CI_CAP_SECRETS)) {
+        ci_error_set(err, 400, CI_INVALID, apr_pstrcat(p, param, ".domain_secrets", NULL),
+                     "unsupported_parameter", p, "Domain secrets are not supported by the "
+                     "sandbox tool '%s' (provider %s): its sandboxes reach the internet "
+                     "without this server's egress proxy.", tool->name,
+                     tool->provider->name);
+        return 400;
+    }
     if (!tool->egress) {
         ci_error_set(err, 400, CI_INVALID, param, "unsupported_parameter", p,
                      "Network allowlists are not enabled for the sandbox tool '%s' on "
@@ -358,7 +367,8 @@ int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
     if ((rc = check_tier(r, st, err)) != OK)
         return rc;
     if ((rc = ci_containers_check_allowlist(r->pool, st->sandbox, st->req->allowed_domains,
-                                            st->req->network_param, err)) != OK)
+                                            st->req->secrets, st->req->network_param,
+                                            err)) != OK)
         return rc;
     if ((rc = follow_chain(r, st, &chained, err)) != OK)
         return rc;
@@ -382,8 +392,9 @@ const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int too
 
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *allowlist, const char *id,
-                                          const char *name, int idle, int hold)
+                                          const char *allowlist, const char *secrets,
+                                          const char *id, const char *name, int idle,
+                                          int hold)
 {
     ci_server_conf *sc = ci_server_config(r->server);
     json_object *req = dir_request(r->pool, "create", owner);
@@ -397,6 +408,7 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
     put_str(req, "cred", ci_registry_cred_digest(r->pool, tool));
     put_str(req, "memory_limit", tier);
     put_str(req, "allowlist", allowlist);
+    put_str(req, "secrets", secrets);
     json_object_object_add(req, "memory_bytes",
                            json_object_new_int64((apr_int64_t)tiered->rss_bound));
     json_object_object_add(req, "idle", json_object_new_int(idle));
@@ -453,6 +465,11 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
         req = ci_containers_create_request(r, st->owner, st->sandbox,
                                            st->req->memory_limit,
                                            ci_domains_join(r->pool, st->req->allowed_domains),
+                                           st->req->secrets && st->container_id
+                                               ? ci_dirclient_seal_secrets(
+                                                     r->pool, st->container_id,
+                                                     st->req->secrets)
+                                               : NULL,
                                            st->container_id, NULL, st->sandbox->idle,
                                            hold_seconds(r, st));
         began = apr_time_now();

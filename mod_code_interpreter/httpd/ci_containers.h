@@ -54,16 +54,20 @@ void ci_containers_note_admission(request_rec *r, const char *tool, const char *
  * NULL: none), ID (NULL: one minted by the directory), NAME, IDLE seconds,
  * and the server's caps and budget. */
 /* HOLD: seconds the asking request holds the new container (0: none). */
+/* SECRETS: its domain secrets, sealed for ID (ci_dirclient_seal_secrets;
+ * NULL: none). */
 json_object *ci_containers_create_request(request_rec *r, const char *owner,
                                           const ci_sandbox_def *tool, const char *tier,
-                                          const char *allowlist, const char *id,
-                                          const char *name, int idle, int hold);
+                                          const char *allowlist, const char *secrets,
+                                          const char *id, const char *name, int idle,
+                                          int hold);
 
-/* A client's allowlist DOMAINS (given at PARAM; NULL: none) against TOOL's
- * ceiling: OK, or 400 with ERR (egress off, a domain outside
- * allowed_domains). */
+/* A client's allowlist DOMAINS and SECRETS (given at PARAM; NULL: none)
+ * against TOOL's ceiling: OK, or 400 with ERR (egress off, a domain outside
+ * allowed_domains, secrets on a provider without them). */
 int ci_containers_check_allowlist(apr_pool_t *p, const ci_sandbox_def *tool,
-                                  const apr_array_header_t *domains, const char *param,
+                                  const apr_array_header_t *domains,
+                                  const apr_array_header_t *secrets, const char *param,
                                   ci_error *err);
 
 

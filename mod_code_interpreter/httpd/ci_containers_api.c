@@ -255,7 +255,7 @@ json_object *capi_read_json(api_req *a)
 }
 
 static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def,
-                        int *idle, const char **allowlist)
+                        int *idle, const char **allowlist, apr_array_header_t **secrets)
 {
     const char *tier, *why;
     const ci_sandbox_def *tiered;
@@ -268,9 +268,9 @@ static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def
         (why = ci_sandbox_def_tier(a->r->pool, def, tier, &tiered)))
         return capi_bad(a, "memory_limit", "invalid_value", why), -1;
     if (json_object_object_get_ex(body, "network_policy", &policy) && policy &&
-        (ci_network_policy_parse(a->r->pool, policy, "network_policy", &domains,
+        (ci_network_policy_parse(a->r->pool, policy, "network_policy", &domains, secrets,
                                  &a->err) < 0 ||
-         ci_containers_check_allowlist(a->r->pool, def, domains, "network_policy",
+         ci_containers_check_allowlist(a->r->pool, def, domains, *secrets, "network_policy",
                                        &a->err) != OK))
         return capi_fail(a), -1;
     *allowlist = ci_domains_join(a->r->pool, domains);
@@ -306,22 +306,28 @@ static int create(api_req *a)
     ci_container c;
     ci_dir_status why;
     int idle, waited = 0;
-    const char *allowlist = NULL;
+    const char *allowlist = NULL, *id = NULL;
+    apr_array_header_t *secrets = NULL;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
                      "The code interpreter is misconfigured on this server.");
         return capi_fail(a);
     }
-    if (check_create(a, body, def, &idle, &allowlist))
+    if (check_create(a, body, def, &idle, &allowlist, &secrets))
         return OK;
+    /* sealed for the container: its id is minted here */
+    if (secrets)
+        id = ci_mint_id(a->r->pool, "cntr_", 24);
     /* file_ids: each checked at the upstream before anything is made */
     if ((ids = ci_json_get(body, "file_ids", json_type_array)) &&
         json_object_array_length(ids) > 0 &&
         ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err) != OK)
         return capi_fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
-                                       ci_json_str(body, "memory_limit"), allowlist, NULL,
-                                       ci_json_str(body, "name"), idle, 0);
+                                       ci_json_str(body, "memory_limit"), allowlist,
+                                       secrets ? ci_dirclient_seal_secrets(a->r->pool, id,
+                                                                           secrets) : NULL,
+                                       id, ci_json_str(body, "name"), idle, 0);
     if (!(ans = ci_containers_create_waiting(a->r, req, capacity_deadline(a), &waited)))
         return capi_unavailable(a);
     why = capi_status_of(ans);

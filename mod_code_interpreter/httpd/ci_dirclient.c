@@ -16,6 +16,7 @@
 #include "ci_settings.h"
 #include "ci_json.h"
 #include "ci_owner.h"
+#include "ci_request.h"
 #include "ci_redis.h"
 #include "ci_registry.h"
 #include "ci_directory_ops.h"
@@ -179,6 +180,23 @@ const char *ci_dirclient_unseal(request_rec *r, const ci_container *c)
     if (sealed && !plain)
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0804: a container's handle "
                       "could not be opened with this server's secret");
+    return plain;
+}
+
+const char *ci_dirclient_seal_secrets(apr_pool_t *p, const char *id,
+                                      const apr_array_header_t *secrets)
+{
+    return ci_seal_for(p, ci_owner_secret(), ci_secrets_with_placeholders(p, secrets), id);
+}
+
+const char *ci_dirclient_unseal_secrets(request_rec *r, const ci_container *c)
+{
+    const char *plain = c->secrets ? ci_unseal_for(r->pool, ci_owner_secret(), c->secrets,
+                                                   c->id) : NULL;
+    if (c->secrets && !plain)
+        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0809: container %s's domain secrets "
+                      "could not be opened with this server's secret: it runs without "
+                      "them", c->id);
     return plain;
 }
 

@@ -116,6 +116,14 @@ int ci_dirclient_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
  * sealed with the server secret and bound to the container's id. */
 void ci_dirclient_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
                                 const char *container_id, const char *handle);
+/* SECRETS (ci_domain_secret) sealed for container ID, each with a new
+ * placeholder: what its record keeps. From P. */
+const char *ci_dirclient_seal_secrets(apr_pool_t *p, const char *id,
+                                      const apr_array_header_t *secrets);
+/* C's domain secrets opened: a JSON array of {domain, name, placeholder,
+ * value}, or NULL (none, or not sealed with this server's secret: logged). */
+const char *ci_dirclient_unseal_secrets(request_rec *r, const ci_container *c);
+
 /* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
 const char *ci_dirclient_unseal(request_rec *r, const ci_container *c);
 

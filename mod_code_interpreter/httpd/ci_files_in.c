@@ -230,7 +230,8 @@ int ci_files_target(request_rec *r, const char *owner, const ci_container *c, in
                      "provider.", def->provider->name);
         return 501;
     }
-    def = ci_sandbox_def_container(r->pool, def, c->memory_limit, c->allowlist);
+    def = ci_sandbox_def_container(r->pool, def, c->memory_limit, c->allowlist,
+                                   ci_dirclient_unseal_secrets(r, c));
     t->def = def;
     t->container = c->id;
     t->handle = ci_dirclient_unseal(r, c);

@@ -239,8 +239,9 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
     /* a sandbox of the request's own has the request's allowlist (a
      * container's comes from its record, when it is attached) */
     if (!s->container)
-        def = ci_sandbox_def_allowlist(s->root, def,
-                                       ci_domains_join(s->root, st->req->allowed_domains));
+        def = ci_sandbox_def_container(
+            s->root, def, NULL, ci_domains_join(s->root, st->req->allowed_domains),
+            st->req->secrets ? ci_secrets_with_placeholders(s->root, st->req->secrets) : NULL);
     s->def = def;
     s->box = ci_box_create(s->root, def, container_id, box_event, s);
     apr_pool_pre_cleanup_register(r->pool, s, session_cleanup);
@@ -286,7 +287,8 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
         return rv;
     /* the container's tier and allowlist (checked when it was asked for) */
     s->def = tiered = ci_sandbox_def_container(s->root, s->def, c.memory_limit,
-                                               c.allowlist);
+                                               c.allowlist,
+                                               ci_dirclient_unseal_secrets(s->r, &c));
     if (ci_dirclient_adopt(s->r, s->st->owner, &c, tiered) < 0) {
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
                      "The code sandbox could not be started; retry shortly.");

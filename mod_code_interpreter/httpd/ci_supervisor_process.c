@@ -151,6 +151,8 @@ static void remove_egress_dir(apr_pool_t *p)
             continue;
         sub = apr_pstrcat(p, base, "/", e->d_name, NULL);
         unlink(apr_pstrcat(p, sub, "/" CI_EGRESS_SOCKET_NAME, NULL));
+        unlink(apr_pstrcat(p, sub, "/" CI_EGRESS_CA_NAME, NULL));
+        unlink(apr_pstrcat(p, sub, "/" CI_EGRESS_BUNDLE_NAME, NULL));
         rmdir(sub);
     }
     if (d)

@@ -27,7 +27,9 @@ Data model:
   ci:c:ID      string  the record, JSON: the container's fields (id, owner,
                        name, tool, memory_limit, handle, created_at,
                        last_active_at, idle_seconds, memory_bytes, status,
-                       node, provider, cred, allowlist, auth: an HMAC the
+                       node, provider, cred, allowlist, secrets (sealed
+                       for the container: AES-GCM bound to its id), auth:
+                       an HMAC the
                        nodes compute over id, owner, tool, provider, cred,
                        memory_limit, node and (when there is one) allowlist
                        with the server secret, and check on every read) and busy, retention (seconds, from the create's
@@ -260,7 +262,7 @@ local function container_json(r)
     last_active_at = r.last_active_at, idle_seconds = r.idle_seconds,
     memory_bytes = r.memory_bytes, status = r.status, node = r.node,
     provider = opt(r.provider), cred = opt(r.cred), allowlist = opt(r.allowlist),
-    auth = r.auth,
+    secrets = opt(r.secrets), auth = r.auth,
   }
 end
 
@@ -396,7 +398,8 @@ local function new_rec(req, owner, id, node, lim, idle)
     memory_bytes = int_of(req, 'memory_bytes', 0), status = 'running', node = node,
     busy = false, retention = lim.retention, forget_at = 0,
     provider = str_of(req, 'provider'), cred = str_of(req, 'cred'),
-    allowlist = str_of(req, 'allowlist'), auth = str_of(req, 'auth'),
+    allowlist = str_of(req, 'allowlist'), secrets = str_of(req, 'secrets'),
+    auth = str_of(req, 'auth'),
   }
   local ms = ttl_ms(r)
   redis.call('ZADD', k_listed(owner), num(now), id)

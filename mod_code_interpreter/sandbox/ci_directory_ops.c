@@ -55,6 +55,8 @@ json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c)
     add_str(o, "cred", c->cred);
     if (c->allowlist)
         add_str(o, "allowlist", c->allowlist);
+    if (c->secrets)
+        add_str(o, "secrets", c->secrets);
     return o;
 }
 
@@ -86,6 +88,7 @@ int ci_dirops_container_from(apr_pool_t *p, json_object *j, ci_container *out)
     out->provider = dup_str(p, j, "provider");
     out->cred = dup_str(p, j, "cred");
     out->allowlist = dup_str(p, j, "allowlist");
+    out->secrets = dup_str(p, j, "secrets");
     out->created_at = int_of(j, "created_at", 0);
     out->last_active_at = int_of(j, "last_active_at", 0);
     out->idle_seconds = (int)int_of(j, "idle_seconds", 0);
@@ -164,7 +167,8 @@ static void op_create(op *o)
     if (c) {
         ci_directory_set_origin(o->d, c, ci_json_str(o->req, "provider"),
                                 ci_json_str(o->req, "cred"));
-        ci_directory_set_allowlist(o->d, c, ci_json_str(o->req, "allowlist"));
+        ci_directory_set_network(o->d, c, ci_json_str(o->req, "allowlist"),
+                                 ci_json_str(o->req, "secrets"));
         hold(o, c);
     }
     answer_status(o, st);

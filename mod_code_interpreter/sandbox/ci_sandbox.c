@@ -4,6 +4,7 @@
  * that restarts itself after a failed execution.
  */
 #include <string.h>
+#include <unistd.h>
 #include <apr_atomic.h>
 #include <apr_strings.h>
 #include <apr_thread_mutex.h>
@@ -87,7 +88,7 @@ const char *ci_provider_list_text(apr_pool_t *p, const apr_array_header_t *names
 /* ---- definitions --------------------------------------------------------- */
 
 #define COMMON_KEYS "provider, timeout, max_output, idle, max_idle, retention, tiers, " \
-                    "max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy"
+                    "max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca"
 #define MAX_FILES_LIMIT 10000            /* a container's listing shows as many */
 #define MAX_IDLE (30 * 86400)
 
@@ -144,6 +145,13 @@ static const char *parse_egress_key(apr_pool_t *p, ci_sandbox_def *d, const char
             d->egress_proxy = apr_pstrdup(p, v);
         return e;
     }
+    if (!strcmp(key, "egress_ca")) {
+        if (v[0] != '/' || access(v, R_OK) != 0)
+            return apr_psprintf(p, "'%s' is not a readable file (an absolute path to "
+                                   "PEM certificates)", v);
+        d->egress_ca = apr_pstrdup(p, v);
+        return NULL;
+    }
     *known = 0;
     return NULL;
 }
@@ -154,9 +162,13 @@ static const char *check_egress(apr_pool_t *p, const ci_sandbox_def *d)
     if (d->egress && !(d->provider->caps & CI_CAP_EGRESS))
         return apr_psprintf(p, "egress: provider %s cannot enforce an allowlist",
                             d->provider->name);
-    if (!d->egress && (d->allowed_domains || d->egress_proxy))
+    if (!d->egress && (d->allowed_domains || d->egress_proxy || d->egress_ca))
         return apr_psprintf(p, "%s= needs egress=allowlist",
-                            d->allowed_domains ? "allowed_domains" : "egress_proxy");
+                            d->allowed_domains ? "allowed_domains"
+                            : d->egress_proxy ? "egress_proxy" : "egress_ca");
+    if (d->egress_ca && !(d->provider->caps & CI_CAP_SECRETS))
+        return apr_psprintf(p, "egress_ca: provider %s's sandboxes do not reach the "
+                               "internet through this server", d->provider->name);
     if (d->egress_proxy && !(d->provider->caps & CI_CAP_SITE_PROXY))
         return apr_psprintf(p, "egress_proxy: provider %s's sandboxes do not reach the "
                                "internet through this server", d->provider->name);
@@ -367,11 +379,18 @@ const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p, const ci_sandbox_d
 }
 
 const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_def *def,
-                                               const char *tier, const char *allowlist)
+                                               const char *tier, const char *allowlist,
+                                               const char *secrets)
 {
+    ci_sandbox_def *d;
     if (tier)
         ci_sandbox_def_tier(p, def, tier, &def);
-    return ci_sandbox_def_allowlist(p, def, allowlist);
+    def = ci_sandbox_def_allowlist(p, def, allowlist);
+    if (!def->allowlist || !secrets)
+        return def;
+    d = apr_pmemdup(p, def, sizeof(*d));     /* the allowlist's copy, or a new one */
+    d->secrets = apr_pstrdup(p, secrets);
+    return d;
 }
 
 int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,
@@ -395,6 +414,8 @@ ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def)
     d->allowed_domains = def->allowed_domains ? apr_pstrdup(p, def->allowed_domains) : NULL;
     d->egress_proxy = def->egress_proxy ? apr_pstrdup(p, def->egress_proxy) : NULL;
     d->allowlist = def->allowlist ? apr_pstrdup(p, def->allowlist) : NULL;
+    d->egress_ca = def->egress_ca ? apr_pstrdup(p, def->egress_ca) : NULL;
+    d->secrets = def->secrets ? apr_pstrdup(p, def->secrets) : NULL;
     if (def->provider->conf_copy && def->conf)
         d->conf = def->provider->conf_copy(p, def->conf);
     return d;
@@ -409,12 +430,13 @@ const char *ci_sandbox_def_fingerprint(apr_pool_t *p, const ci_sandbox_def *d)
 {
     return apr_psprintf(p, "%s|%" APR_TIME_T_FMT "|%" APR_SIZE_T_FMT "|%d|%d|%s|%"
                         APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%" APR_UINT64_T_FMT "|%"
-                        APR_UINT64_T_FMT "|%d|%s|%s|%s",
+                        APR_UINT64_T_FMT "|%d|%s|%s|%s|%s",
                         d->provider->name, d->timeout, d->max_output, d->warm, d->network,
                         d->tiers ? d->tiers : "", d->rss_bound, d->files.max_file,
                         d->files.max_files, d->files.max_bytes, d->egress,
                         d->allowed_domains ? d->allowed_domains : "",
                         d->egress_proxy ? d->egress_proxy : "",
+                        d->egress_ca ? d->egress_ca : "",
                         d->provider->fingerprint ? d->provider->fingerprint(p, d) : "");
 }
 

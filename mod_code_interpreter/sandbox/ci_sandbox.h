@@ -107,9 +107,15 @@ typedef struct ci_sandbox_def {
                                       separated, normalised; NULL: any */
     const char *egress_proxy;      /* http://HOST:PORT, the site's forward
                                       proxy allowed traffic goes through */
+    const char *egress_ca;         /* the CAs origins are verified against
+                                      where the proxy terminates TLS (domain
+                                      secrets); NULL: the system's */
     /* ... and one container's: the domains its sandbox may reach, comma
      * separated, normalised (ci_sandbox_def_allowlist); NULL: no network */
     const char *allowlist;
+    /* its domain secrets, open: a JSON array of {domain, name, placeholder,
+     * value}; NULL: none. Only in memory, never logged. */
+    const char *secrets;
     void *conf;                    /* the provider's own keys */
 } ci_sandbox_def;
 
@@ -122,6 +128,7 @@ typedef struct ci_sandbox_def {
 #define CI_CAP_SHELL      0x10   /* the hosted shell: run_commands */
 #define CI_CAP_EGRESS     0x20   /* network allowlists (egress=allowlist) */
 #define CI_CAP_SITE_PROXY 0x40   /* ... through the site's proxy (egress_proxy=) */
+#define CI_CAP_SECRETS    0x80   /* ... with domain secrets its proxy injects */
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */
@@ -289,9 +296,11 @@ const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p, const ci_sandbox_d
                                                const char *allowlist);
 
 /* What a container's sandbox runs with: DEF in memory tier TIER (NULL: as
- * declared), with ALLOWLIST (as ci_sandbox_def_allowlist). */
+ * declared), with ALLOWLIST (as ci_sandbox_def_allowlist) and SECRETS (as
+ * ci_sandbox_def.secrets; NULL: none). */
 const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_def *def,
-                                               const char *tier, const char *allowlist);
+                                               const char *tier, const char *allowlist,
+                                               const char *secrets);
 
 /* Whether DEF's ceiling lets a client list DOMAIN (normalised). */
 int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,

@@ -41,6 +41,9 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg);
 /* The egress proxy's socket in the directory a sandbox with an allowlist
  * gets (ci_egress.h). */
 #define CI_EGRESS_SOCKET_NAME "proxy.sock"
+/* With domain secrets: the proxy's CA, and the system's bundle with it. */
+#define CI_EGRESS_CA_NAME "ca.pem"
+#define CI_EGRESS_BUNDLE_NAME "ca-bundle.pem"
 
 /* Fork the bubblewrap process of DEF (the supervisor's main thread).
  * EGRESS_DIR: for a sandbox with an allowlist, the directory of its egress

@@ -15,14 +15,35 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <apr_file_io.h>
 #include <apr_strings.h>
 #include "ci_egress.h"
 #include "ci_json.h"
 #include "ci_log.h"
 #include "ci_supervisor_internal.h"
 
+#define SYSTEM_BUNDLE "/etc/ssl/certs/ca-certificates.crt"
+
 static pid_t proxy_pid;           /* 0: not running */
 static int proxy_control = -1;
+
+/* The secrets as the proxy takes them: domain, placeholder, value (the
+ * variable's name is the sandbox's business). */
+static json_object *proxy_secrets(apr_pool_t *p, const char *secrets)
+{
+    json_object *list = ci_json_own(p, json_tokener_parse(secrets));
+    json_object *out = json_object_new_array();
+    apr_size_t i, n = list ? json_object_array_length(list) : 0;
+    for (i = 0; i < n; i++) {
+        json_object *s = json_object_array_get_idx(list, i), *o = json_object_new_object();
+        json_object_object_add(o, "domain", json_object_new_string(ci_json_str(s, "domain")));
+        json_object_object_add(o, "placeholder",
+                               json_object_new_string(ci_json_str(s, "placeholder")));
+        json_object_object_add(o, "value", json_object_new_string(ci_json_str(s, "value")));
+        json_object_array_add(out, o);
+    }
+    return out;
+}
 
 /* The policy the proxy enforces for B, as ci_egress_add takes it. */
 static const char *policy_of(apr_pool_t *p, const box *b)
@@ -38,6 +59,10 @@ static const char *policy_of(apr_pool_t *p, const box *b)
     json_object_object_add(o, "domains", domains);
     if (b->def->egress_proxy)
         json_object_object_add(o, "proxy", json_object_new_string(b->def->egress_proxy));
+    if (b->def->egress_ca)
+        json_object_object_add(o, "origin_ca", json_object_new_string(b->def->egress_ca));
+    if (b->def->secrets)
+        json_object_object_add(o, "secrets", proxy_secrets(p, b->def->secrets));
     return ci_json_pstr(p, o, NULL);
 }
 
@@ -102,6 +127,60 @@ static int proxy_running(void)
     return 0;
 }
 
+/* LEN bytes of DATA as DIR/NAME (mode 0644: the sandbox reads it). */
+static int write_file(apr_pool_t *p, const char *dir, const char *name, const char *data,
+                      apr_size_t len)
+{
+    const char *path = apr_pstrcat(p, dir, "/", name, NULL);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+    apr_size_t done = 0;
+    ssize_t n;
+    if (fd < 0)
+        return -1;
+    while (done < len && (n = write(fd, data + done, len - done)) > 0)
+        done += (apr_size_t)n;
+    close(fd);
+    return done == len ? 0 : -1;
+}
+
+/* The system's CA bundle, or "" when there is none. */
+static const char *system_bundle(apr_pool_t *p, apr_size_t *len)
+{
+    char *text = NULL;
+    apr_file_t *f;
+    apr_finfo_t fi;
+    *len = 0;
+    if (apr_file_open(&f, SYSTEM_BUNDLE, APR_FOPEN_READ, 0, p) != APR_SUCCESS)
+        return "";
+    if (apr_file_info_get(&fi, APR_FINFO_SIZE, f) == APR_SUCCESS && fi.size > 0 &&
+        fi.size < (apr_off_t)16 << 20) {
+        text = apr_palloc(p, (apr_size_t)fi.size);
+        if (apr_file_read_full(f, text, (apr_size_t)fi.size, len) != APR_SUCCESS)
+            *len = 0;
+    }
+    apr_file_close(f);
+    return *len ? text : "";
+}
+
+/* A sandbox with secrets trusts the proxy's CA: DIR gets it, and the
+ * system's bundle with it appended (mounted over the system's). */
+static int write_trust(box *b)
+{
+    apr_pool_t *p;
+    apr_size_t len;
+    const char *ca = proxy_ca_pem(), *bundle;
+    int rc;
+    if (!ca)
+        return -1;
+    apr_pool_create(&p, b->pool);
+    bundle = system_bundle(p, &len);
+    bundle = apr_pstrcat(p, apr_pstrmemdup(p, bundle, len), len ? "\n" : "", ca, NULL);
+    rc = write_file(p, b->egress_dir, CI_EGRESS_CA_NAME, ca, strlen(ca)) ||
+         write_file(p, b->egress_dir, CI_EGRESS_BUNDLE_NAME, bundle, strlen(bundle)) ? -1 : 0;
+    apr_pool_destroy(p);
+    return rc;
+}
+
 int sup_egress_open(box *b)
 {
     const char *dir;
@@ -111,7 +190,7 @@ int sup_egress_open(box *b)
     if (mkdir(dir, 0700) != 0 && errno != EEXIST)
         return -1;
     b->egress_dir = dir;
-    if (register_box(b) < 0) {
+    if ((b->def->secrets && write_trust(b) < 0) || register_box(b) < 0) {
         ci_log(CI_LOG_ERR, "CI0642: sandbox %u: its egress socket could not be made "
                "in %s", b->id, dir);
         rmdir(dir);
@@ -128,6 +207,8 @@ void sup_egress_close(box *b)
     if (proxy_pid > 0)
         ci_egress_remove(proxy_control, b->id);
     unlink(apr_pstrcat(b->pool, b->egress_dir, "/" CI_EGRESS_SOCKET_NAME, NULL));
+    unlink(apr_pstrcat(b->pool, b->egress_dir, "/" CI_EGRESS_CA_NAME, NULL));
+    unlink(apr_pstrcat(b->pool, b->egress_dir, "/" CI_EGRESS_BUNDLE_NAME, NULL));
     rmdir(b->egress_dir);
     b->egress_dir = NULL;
 }

@@ -7,6 +7,7 @@
 #include <apr_tables.h>
 #include "ci_config.h"
 #include "ci_json.h"
+#include "ci_request.h"
 #include "ci_sandbox.h"
 #include "ci_supervisor_wire.h"
 #include "local_conf.h"
@@ -200,8 +201,42 @@ static json_object *def_object(const ci_sandbox_def *d)
         if (d->egress_proxy)
             json_object_object_add(o, "egress_proxy",
                                    json_object_new_string(d->egress_proxy));
+        if (d->egress_ca)
+            json_object_object_add(o, "egress_ca", json_object_new_string(d->egress_ca));
+        if (d->secrets)
+            json_object_object_add(o, "secrets", json_tokener_parse(d->secrets));
     }
     return o;
+}
+
+/* One secret of a definition: every field as the child made it. */
+static int secret_ok(apr_pool_t *p, json_object *s)
+{
+    const char *domain = ci_json_str(s, "domain"), *name = ci_json_str(s, "name");
+    const char *ph = ci_json_str(s, "placeholder"), *norm;
+    json_object *v = ci_json_get(s, "value", json_type_string);
+    return domain && name && ph && v && !ci_parse_domain_pattern(p, domain, &norm) &&
+           !strcmp(norm, domain) && ci_secret_name_ok(name) && strlen(ph) == 42 &&
+           !strncmp(ph, "CI_SECRET_", 10) && strspn(ph + 10, "0123456789abcdef") == 32 &&
+           ci_secret_value_ok(json_object_get_string(v),
+                              (apr_size_t)json_object_get_string_len(v));
+}
+
+/* The secrets of a definition, checked: NULL, or why not. */
+static const char *secrets_parse(apr_pool_t *p, json_object *o, ci_sandbox_def *d)
+{
+    json_object *list;
+    apr_size_t i, n;
+    if (!json_object_object_get_ex(o, "secrets", &list) || !list)
+        return NULL;
+    n = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
+    if (n < 1 || n > CI_MAX_SECRETS)
+        return "the secrets are not valid";
+    for (i = 0; i < n; i++)
+        if (!secret_ok(p, json_object_array_get_idx(list, i)))
+            return "the secrets are not valid";
+    d->secrets = ci_json_pstr(p, list, NULL);
+    return NULL;
 }
 
 /* A container's allowlist and the site's proxy, as def_object wrote them:
@@ -209,6 +244,7 @@ static json_object *def_object(const ci_sandbox_def *d)
 static const char *allowlist_parse(apr_pool_t *p, json_object *o, ci_sandbox_def *d)
 {
     const char *list = ci_json_str(o, "allowlist"), *proxy = ci_json_str(o, "egress_proxy");
+    const char *ca = ci_json_str(o, "egress_ca");
     const char *norm;
     char *copy, *last, *entry;
     if (!list)
@@ -219,9 +255,12 @@ static const char *allowlist_parse(apr_pool_t *p, json_object *o, ci_sandbox_def
             return "the allowlist is not valid";
     if (proxy && ci_parse_proxy_url(p, proxy))
         return "the egress proxy is not valid";
+    if (ca && ca[0] != '/')
+        return "the egress CA is not valid";
     d->allowlist = *list ? apr_pstrdup(p, list) : NULL;
     d->egress_proxy = proxy ? apr_pstrdup(p, proxy) : NULL;
-    return NULL;
+    d->egress_ca = ca ? apr_pstrdup(p, ca) : NULL;
+    return d->allowlist ? secrets_parse(p, o, d) : NULL;
 }
 
 const char *ci_sup_def_encode(apr_pool_t *p, const ci_sandbox_def *d)

@@ -113,6 +113,27 @@ static void egress_env(apr_array_header_t *a)
         push3(a, "--setenv", names[i], EGRESS_RELAY);
 }
 
+/* A sandbox with domain secrets: each secret's variable holds its
+ * placeholder, never its value; and the egress proxy's CA (which signs
+ * what it presents for those domains) is trusted beside the system's, by
+ * the system bundle's path and by the variables the usual clients read. */
+static void secrets_env(apr_pool_t *p, apr_array_header_t *a, const char *secrets)
+{
+    static const char *const bundle_vars[] = { "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
+                                               "CURL_CA_BUNDLE", "PIP_CERT" };
+    json_object *list = ci_json_own(p, json_tokener_parse(secrets));
+    apr_size_t i, n = list && json_object_is_type(list, json_type_array)
+                      ? json_object_array_length(list) : 0;
+    for (i = 0; i < n; i++) {
+        json_object *s = json_object_array_get_idx(list, i);
+        push3(a, "--setenv", apr_pstrdup(p, ci_json_str(s, "name")),
+              apr_pstrdup(p, ci_json_str(s, "placeholder")));
+    }
+    for (i = 0; i < sizeof(bundle_vars) / sizeof(*bundle_vars); i++)
+        push3(a, "--setenv", bundle_vars[i], EGRESS_MOUNT "/" CI_EGRESS_BUNDLE_NAME);
+    push3(a, "--setenv", "NODE_EXTRA_CA_CERTS", EGRESS_MOUNT "/" CI_EGRESS_CA_NAME);
+}
+
 static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
                                      const char *egress_dir)
 {
@@ -154,6 +175,10 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
         push3(a, "--ro-bind", egress_dir, EGRESS_MOUNT);
         /* the public CA certificates, for https through the tunnel */
         push3(a, "--ro-bind-try", "/etc/ssl/certs", "/etc/ssl/certs");
+        if (def->secrets)       /* the system's bundle, with the proxy's CA */
+            push3(a, "--ro-bind",
+                  apr_pstrcat(p, egress_dir, "/" CI_EGRESS_BUNDLE_NAME, NULL),
+                  "/etc/ssl/certs/ca-certificates.crt");
     }
     push3(a, "--remount-ro", "/", NULL);
     push3(a, "--chdir", "/mnt/data", NULL);
@@ -171,6 +196,8 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
     pass_env(a, "OPENBLAS_L2_SIZE");
     if (egress_dir)
         egress_env(a);
+    if (egress_dir && def->secrets)
+        secrets_env(p, a, def->secrets);
     push(a, "--");
     push(a, CI_LOCAL(def)->python);
     push(a, "-I");
@@ -610,7 +637,7 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 const ci_provider ci_provider_local = {
     .name = "local",
     .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS |
-            CI_CAP_SITE_PROXY,
+            CI_CAP_SITE_PROXY | CI_CAP_SECRETS,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,
     .conf_copy = local_conf_copy,

@@ -2545,6 +2545,54 @@ static void test_sandbox_egress_keys(void **state)
             "egress_proxy=http://p:3128");
 }
 
+static void test_network_policy_parse(void **state)
+{
+    apr_pool_t *p = *state;
+    json_object *v = ci_json_own(p, json_tokener_parse(
+        "{\"type\":\"allowlist\",\"allowed_domains\":[\"API.example.org\",\"*.cdn.org\"],"
+        "\"domain_secrets\":[{\"domain\":\"api.example.org\",\"name\":\"TOKEN\","
+        "\"value\":\"s3cret\"},{\"domain\":\"x.cdn.org\",\"name\":\"_K2\",\"value\":\"k\"}]}"));
+    json_object *tools, *list;
+    apr_array_header_t *domains, *secrets;
+    ci_error err;
+    const char *text;
+    memset(&err, 0, sizeof(err));
+    assert_int_equal(ci_network_policy_parse(p, v, "np", &domains, &secrets, &err), 0);
+    assert_string_equal(ci_domains_join(p, domains), "api.example.org,*.cdn.org");
+    assert_int_equal(secrets->nelts, 2);
+    assert_string_equal(APR_ARRAY_IDX(secrets, 1, ci_domain_secret).domain, "x.cdn.org");
+    assert_string_equal(APR_ARRAY_IDX(secrets, 0, ci_domain_secret).value, "s3cret");
+    /* each secret gets a placeholder of its own */
+    list = ci_json_own(p, json_tokener_parse(ci_secrets_with_placeholders(p, secrets)));
+    text = ci_json_str(json_object_array_get_idx(list, 0), "placeholder");
+    assert_int_equal(strlen(text), 42);
+    assert_int_equal(strncmp(text, "CI_SECRET_", 10), 0);
+    assert_string_not_equal(text, ci_json_str(json_object_array_get_idx(list, 1),
+                                              "placeholder"));
+    /* disabled: nothing */
+    v = ci_json_own(p, json_tokener_parse("{\"type\":\"disabled\"}"));
+    assert_int_equal(ci_network_policy_parse(p, v, "np", &domains, &secrets, &err), 0);
+    assert_null(domains);
+    assert_null(secrets);
+    /* the answer's copy of the tools loses the values, nothing else */
+    tools = ci_json_own(p, json_tokener_parse(
+        "[{\"type\":\"shell\",\"environment\":{\"type\":\"container_auto\","
+        "\"network_policy\":{\"type\":\"allowlist\",\"allowed_domains\":[\"a.org\"],"
+        "\"domain_secrets\":[{\"domain\":\"a.org\",\"name\":\"T\",\"value\":\"v\"}]}}}]"));
+    ci_redact_secrets(tools);
+    assert_string_equal(json_object_to_json_string_ext(tools, JSON_C_TO_STRING_PLAIN),
+                        "[{\"type\":\"shell\",\"environment\":{\"type\":\"container_auto\","
+                        "\"network_policy\":{\"type\":\"allowlist\",\"allowed_domains\":"
+                        "[\"a.org\"],\"domain_secrets\":[{\"domain\":\"a.org\",\"name\":\"T\"}]}}}]");
+    assert_true(ci_secret_name_ok("API_TOKEN"));
+    assert_false(ci_secret_name_ok("LD_PRELOAD"));
+    assert_false(ci_secret_name_ok("HTTPS_PROXY"));
+    assert_false(ci_secret_name_ok("1X"));
+    assert_false(ci_secret_value_ok("a\nb", 3));
+    assert_false(ci_secret_value_ok("a\0b", 3));
+    assert_true(ci_secret_value_ok("a b", 3));
+}
+
 static void test_sandbox_defaults(void **state)
 {
     apr_pool_t *p = *state;
@@ -2821,6 +2869,7 @@ int main(void)
         TEST(test_parse_domain_pattern),
         TEST(test_domain_covers),
         TEST(test_parse_proxy_url),
+        TEST(test_network_policy_parse),
         TEST(test_parse_function_name),
         TEST(test_sandbox_defaults),
         TEST(test_sandbox_egress_keys),
