@@ -43,8 +43,12 @@
 #include <apr_strings.h>
 #include <apr_time.h>
 #include <json-c/json.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include "ci_egress.h"
 #include "ci_egress_parse.h"
+#include "ci_egress_tls.h"
 #include "ci_log.h"
 #include "ci_workers.h"
 
@@ -214,6 +218,9 @@ typedef struct egress_box {
     int ndomains;
     const char *proxy_host;         /* NULL: no site proxy */
     int proxy_port;
+    ci_egress_secret *secrets;      /* domain secrets (their values: never logged) */
+    int nsecrets;
+    SSL_CTX *origin_ctx;            /* with secrets: verifies origins (origin_ca) */
     _Atomic apr_uint64_t used;      /* bytes of this execution, both ways */
     pthread_mutex_t lock;           /* guards what follows */
     int refs;                       /* the listener, and each open connection */
@@ -239,6 +246,8 @@ struct egress_conn {
     const char *reason;
     apr_uint64_t bytes_out;         /* sandbox -> origin */
     apr_uint64_t bytes_in;          /* origin -> sandbox */
+    int tls_terminated;             /* the proxy was the TLS server to the sandbox */
+    int injected;                   /* placeholders replaced by values */
 };
 
 static ci_egress_limits limits;
@@ -261,6 +270,11 @@ static egress_box *find_box(apr_uint32_t key)
 
 static void box_free(egress_box *b)
 {
+    int i;
+    for (i = 0; i < b->nsecrets; i++)
+        if (b->secrets[i].value)
+            OPENSSL_cleanse((void *)b->secrets[i].value, strlen(b->secrets[i].value));
+    SSL_CTX_free(b->origin_ctx);
     pthread_mutex_destroy(&b->lock);
     apr_pool_destroy(b->pool);
     free(b);
@@ -327,6 +341,9 @@ static void write_audit(const egress_conn *c)
     add_string_or_null(o, "reason", c->allowed ? NULL : c->reason);
     json_object_object_add(o, "bytes_out", json_object_new_int64((int64_t)c->bytes_out));
     json_object_object_add(o, "bytes_in", json_object_new_int64((int64_t)c->bytes_in));
+    json_object_object_add(o, "tls", c->tls_terminated ? json_object_new_string("terminated")
+                                                       : NULL);
+    json_object_object_add(o, "injected", json_object_new_int(c->injected));
     json_object_object_add(o, "duration_ms",
                            json_object_new_int64(now_ms() - c->started_ms));
     text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
@@ -343,16 +360,19 @@ static void write_audit(const egress_conn *c)
     json_object_put(o);
 }
 
-/* The connection's log line: no header value (one may hold a secret). */
+/* The connection's log line: no header value (one may hold a secret), no
+ * secret's name or value, only how many were put in. */
 static void log_connection(const egress_conn *c)
 {
     ci_log(CI_LOG_INFO, "CI0901: egress %s %s:%d for container %s (tool %s): %s%s%s, "
-           "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms",
+           "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms, "
+           "tls %s, %d injected",
            c->method ? c->method : "-", c->domain ? c->domain : "-", c->port,
            *c->box->container ? c->box->container : "-",
            *c->box->tool ? c->box->tool : "-", c->allowed ? "relayed" : "not relayed",
            c->allowed ? "" : ": ", c->allowed ? "" : (c->reason ? c->reason : "?"),
-           c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms));
+           c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms),
+           c->tls_terminated ? "terminated" : "-", c->injected);
 }
 
 /* ---- a connection's fds, under its box's lock ----------------------------- */
@@ -407,6 +427,111 @@ static void conn_end(egress_conn *c)
         box_free(b);
 }
 
+/* ---- endpoints: a socket, with or without TLS on it ----------------------- */
+
+typedef struct endpoint {
+    int fd;
+    SSL *ssl;                       /* NULL: plain */
+    short read_want;                /* what a TLS read that would block waits for */
+    short write_want;               /* ... a TLS write */
+} endpoint;
+
+enum { IO_AGAIN = -2, IO_ERROR = -1, IO_EOF = 0 };
+
+/* What a TLS call that returned RC needs, into *WANT: IO_AGAIN, or
+ * IO_EOF (the peer's close_notify), or IO_ERROR. */
+static int tls_status(SSL *ssl, int rc, short *want)
+{
+    switch (SSL_get_error(ssl, rc)) {
+    case SSL_ERROR_WANT_READ:
+        *want = POLLIN;
+        return IO_AGAIN;
+    case SSL_ERROR_WANT_WRITE:
+        *want = POLLOUT;
+        return IO_AGAIN;
+    case SSL_ERROR_ZERO_RETURN:
+        return IO_EOF;
+    default:
+        ERR_clear_error();
+        return IO_ERROR;
+    }
+}
+
+/* Up to N bytes from E: how many (> 0), IO_EOF, IO_AGAIN or IO_ERROR. */
+static ssize_t ep_recv(endpoint *e, char *buf, apr_size_t n)
+{
+    ssize_t r;
+    if (e->ssl) {
+        int rc = SSL_read(e->ssl, buf, (int)n);
+        e->read_want = 0;
+        return rc > 0 ? rc : tls_status(e->ssl, rc, &e->read_want);
+    }
+    r = recv(e->fd, buf, n, 0);
+    if (r < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? IO_AGAIN : IO_ERROR;
+    return r;
+}
+
+/* Up to N bytes to E: how many (> 0), IO_AGAIN or IO_ERROR. A TLS write
+ * that would block is called again with the same bytes. */
+static ssize_t ep_send(endpoint *e, const char *buf, apr_size_t n)
+{
+    ssize_t w;
+    if (e->ssl) {
+        int rc = SSL_write(e->ssl, buf, (int)(n > 0x40000000 ? 0x40000000 : n));
+        e->write_want = 0;
+        if (rc > 0)
+            return rc;
+        rc = tls_status(e->ssl, rc, &e->write_want);
+        return rc == IO_AGAIN ? IO_AGAIN : IO_ERROR;
+    }
+    w = send(e->fd, buf, n, MSG_NOSIGNAL);
+    if (w < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? IO_AGAIN : IO_ERROR;
+    return w;
+}
+
+static short ep_read_events(const endpoint *e)
+{
+    return e->read_want ? e->read_want : POLLIN;
+}
+
+static short ep_write_events(const endpoint *e)
+{
+    return e->write_want ? e->write_want : POLLOUT;
+}
+
+/* Bytes TLS holds already decrypted or received: poll would not tell. */
+static int ep_pending(const endpoint *e)
+{
+    return e->ssl && SSL_has_pending(e->ssl);
+}
+
+/* E's peer learns that nothing more comes (close_notify first with TLS). */
+static void ep_shut_write(endpoint *e)
+{
+    if (e->ssl)
+        (void)SSL_shutdown(e->ssl);
+    ERR_clear_error();
+    shutdown(e->fd, SHUT_WR);
+}
+
+/* All N bytes of BUF to E before DEADLINE: 0 or -1. */
+static int ep_write_all(endpoint *e, const char *buf, apr_size_t n, long long deadline)
+{
+    while (n > 0) {
+        ssize_t w = ep_send(e, buf, n);
+        if (w > 0) {
+            buf += w;
+            n -= (apr_size_t)w;
+        }
+        else if (w != IO_AGAIN || wait_fd(e->fd, ep_write_events(e), deadline) != 1) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---- answers to the sandbox ---------------------------------------------- */
 
 /* What the sandbox sent and we will not read: taken from the socket before
@@ -420,15 +545,25 @@ static void drain_client(int fd)
             break;
 }
 
-/* Answer STATUS_LINE with BODY and note why in the audit. */
-static void answer(egress_conn *c, const char *status_line, const char *body)
+/* Answer STATUS_LINE with BODY on E (the sandbox's side, plain or inside
+ * a terminated tunnel) and note why in the audit: the connection counts as
+ * not relayed. */
+static void answer_on(egress_conn *c, endpoint *e, const char *status_line,
+                      const char *body)
 {
     apr_size_t len;
     const char *r = ci_egress_response(c->pool, status_line, body, &len);
     c->reason = ci_egress_reason(c->pool, body);
-    (void)write_all(c->client, r, len, now_ms() + ANSWER_WAIT_MS);
-    shutdown(c->client, SHUT_WR);
+    c->allowed = 0;
+    (void)ep_write_all(e, r, len, now_ms() + ANSWER_WAIT_MS);
+    ep_shut_write(e);
     drain_client(c->client);
+}
+
+static void answer(egress_conn *c, const char *status_line, const char *body)
+{
+    endpoint e = { c->client, NULL, 0, 0 };
+    answer_on(c, &e, status_line, body);
 }
 
 static void refuse(egress_conn *c, const char *body)
@@ -440,23 +575,22 @@ static void refuse(egress_conn *c, const char *body)
 
 typedef enum { HEAD_OK, HEAD_TOO_LONG, HEAD_TIMEOUT, HEAD_CLOSED } head_status;
 
-/* Reads into BUF (CI_EGRESS_HEAD_MAX bytes) until a whole head is there,
- * within head_seconds: *GOT bytes read, *HEAD_LEN the head's length (what
- * follows is already the body or the tunnel's first bytes). */
-static head_status read_head(egress_conn *c, char *buf, apr_size_t *got,
-                             apr_size_t *head_len)
+/* Reads from E into BUF (CI_EGRESS_HEAD_MAX bytes) until a whole head is
+ * there, before DEADLINE: *GOT bytes read, *HEAD_LEN the head's length
+ * (what follows is already the body or the tunnel's first bytes). */
+static head_status read_head_from(egress_conn *c, endpoint *e, char *buf, apr_size_t *got,
+                                  apr_size_t *head_len, long long deadline)
 {
-    long long deadline = now_ms() + (long long)limits.head_seconds * 1000;
     *got = 0;
     for (;;) {
         ssize_t n;
-        int ready = wait_fd(c->client, POLLIN, deadline);
+        int ready = ep_pending(e) ? 1 : wait_fd(e->fd, ep_read_events(e), deadline);
         if (ready == 0)
             return HEAD_TIMEOUT;
         if (ready < 0 || atomic_load(&c->cut))
             return HEAD_CLOSED;
-        n = recv(c->client, buf + *got, CI_EGRESS_HEAD_MAX - *got, 0);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        n = ep_recv(e, buf + *got, CI_EGRESS_HEAD_MAX - *got);
+        if (n == IO_AGAIN)
             continue;
         if (n <= 0)
             return HEAD_CLOSED;
@@ -466,6 +600,15 @@ static head_status read_head(egress_conn *c, char *buf, apr_size_t *got,
         if (*got == CI_EGRESS_HEAD_MAX)
             return HEAD_TOO_LONG;
     }
+}
+
+/* The sandbox's head, plain, within head_seconds. */
+static head_status read_head(egress_conn *c, char *buf, apr_size_t *got,
+                             apr_size_t *head_len)
+{
+    endpoint e = { c->client, NULL, 0, 0 };
+    return read_head_from(c, &e, buf, got, head_len,
+                          now_ms() + (long long)limits.head_seconds * 1000);
 }
 
 /* ---- the decision ---------------------------------------------------------- */
@@ -611,7 +754,7 @@ static tunnel_status site_proxy_tunnel(egress_conn *c, const char *host, int por
 /* ---- relaying -------------------------------------------------------------- */
 
 typedef struct relay_dir {
-    int from, to;
+    endpoint *from, *to;
     char buf[RELAY_BUF];
     apr_size_t len, off;            /* bytes in BUF still to write: [off, len) */
     int eof;                        /* FROM is done */
@@ -628,7 +771,7 @@ static int dir_done(const relay_dir *d)
 static void dir_forward_eof(relay_dir *d)
 {
     if (dir_done(d) && !d->shut) {
-        shutdown(d->to, SHUT_WR);
+        ep_shut_write(d->to);
         d->shut = 1;
     }
 }
@@ -639,15 +782,17 @@ static int dir_write(relay_dir *d)
     ssize_t n;
     if (d->off == d->len)
         return 0;
-    n = send(d->to, d->buf + d->off, d->len - d->off, MSG_NOSIGNAL);
+    n = ep_send(d->to, d->buf + d->off, d->len - d->off);
+    if (n == IO_AGAIN)
+        return 0;
     if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        return -1;
     d->off += (apr_size_t)n;
     *d->count += (apr_uint64_t)n;
     if (d->off == d->len)
         d->off = d->len = 0;
     dir_forward_eof(d);
-    return n > 0;
+    return 1;
 }
 
 /* Reads into D's empty buffer, within the box's budget: 1 bytes came, 0
@@ -655,10 +800,12 @@ static int dir_write(relay_dir *d)
  * granted still goes out first). */
 static int dir_read(egress_conn *c, relay_dir *d)
 {
-    ssize_t n = recv(d->from, d->buf, sizeof(d->buf), 0);
+    ssize_t n = ep_recv(d->from, d->buf, sizeof(d->buf));
     apr_size_t granted;
+    if (n == IO_AGAIN)
+        return 0;
     if (n < 0)
-        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+        return -1;
     if (n == 0) {
         d->eof = 1;
         dir_forward_eof(d);
@@ -668,7 +815,7 @@ static int dir_read(egress_conn *c, relay_dir *d)
     d->off = 0;
     d->len = granted;
     if (granted < (apr_size_t)n) {
-        (void)write_all(d->to, d->buf, granted, now_ms() + ANSWER_WAIT_MS);
+        (void)ep_write_all(d->to, d->buf, granted, now_ms() + ANSWER_WAIT_MS);
         *d->count += granted;
         d->off = d->len = 0;
         return -1;
@@ -681,25 +828,32 @@ static int dir_read(egress_conn *c, relay_dir *d)
 static int dir_send_first(egress_conn *c, relay_dir *d, const char *buf, apr_size_t n)
 {
     apr_size_t granted = budget_take(c->box, n);
-    int rc = write_all(d->to, buf, granted, now_ms() + (long long)limits.idle_seconds * 1000);
+    int rc = ep_write_all(d->to, buf, granted,
+                          now_ms() + (long long)limits.idle_seconds * 1000);
     if (rc == 0)
         *d->count += granted;
     return rc == 0 && granted == n ? 0 : -1;
 }
 
-static short dir_wants_read(const relay_dir *d)
+static int dir_wants_read(const relay_dir *d)
 {
-    return !d->eof && d->len == 0 ? POLLIN : 0;
+    return !d->eof && d->len == 0;
 }
 
-static short dir_wants_write(const relay_dir *d)
+static int dir_wants_write(const relay_dir *d)
 {
-    return d->off < d->len ? POLLOUT : 0;
+    return d->off < d->len;
+}
+
+/* The events E's fd is polled for: reading for IN, writing for OUT. */
+static short dir_events(const endpoint *e, const relay_dir *in, const relay_dir *out)
+{
+    return (dir_wants_read(in) ? ep_read_events(e) : 0) |
+           (dir_wants_write(out) ? ep_write_events(e) : 0);
 }
 
 /* One side's readiness applied to both directions: -1 ends the relay. */
-static int dir_step(egress_conn *c, relay_dir *d, short from_ready, short to_ready,
-                    int *moved)
+static int dir_step(egress_conn *c, relay_dir *d, int from_ready, int to_ready, int *moved)
 {
     int rc;
     if (from_ready && dir_wants_read(d)) {
@@ -717,32 +871,37 @@ static int dir_step(egress_conn *c, relay_dir *d, short from_ready, short to_rea
 
 /* Both ways between UP (sandbox -> origin) and DOWN until both are done,
  * a side fails, idle_seconds pass without a byte, the budget is spent or
- * the box is removed. Only the fds something is expected of are polled. */
+ * the box is removed. Only the fds something is expected of are polled;
+ * bytes TLS already holds count as ready. */
 static void relay(egress_conn *c, relay_dir *up, relay_dir *down)
 {
     long long idle_ms = (long long)limits.idle_seconds * 1000;
     long long last = now_ms();
     while (!(dir_done(up) && dir_done(down)) && !atomic_load(&c->cut)) {
         struct pollfd pfd[2];
-        short ev0 = dir_wants_read(up) | dir_wants_write(down);
-        short ev1 = dir_wants_read(down) | dir_wants_write(up);
+        short ev0 = dir_events(up->from, up, down);
+        short ev1 = dir_events(down->from, down, up);
+        int held0 = dir_wants_read(up) && ep_pending(up->from);
+        int held1 = dir_wants_read(down) && ep_pending(down->from);
         int rc, moved = 0, left = ms_left(last + idle_ms);
         const short ready = POLLIN | POLLOUT | POLLHUP | POLLERR;
         if (left == 0)
             break;
-        pfd[0].fd = ev0 ? c->client : -1;
+        pfd[0].fd = ev0 ? up->from->fd : -1;
         pfd[0].events = ev0;
         pfd[0].revents = 0;
-        pfd[1].fd = ev1 ? c->origin : -1;
+        pfd[1].fd = ev1 ? down->from->fd : -1;
         pfd[1].events = ev1;
         pfd[1].revents = 0;
-        rc = poll(pfd, 2, left);
+        rc = poll(pfd, 2, held0 || held1 ? 0 : left);
         if (rc < 0 && errno != EINTR)
             break;
-        if (rc <= 0)
+        if (rc <= 0 && !held0 && !held1)
             continue;
-        if (dir_step(c, up, pfd[0].revents & ready, pfd[1].revents & ready, &moved) ||
-            dir_step(c, down, pfd[1].revents & ready, pfd[0].revents & ready, &moved))
+        if (dir_step(c, up, held0 || (pfd[0].revents & ready), pfd[1].revents & ready,
+                     &moved) ||
+            dir_step(c, down, held1 || (pfd[1].revents & ready), pfd[0].revents & ready,
+                     &moved))
             break;
         if (moved)
             last = now_ms();
@@ -792,29 +951,181 @@ static int reach_origin(egress_conn *c, const ci_egress_request *req, char **ext
     return -1;
 }
 
-/* The first bytes each way once connected: the 200 or the rewritten head,
- * what the sandbox sent after its head, what the site proxy sent after its
- * answer. 0 or -1. */
-static int send_opening(egress_conn *c, const ci_egress_request *req, relay_dir *up,
-                        relay_dir *down, const char *after_head, apr_size_t after_len,
-                        const char *extra, apr_size_t extra_len)
+/* The two directions between CLIENT (the sandbox's side) and ORIGIN. */
+static void make_dirs(egress_conn *c, endpoint *client, endpoint *origin, relay_dir **up,
+                      relay_dir **down)
 {
+    *up = apr_pcalloc(c->pool, sizeof(**up));
+    *down = apr_pcalloc(c->pool, sizeof(**down));
+    (*up)->from = (*down)->to = client;
+    (*up)->to = (*down)->from = origin;
+    (*up)->count = &c->bytes_out;
+    (*down)->count = &c->bytes_in;
+}
+
+/* What a head that did not come whole means: 0 (HEAD_OK), or -1 after
+ * noting why (or answering on E, when it is too long). */
+static int head_outcome(egress_conn *c, endpoint *e, head_status st)
+{
+    switch (st) {
+    case HEAD_TIMEOUT:
+        c->reason = apr_psprintf(c->pool, "no whole request head within %d s",
+                                 limits.head_seconds);
+        return -1;
+    case HEAD_CLOSED:
+        c->reason = "the connection ended before a whole request head";
+        return -1;
+    case HEAD_TOO_LONG:
+        answer_on(c, e, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
+        return -1;
+    case HEAD_OK:
+        break;
+    }
+    return 0;
+}
+
+/* SECRETS put into REQ (counted in C), or -1 after answering on E that
+ * the head would be too long. */
+static int inject_into(egress_conn *c, endpoint *e, ci_egress_request *req,
+                       const apr_array_header_t *secrets)
+{
+    int n = ci_egress_inject(c->pool, req, secrets);
+    if (n < 0) {
+        answer_on(c, e, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_INJECT_TOO_LONG);
+        return -1;
+    }
+    c->injected += n;
+    return 0;
+}
+
+/* The plain path: an absolute-form request (its head rewritten, secrets
+ * already in it) or a tunnel relayed untouched. AFTER: what the sandbox
+ * sent after its head; EXTRA: what the site proxy sent after its answer. */
+static void serve_plain(egress_conn *c, const ci_egress_request *req, int origin,
+                        const char *after, apr_size_t after_len, const char *extra,
+                        apr_size_t extra_len)
+{
+    endpoint *cl = apr_pcalloc(c->pool, sizeof(*cl)), *or = apr_pcalloc(c->pool, sizeof(*or));
+    relay_dir *up, *down;
+    cl->fd = c->client;
+    or->fd = origin;
+    make_dirs(c, cl, or, &up, &down);
+    c->allowed = 1;
     if (req->is_connect) {
         if (write_all(c->client, CI_EGRESS_ESTABLISHED, sizeof(CI_EGRESS_ESTABLISHED) - 1,
                       now_ms() + ANSWER_WAIT_MS))
-            return -1;
+            return;
     }
     else {
         apr_size_t len;
         const char *head = ci_egress_rewrite(c->pool, req, &len);
         if (dir_send_first(c, up, head, len))
-            return -1;
+            return;
     }
-    if (after_len && dir_send_first(c, up, after_head, after_len))
-        return -1;
-    if (extra_len && dir_send_first(c, down, extra, extra_len))
-        return -1;
-    return 0;
+    if ((after_len && dir_send_first(c, up, after, after_len)) ||
+        (extra_len && dir_send_first(c, down, extra, extra_len)))
+        return;
+    relay(c, up, down);
+}
+
+/* SSL's handshake on FD (SERVER: as the server) before DEADLINE: 0 or -1. */
+static int tls_handshake(egress_conn *c, SSL *ssl, int fd, int server, long long deadline)
+{
+    for (;;) {
+        int rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
+        short want = POLLIN;
+        if (rc == 1)
+            return 0;
+        if (tls_status(ssl, rc, &want) != IO_AGAIN || atomic_load(&c->cut) ||
+            wait_fd(fd, want, deadline) != 1) {
+            ERR_clear_error();
+            return -1;
+        }
+    }
+}
+
+/* The origin's side of a terminated tunnel to REQ's host, on FD, its
+ * certificate and name verified: its SSL, or NULL after answering 502. */
+static SSL *origin_tls(egress_conn *c, const ci_egress_request *req, int fd)
+{
+    SSL *ssl = ci_egress_tls_client_ssl(c->box->origin_ctx, fd, req->host);
+    int unverified;
+    if (ssl && tls_handshake(c, ssl, fd, 0,
+                             now_ms() + (long long)limits.idle_seconds * 1000) == 0)
+        return ssl;
+    unverified = ssl && SSL_get_verify_result(ssl) != X509_V_OK;
+    SSL_free(ssl);
+    if (unverified)
+        answer(c, CI_EGRESS_STATUS_502,
+               apr_psprintf(c->pool, CI_EGRESS_TXT_UNVERIFIED, req->host));
+    else
+        answer(c, CI_EGRESS_STATUS_502,
+               apr_psprintf(c->pool, CI_EGRESS_TXT_UNREACHABLE, req->host, req->port));
+    return NULL;
+}
+
+/* Inside a terminated tunnel: the sandbox's first head read (before
+ * DEADLINE), its secrets put in, sent to the origin; then both ways. */
+static void relay_first_head(egress_conn *c, const ci_egress_request *tunnel,
+                             const apr_array_header_t *secrets, endpoint *cl, endpoint *or,
+                             long long deadline)
+{
+    char *buf = apr_palloc(c->pool, CI_EGRESS_HEAD_MAX);
+    apr_size_t got = 0, head_len = 0, len;
+    ci_egress_request req;
+    relay_dir *up, *down;
+    const char *head;
+
+    if (head_outcome(c, cl, read_head_from(c, cl, buf, &got, &head_len, deadline)))
+        return;
+    if (ci_egress_parse_tunnel_head(c->pool, buf, head_len, tunnel->host, tunnel->port,
+                                    cl->ssl != NULL, &req)) {
+        answer_on(c, cl, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
+        return;
+    }
+    if (inject_into(c, cl, &req, secrets))
+        return;
+    head = ci_egress_rewrite(c->pool, &req, &len);
+    make_dirs(c, cl, or, &up, &down);
+    if (dir_send_first(c, up, head, len) ||
+        (got > head_len && dir_send_first(c, up, buf + head_len, got - head_len)))
+        return;
+    relay(c, up, down);
+}
+
+/* A CONNECT to a host with secrets: to port 443 TLS on both sides (the
+ * origin verified before the 200), to port 80 plain; the first head inside
+ * read and rewritten. */
+static void serve_terminated(egress_conn *c, const ci_egress_request *req,
+                             const apr_array_header_t *secrets, int origin)
+{
+    endpoint *cl = apr_pcalloc(c->pool, sizeof(*cl)), *or = apr_pcalloc(c->pool, sizeof(*or));
+    int tls = req->port == 443;
+    long long deadline;
+    cl->fd = c->client;
+    or->fd = origin;
+    if (tls && !(or->ssl = origin_tls(c, req, origin)))
+        return;
+    if (write_all(c->client, CI_EGRESS_ESTABLISHED, sizeof(CI_EGRESS_ESTABLISHED) - 1,
+                  now_ms() + ANSWER_WAIT_MS) == 0) {
+        c->allowed = 1;
+        c->tls_terminated = tls;
+        deadline = now_ms() + (long long)limits.head_seconds * 1000;
+        if (!tls || ((cl->ssl = ci_egress_tls_server_ssl(c->client, req->host)) &&
+                     tls_handshake(c, cl->ssl, c->client, 1, deadline) == 0))
+            relay_first_head(c, req, secrets, cl, or, deadline);
+    }
+    SSL_free(cl->ssl);
+    SSL_free(or->ssl);
+}
+
+/* Whether a CONNECT to REQ's host (SECRETS its secrets) is terminated. */
+static int terminates(const egress_conn *c, const ci_egress_request *req,
+                      const apr_array_header_t *secrets)
+{
+    if (!req->is_connect || secrets->nelts == 0)
+        return 0;
+    return req->port == 80 || (ci_egress_tls_can_terminate() && c->box->origin_ctx);
 }
 
 static void serve_connection(egress_conn *c)
@@ -823,23 +1134,12 @@ static void serve_connection(egress_conn *c)
     apr_size_t got = 0, head_len = 0, extra_len = 0;
     char *extra = NULL;
     ci_egress_request req;
-    relay_dir *up, *down;
+    const apr_array_header_t *secrets;
+    endpoint cl = { c->client, NULL, 0, 0 };
     int origin = -1;
 
-    switch (read_head(c, buf, &got, &head_len)) {
-    case HEAD_TIMEOUT:
-        c->reason = apr_psprintf(c->pool, "no whole request head within %d s",
-                                 limits.head_seconds);
+    if (head_outcome(c, &cl, read_head(c, buf, &got, &head_len)))
         return;
-    case HEAD_CLOSED:
-        c->reason = "the connection ended before a whole request head";
-        return;
-    case HEAD_TOO_LONG:
-        answer(c, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
-        return;
-    case HEAD_OK:
-        break;
-    }
     if (ci_egress_parse_head(c->pool, buf, head_len, &req)) {
         answer(c, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
         return;
@@ -847,18 +1147,25 @@ static void serve_connection(egress_conn *c)
     c->method = req.method;
     c->domain = req.host;
     c->port = req.port;
-    if (check_policy(c, &req) || (origin = reach_origin(c, &req, &extra, &extra_len)) < 0)
+    if (check_policy(c, &req))
         return;
-    up = apr_pcalloc(c->pool, sizeof(*up));
-    down = apr_pcalloc(c->pool, sizeof(*down));
-    up->from = down->to = c->client;
-    up->to = down->from = origin;
-    up->count = &c->bytes_out;
-    down->count = &c->bytes_in;
-    c->allowed = 1;
-    if (send_opening(c, &req, up, down, buf + head_len, got - head_len, extra, extra_len))
+    secrets = ci_egress_secrets_for(c->pool, c->box->secrets, c->box->nsecrets, req.host);
+    if (!req.is_connect && inject_into(c, &cl, &req, secrets))
         return;
-    relay(c, up, down);
+    if ((origin = reach_origin(c, &req, &extra, &extra_len)) < 0)
+        return;
+    if (!terminates(c, &req, secrets)) {
+        serve_plain(c, &req, origin, buf + head_len, got - head_len, extra, extra_len);
+        return;
+    }
+    /* The origin speaks after the request: bytes before it are not HTTP. */
+    if (extra_len)
+        answer(c, CI_EGRESS_STATUS_502, apr_psprintf(c->pool, CI_EGRESS_TXT_UNREACHABLE,
+                                                     req.host, req.port));
+    else if (got > head_len)
+        answer(c, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
+    else
+        serve_terminated(c, &req, secrets, origin);
 }
 
 static void *connection_thread(void *arg)
@@ -1047,6 +1354,50 @@ static int box_take_domains(egress_box *b, json_object *policy)
     return 0;
 }
 
+/* One secret of POLICY's "secrets" into S (B's pool): 0 or -1. The
+ * domain lower-cased, as hosts are normalised. */
+static int take_secret(egress_box *b, json_object *o, ci_egress_secret *s)
+{
+    char *domain;
+    apr_size_t i;
+    if (!json_object_is_type(o, json_type_object))
+        return -1;
+    domain = apr_pstrdup(b->pool, json_string_or(o, "domain", ""));
+    for (i = 0; domain[i]; i++)
+        if (domain[i] >= 'A' && domain[i] <= 'Z')
+            domain[i] = (char)(domain[i] - 'A' + 'a');
+    s->domain = domain;
+    s->placeholder = apr_pstrdup(b->pool, json_string_or(o, "placeholder", ""));
+    s->value = apr_pstrdup(b->pool, json_string_or(o, "value", ""));
+    return ci_egress_secret_valid(s) ? 0 : -1;
+}
+
+/* POLICY's "secrets" (optional) into B, and with them the context that
+ * verifies origins against "origin_ca" (optional). 0 or -1. */
+static int box_take_secrets(egress_box *b, json_object *policy)
+{
+    json_object *list;
+    apr_size_t i, n;
+    if (!json_object_object_get_ex(policy, "secrets", &list))
+        return 0;
+    if (!json_object_is_type(list, json_type_array))
+        return -1;
+    n = json_object_array_length(list);
+    b->secrets = apr_pcalloc(b->pool, (n + 1) * sizeof(*b->secrets));
+    for (i = 0; i < n; i++) {
+        if (take_secret(b, json_object_array_get_idx(list, i), &b->secrets[b->nsecrets]))
+            return -1;
+        b->nsecrets++;
+    }
+    if (n && !(b->origin_ctx = ci_egress_tls_client_ctx(json_string_or(policy, "origin_ca",
+                                                                      NULL)))) {
+        ci_log(CI_LOG_ERR, "CI0914: egress: sandbox %u: its origin_ca does not load",
+               (unsigned)b->key);
+        return -1;
+    }
+    return 0;
+}
+
 /* POLICY's JSON text (LEN bytes) into B: 0 or -1. */
 static int box_take_policy(egress_box *b, const char *text, apr_size_t len)
 {
@@ -1061,7 +1412,7 @@ static int box_take_policy(egress_box *b, const char *text, apr_size_t len)
     b->container = apr_pstrdup(b->pool, json_string_or(policy, "container", ""));
     b->tool = apr_pstrdup(b->pool, json_string_or(policy, "tool", ""));
     proxy = json_string_or(policy, "proxy", NULL);
-    if (box_take_domains(b, policy) ||
+    if (box_take_domains(b, policy) || box_take_secrets(b, policy) ||
         (proxy && ci_egress_parse_proxy(b->pool, proxy, &b->proxy_host, &b->proxy_port)))
         goto done;
     rc = 0;
@@ -1127,8 +1478,9 @@ static void command_add(apr_uint32_t key, int fd, const char *policy, apr_size_t
         box_free(b);
         return;
     }
-    ci_log(CI_LOG_DEBUG, "CI0908: egress: sandbox %u added (%d domains%s)", (unsigned)key,
-           b->ndomains, b->proxy_host ? ", through the site proxy" : "");
+    ci_log(CI_LOG_DEBUG, "CI0908: egress: sandbox %u added (%d domains, %d secrets%s)",
+           (unsigned)key, b->ndomains, b->nsecrets,
+           b->proxy_host ? ", through the site proxy" : "");
 }
 
 /* REMOVE: the listener closed, every connection shut down both ways (their
@@ -1223,6 +1575,8 @@ static int handle_commands(int control)
         if (h.cmd == CMD_ADD) {
             buf[n] = '\0';
             command_add(h.key, fd, buf + sizeof(h), (apr_size_t)n - sizeof(h));
+            /* The policy's secrets leave no copy here. */
+            OPENSSL_cleanse(buf, (size_t)n);
             continue;
         }
         if (fd >= 0)
@@ -1356,6 +1710,9 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
         _exit(1);
     limits = *lim;
     audit_fd = audit;
+    if (ci_egress_tls_init())
+        ci_log(CI_LOG_ERR, "CI0915: the egress proxy has no leaf key: TLS is not "
+               "terminated, secrets go in plain http requests only");
     pthread_attr_init(&thread_attr);
     pthread_attr_setdetachstate(&thread_attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&thread_attr, THREAD_STACK);
@@ -1365,18 +1722,29 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
     _exit(0);
 }
 
-pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim, int audit_fd,
-                      int *control)
+pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim,
+                      const ci_egress_ca *ca, int audit_fd, int *control)
 {
     int sv[2], audit = -1, err;
     pid_t pid;
     (void)p;    /* nothing of the caller's outlives the call */
-    if (audit_fd >= 0 && (audit = fcntl(audit_fd, F_DUPFD_CLOEXEC, 3)) < 0)
+    /* Parsed here, so that a CA that does not parse fails the start; the
+     * child keeps the parsed copy, this process drops it. */
+    if (ci_egress_tls_load_ca(ca)) {
+        errno = EINVAL;
         return -1;
+    }
+    if (audit_fd >= 0 && (audit = fcntl(audit_fd, F_DUPFD_CLOEXEC, 3)) < 0) {
+        err = errno;
+        ci_egress_tls_drop_ca();
+        errno = err;
+        return -1;
+    }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
         err = errno;
         if (audit >= 0)
             close(audit);
+        ci_egress_tls_drop_ca();
         errno = err;
         return -1;
     }
@@ -1386,6 +1754,7 @@ pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim, int audit_fd,
         proxy_main(sv[1], audit, lim);
     }
     err = errno;
+    ci_egress_tls_drop_ca();
     close(sv[1]);
     if (audit >= 0)
         close(audit);

@@ -15,6 +15,21 @@
  * which domain was refused and why. Connections, bytes and idle time are
  * bounded; every connection is one audit line.
  *
+ * Domain secrets: a container's policy may name secrets, each a domain, a
+ * placeholder (what the sandbox holds) and a value. For a host a secret's
+ * domain matches, the proxy puts the value in place of the placeholder in
+ * the first request head of the connection that reaches the origin: in its
+ * header values and its request target (percent-encoded there), never in
+ * its body, never in a later request of the same connection (the origin
+ * gets "Connection: close"; what follows the first request is relayed
+ * untouched). Plain http requests (absolute form) are rewritten as they
+ * pass; a CONNECT to port 80 of such a host has its first head read inside
+ * the tunnel; a CONNECT to port 443 has TLS terminated: the proxy verifies
+ * the origin first (against the policy's origin_ca, or the system's CAs;
+ * the name too), then answers 200 and is the TLS server to the sandbox
+ * with a certificate for the host signed by the server's CA. Hosts no
+ * secret matches are tunnelled untouched. A value is never logged.
+ *
  * The supervisor talks to it over a SOCK_SEQPACKET socketpair: one message
  * per command, a listening socket passed with SCM_RIGHTS.
  */
@@ -38,25 +53,47 @@ typedef struct ci_egress_limits {
     int head_seconds;             /* to send a whole request head */
 } ci_egress_limits;
 
+/* The server's CA, in memory (PEM texts), which signs the certificates the
+ * proxy presents to sandboxes for the hosts it terminates TLS for. */
+typedef struct ci_egress_ca {
+    const char *cert_pem;
+    const char *key_pem;
+} ci_egress_ca;
+
+/* A new CA in P: EC P-256 key, self-signed, CN "mod_code_interpreter
+ * egress CA", basicConstraints CA:TRUE (critical), keyUsage keyCertSign and
+ * cRLSign, valid from an hour ago for two years. NULL, or why not. Its key
+ * is never written to disk: the caller keeps it for its life. */
+const char *ci_egress_make_ca(apr_pool_t *p, ci_egress_ca *out);
+
 /* The defaults: 32 per container, 512 in all, 1 GiB per execution, 60 s
  * idle, 10 s for a head. */
 void ci_egress_default_limits(ci_egress_limits *lim);
 
-/* Fork the proxy. AUDIT_FD: a file open for appending, one JSON line per
+/* Fork the proxy. CA: the server's CA (NULL: no TLS is terminated; secrets
+ * are then put in plain http requests only). AUDIT_FD: a file open for appending, one JSON line per
  * connection (-1: none; the error log has a line per connection either
  * way); the proxy takes a copy. The supervisor opens it before it gives
  * up root, as the file is root's.
- * Returns its pid (or -1 with errno) and *CONTROL, the supervisor's end
+ * Returns its pid (or -1 with errno; EINVAL: CA does not parse) and *CONTROL, the supervisor's end
  * (non-blocking, close-on-exec). The proxy ends when CONTROL is closed. */
 pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim,
-                      int audit_fd, int *control);
+                      const ci_egress_ca *ca, int audit_fd, int *control);
 
 /* The container of KEY (the supervisor's sandbox id) listens on LISTEN_FD
  * (passed; the caller closes its own copy afterwards) with POLICY, a JSON
  * object:
  *   {"container": "cntr_…" (or ""), "tool": "python",
  *    "domains": ["pypi.org", "*.pythonhosted.org"],
- *    "proxy": "http://HOST:PORT"      (optional: the site's forward proxy)}
+ *    "proxy": "http://HOST:PORT"      (optional: the site's forward proxy),
+ *    "secrets": [{"domain": "api.example.com" (or "*.example.com"),
+ *                 "placeholder": "CI_SECRET_<hex>", "value": "..."}]
+ *                                     (optional: domain secrets),
+ *    "origin_ca": "/path/bundle.pem"  (optional: the CAs origins are
+ *                                      verified against when TLS is
+ *                                      terminated; default the system's)}
+ * A secret's value may hold no control character but tab; a policy with
+ * one, or an origin_ca that does not load, is not added.
  * Returns 0, or -1 (the proxy is gone or the message could not be sent). */
 int ci_egress_add(int control, apr_uint32_t key, int listen_fd, const char *policy);
 

@@ -472,30 +472,57 @@ int ci_egress_parse_proxy(apr_pool_t *p, const char *url, const char **host, int
     return 0;
 }
 
-/* "METHOD SP target SP HTTP/1.x". */
-static int take_request_line(apr_pool_t *p, const char *s, apr_size_t n,
-                             ci_egress_request *req)
+/* "METHOD SP target SP HTTP/1.x": the method and version into REQ, the
+ * target's bytes (visible ASCII, not empty) into *TARGET / *TARGET_LEN. */
+static int split_request_line(apr_pool_t *p, const char *s, apr_size_t n,
+                              ci_egress_request *req, const char **target,
+                              apr_size_t *target_len)
 {
-    const char *sp1 = memchr(s, ' ', n), *sp2, *target, *version;
-    apr_size_t target_len, version_len;
+    const char *sp1 = memchr(s, ' ', n), *sp2, *version;
+    apr_size_t version_len;
     if (!sp1)
         return -1;
     sp2 = memchr(sp1 + 1, ' ', n - (apr_size_t)(sp1 + 1 - s));
     if (!sp2 || !is_token(s, (apr_size_t)(sp1 - s)))
         return -1;
-    target = sp1 + 1;
-    target_len = (apr_size_t)(sp2 - target);
+    *target = sp1 + 1;
+    *target_len = (apr_size_t)(sp2 - *target);
     version = sp2 + 1;
     version_len = n - (apr_size_t)(version - s);
-    if (target_len == 0 || !is_visible_ascii(target, target_len) || version_len != 8 ||
+    if (*target_len == 0 || !is_visible_ascii(*target, *target_len) || version_len != 8 ||
         strncmp(version, "HTTP/1.", 7) || version[7] < '0' || version[7] > '9')
         return -1;
     req->method = apr_pstrmemdup(p, s, (apr_size_t)(sp1 - s));
     req->version = apr_pstrmemdup(p, version, version_len);
     req->is_connect = !strcmp(req->method, "CONNECT");
+    return 0;
+}
+
+/* A request line as a proxy gets it: CONNECT's authority or an absolute
+ * http:// URI. */
+static int take_request_line(apr_pool_t *p, const char *s, apr_size_t n,
+                             ci_egress_request *req)
+{
+    const char *target;
+    apr_size_t target_len;
+    if (split_request_line(p, s, n, req, &target, &target_len))
+        return -1;
     if (req->is_connect)
         return take_authority(p, target, target_len, 1, req);
     return take_absolute_uri(p, target, target_len, req);
+}
+
+/* A request line as an origin gets it: an origin-form target, no CONNECT. */
+static int take_origin_request_line(apr_pool_t *p, const char *s, apr_size_t n,
+                                    ci_egress_request *req)
+{
+    const char *target;
+    apr_size_t target_len;
+    if (split_request_line(p, s, n, req, &target, &target_len) || req->is_connect ||
+        target[0] != '/' || memchr(target, '#', target_len))
+        return -1;
+    req->path = apr_pstrmemdup(p, target, target_len);
+    return 0;
 }
 
 /* "name: value" (no space before the colon, no obs-fold). */
@@ -521,9 +548,9 @@ static int take_header(apr_pool_t *p, const char *s, apr_size_t n, ci_egress_req
     return 0;
 }
 
-/* An absolute-form request's Host headers: at most one, naming the URI's
- * host and port. */
-static int host_header_agrees(apr_pool_t *p, const ci_egress_request *req)
+/* REQ's Host headers: at most one, naming REQ's host and port (DEFAULT_PORT
+ * when it names none). */
+static int host_header_agrees(apr_pool_t *p, const ci_egress_request *req, int default_port)
 {
     const ci_egress_header *h = (const ci_egress_header *)req->headers->elts;
     ci_egress_request named;
@@ -532,16 +559,23 @@ static int host_header_agrees(apr_pool_t *p, const ci_egress_request *req)
         if (strcasecmp(h[i].name, "Host"))
             continue;
         memset(&named, 0, sizeof(named));
-        if (seen++ || take_authority(p, h[i].value, strlen(h[i].value), 0, &named) ||
-            named.port != req->port || named.host_is_ip != req->host_is_ip ||
+        if (seen++ || take_authority(p, h[i].value, strlen(h[i].value), 0, &named))
+            return -1;
+        if (!strchr(h[i].value, ':'))
+            named.port = default_port;
+        if (named.port != req->port || named.host_is_ip != req->host_is_ip ||
             strcasecmp(named.host, req->host))
             return -1;
     }
     return 0;
 }
 
-int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
-                         ci_egress_request *req)
+typedef int (*request_line_fn)(apr_pool_t *p, const char *s, apr_size_t n,
+                               ci_egress_request *req);
+
+/* HEAD's request line (by TAKE_LINE) and header lines into REQ. */
+static int parse_lines(apr_pool_t *p, const char *head, apr_size_t len,
+                       request_line_fn take_line, ci_egress_request *req)
 {
     line_reader r = { head, len, 0 };
     const char *line;
@@ -552,18 +586,36 @@ int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
     if (len == 0 || len > CI_EGRESS_HEAD_MAX || memchr(head, '\0', len))
         return -1;
     req->headers = apr_array_make(p, 8, sizeof(ci_egress_header));
-    if (next_line(&r, &line, &n) != 1 || take_request_line(p, line, n, req))
+    if (next_line(&r, &line, &n) != 1 || take_line(p, line, n, req))
         return -1;
     while ((got = next_line(&r, &line, &n)) == 1 && n > 0) {
         if (line[0] == ' ' || line[0] == '\t' || take_header(p, line, n, req))
             return -1;
     }
     /* The blank line, and nothing after it. */
-    if (got != 1 || r.at != len)
+    return got == 1 && r.at == len ? 0 : -1;
+}
+
+int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
+                         ci_egress_request *req)
+{
+    if (parse_lines(p, head, len, take_request_line, req))
         return -1;
-    if (!req->is_connect && host_header_agrees(p, req))
+    if (!req->is_connect && host_header_agrees(p, req, 80))
         return -1;
     return 0;
+}
+
+int ci_egress_parse_tunnel_head(apr_pool_t *p, const char *head, apr_size_t len,
+                                const char *host, int port, int https,
+                                ci_egress_request *req)
+{
+    if (parse_lines(p, head, len, take_origin_request_line, req))
+        return -1;
+    req->host = apr_pstrdup(p, host);
+    req->port = port;
+    req->https = https;
+    return host_header_agrees(p, req, port);
 }
 
 /* ---- the head an origin gets ----------------------------------------------- */
@@ -621,7 +673,7 @@ char *ci_egress_rewrite(apr_pool_t *p, const ci_egress_request *req, apr_size_t 
 #define PUT(s) (*(const char **)apr_array_push(out) = (s))
     PUT(req->method); PUT(" "); PUT(req->path); PUT(" "); PUT(req->version);
     PUT("\r\nHost: ");
-    PUT(req->port == 80 ? req->host : apr_psprintf(p, "%s:%d", req->host, req->port));
+    PUT(req->port == (req->https ? 443 : 80) ? req->host : apr_psprintf(p, "%s:%d", req->host, req->port));
     PUT("\r\n");
     for (i = 0; i < req->headers->nelts; i++) {
         /* "close" too: the "Connection: close" added lists it. */
@@ -635,4 +687,138 @@ char *ci_egress_rewrite(apr_pool_t *p, const ci_egress_request *req, apr_size_t 
     head = apr_array_pstrcat(p, out, 0);
     *len = strlen(head);
     return head;
+}
+
+/* ---- domain secrets -------------------------------------------------------- */
+
+int ci_egress_secret_valid(const ci_egress_secret *s)
+{
+    const char *d = s->domain;
+    int last_numeric = 0;
+    apr_size_t n;
+    if (!d || !s->placeholder || !s->value || !*s->placeholder)
+        return 0;
+    if (d[0] == '*' && d[1] == '.')
+        d += 2;
+    n = without_trailing_dot(d);
+    return is_ldh_name(d, n, &last_numeric) && !last_numeric &&
+           is_visible_ascii(s->placeholder, strlen(s->placeholder)) &&
+           is_field_value(s->value, strlen(s->value));
+}
+
+apr_array_header_t *ci_egress_secrets_for(apr_pool_t *p, const ci_egress_secret *all,
+                                          int n, const char *host)
+{
+    apr_array_header_t *out = apr_array_make(p, 2, sizeof(const ci_egress_secret *));
+    int i;
+    for (i = 0; i < n; i++) {
+        const char *domain = all[i].domain;
+        if (ci_egress_allowed(&domain, 1, host))
+            APR_ARRAY_PUSH(out, const ci_egress_secret *) = &all[i];
+    }
+    return out;
+}
+
+/* The secret of SECRETS whose placeholder is at S (N bytes left), the
+ * longest, or NULL. */
+static const ci_egress_secret *placeholder_at(const apr_array_header_t *secrets,
+                                              const char *s, apr_size_t n)
+{
+    const ci_egress_secret *best = NULL;
+    apr_size_t best_len = 0;
+    int i;
+    for (i = 0; i < secrets->nelts; i++) {
+        const ci_egress_secret *c = APR_ARRAY_IDX(secrets, i, const ci_egress_secret *);
+        apr_size_t pn = strlen(c->placeholder);
+        if (pn <= n && pn > best_len && !memcmp(s, c->placeholder, pn)) {
+            best = c;
+            best_len = pn;
+        }
+    }
+    return best;
+}
+
+static int is_unreserved(unsigned char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+/* VALUE as it goes into a target: percent-encoded but for unreserved bytes. */
+static const char *target_form(apr_pool_t *p, const char *value)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    apr_size_t i, o = 0, n = strlen(value);
+    char *out = apr_palloc(p, 3 * n + 1);
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (is_unreserved(c)) {
+            out[o++] = (char)c;
+            continue;
+        }
+        out[o++] = '%';
+        out[o++] = hex[c >> 4];
+        out[o++] = hex[c & 15];
+    }
+    out[o] = '\0';
+    return out;
+}
+
+typedef struct inject_state {
+    const apr_array_header_t *secrets;
+    int count;                      /* placeholders replaced */
+    apr_size_t growth;              /* bytes the values added */
+} inject_state;
+
+/* *S with its placeholders replaced (ENCODE: in target form). 0, or -1
+ * past the growth bound. *S is left alone when it holds none. */
+static int inject_one(apr_pool_t *p, inject_state *st, const char **s, int encode)
+{
+    const char *in = *s;
+    apr_size_t n = strlen(in), i = 0, from = 0;
+    apr_array_header_t *parts = NULL;
+    while (i < n) {
+        const ci_egress_secret *hit = placeholder_at(st->secrets, in + i, n - i);
+        const char *v;
+        apr_size_t pn, vn;
+        if (!hit) {
+            i++;
+            continue;
+        }
+        if (!parts)
+            parts = apr_array_make(p, 4, sizeof(const char *));
+        v = encode ? target_form(p, hit->value) : hit->value;
+        pn = strlen(hit->placeholder);
+        vn = strlen(v);
+        st->growth += vn > pn ? vn - pn : 0;
+        if (st->growth > CI_EGRESS_INJECT_GROWTH_MAX)
+            return -1;
+        APR_ARRAY_PUSH(parts, const char *) = apr_pstrmemdup(p, in + from, i - from);
+        APR_ARRAY_PUSH(parts, const char *) = v;
+        st->count++;
+        i += pn;
+        from = i;
+    }
+    if (parts) {
+        APR_ARRAY_PUSH(parts, const char *) = in + from;
+        *s = apr_array_pstrcat(p, parts, 0);
+    }
+    return 0;
+}
+
+int ci_egress_inject(apr_pool_t *p, ci_egress_request *req,
+                     const apr_array_header_t *secrets)
+{
+    inject_state st = { secrets, 0, 0 };
+    int i;
+    if (!secrets || secrets->nelts == 0)
+        return 0;
+    if (req->path && inject_one(p, &st, &req->path, 1))
+        return -1;
+    for (i = 0; i < req->headers->nelts; i++) {
+        ci_egress_header *h = &APR_ARRAY_IDX(req->headers, i, ci_egress_header);
+        if (inject_one(p, &st, &h->value, 0))
+            return -1;
+    }
+    return st.count;
 }

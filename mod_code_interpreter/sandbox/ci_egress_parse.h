@@ -54,6 +54,12 @@
 #define CI_EGRESS_TXT_PROXY_REFUSED "egress error: the site proxy refused %s:%d\n"
 #define CI_EGRESS_TXT_BUSY \
     "egress error: too many connections through the egress proxy (at most %d)\n"
+/* Domain secrets: an origin whose TLS certificate does not verify (502), a
+ * head that would grow past CI_EGRESS_INJECT_GROWTH_MAX with the values put
+ * in (400). */
+#define CI_EGRESS_TXT_UNVERIFIED "egress error: %s's certificate could not be verified\n"
+#define CI_EGRESS_TXT_INJECT_TOO_LONG \
+    "egress error: the request head is too long once the secrets are put in\n"
 
 /* The whole answer: STATUS_LINE (one of CI_EGRESS_STATUS_*), the headers,
  * BODY (one line ending in "\n"). *LEN gets its length. */
@@ -79,6 +85,8 @@ typedef struct ci_egress_request {
     int host_is_ip;             /* HOST is an IP literal (refused) */
     int port;                   /* 1..65535; 80 when an http:// URI has none */
     const char *path;           /* absolute form: the origin-form target */
+    int https;                  /* inside a TLS tunnel: the Host header the
+                                   origin gets omits port 443 (not 80) */
     apr_array_header_t *headers; /* of ci_egress_header, in order */
 } ci_egress_request;
 
@@ -94,6 +102,16 @@ apr_size_t ci_egress_head_length(const char *buf, apr_size_t len);
  * CRLF or LF; no NUL, no obs-fold, no space before a header's colon. */
 int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
                          ci_egress_request *req);
+
+/* A head sent inside a CONNECT tunnel to HOST:PORT (which the proxy
+ * terminates): "METHOD /origin-form HTTP/1.x", any Host header naming HOST
+ * (and PORT, or no port), the same rules otherwise. 0 and *REQ filled (host
+ * and port those of the tunnel, HTTPS as given), or -1 (400). A Host naming
+ * another name is refused: a secret of HOST must not reach another virtual
+ * host of the same server. */
+int ci_egress_parse_tunnel_head(apr_pool_t *p, const char *head, apr_size_t len,
+                                const char *host, int port, int https,
+                                ci_egress_request *req);
 
 /* ---- hosts and the allowlist -------------------------------------------- */
 
@@ -154,5 +172,42 @@ const char *ci_egress_class_name(ci_egress_addr_class c);
  * Content-Length or Transfer-Encoding: the body is relayed as it comes, and
  * its framing must reach the origin. Lines end in CRLF. */
 char *ci_egress_rewrite(apr_pool_t *p, const ci_egress_request *req, apr_size_t *len);
+
+/* ---- domain secrets ---------------------------------------------------- */
+
+/* What a container's code holds is PLACEHOLDER; the proxy puts VALUE in its
+ * place in requests to DOMAIN (exact, or "*." any subdomain, matched as the
+ * allowlist is). */
+typedef struct ci_egress_secret {
+    const char *domain;
+    const char *placeholder;    /* visible ASCII, at least 1 byte */
+    const char *value;          /* a header value's bytes (no CR, LF, NUL) */
+} ci_egress_secret;
+
+/* How much the values put in may grow a head, beyond what the sandbox sent
+ * (at most CI_EGRESS_HEAD_MAX): past it the request is refused (400,
+ * CI_EGRESS_TXT_INJECT_TOO_LONG) rather than sent. */
+#define CI_EGRESS_INJECT_GROWTH_MAX 65536
+
+/* Whether S is a secret the policy may hold: a domain the allowlist syntax
+ * admits, a placeholder of visible ASCII, a value without control
+ * characters other than tab. */
+int ci_egress_secret_valid(const ci_egress_secret *s);
+
+/* The secrets of ALL (N) whose domain matches HOST: an array of
+ * (const ci_egress_secret *), empty when none. */
+apr_array_header_t *ci_egress_secrets_for(apr_pool_t *p, const ci_egress_secret *all,
+                                          int n, const char *host);
+
+/* Replaces in REQ's target and header values (nowhere else; the Host header
+ * is made again by ci_egress_rewrite) every placeholder of SECRETS (as
+ * ci_egress_secrets_for returns) by its value: left to right, the longest
+ * placeholder at a place first, a value put in never searched again. In the
+ * target a value is percent-encoded but for RFC 3986's unreserved bytes.
+ * Returns how many were replaced, or -1 when the values would grow the
+ * head by more than CI_EGRESS_INJECT_GROWTH_MAX (REQ is then not to be
+ * sent). */
+int ci_egress_inject(apr_pool_t *p, ci_egress_request *req,
+                     const apr_array_header_t *secrets);
 
 #endif

@@ -26,6 +26,10 @@
 
 static pid_t proxy_pid;           /* 0: not running */
 static int proxy_control = -1;
+/* The server's CA, made once for the supervisor's life (in memory only): a
+ * proxy started again signs with the same one. */
+static ci_egress_ca proxy_ca;
+static int proxy_ca_state;        /* 0: not made yet, 1: made, -1: failed */
 
 /* The secrets as the proxy takes them: domain, placeholder, value (the
  * variable's name is the sandbox's business). */
@@ -108,6 +112,20 @@ static int register_box(box *b)
     return rc;
 }
 
+/* The CA the proxy signs its certificates with, or NULL (it could not be
+ * made: TLS is then not terminated, said once). */
+static const ci_egress_ca *server_ca(void)
+{
+    if (proxy_ca_state == 0) {
+        const char *err = ci_egress_make_ca(sup_state.p, &proxy_ca);
+        proxy_ca_state = err ? -1 : 1;
+        if (err)
+            ci_log(CI_LOG_ERR, "CI0645: the egress CA could not be made (%s): domain "
+                   "secrets go in plain http requests only", err);
+    }
+    return proxy_ca_state > 0 ? &proxy_ca : NULL;
+}
+
 /* The proxy, started if it does not run. 0, or -1. */
 static int proxy_running(void)
 {
@@ -115,7 +133,7 @@ static int proxy_running(void)
     if (proxy_pid > 0)
         return 0;
     ci_egress_default_limits(&lim);
-    proxy_pid = ci_egress_start(sup_state.p, &lim, sup_state.cfg->audit_fd,
+    proxy_pid = ci_egress_start(sup_state.p, &lim, server_ca(), sup_state.cfg->audit_fd,
                                 &proxy_control);
     if (proxy_pid <= 0) {
         ci_log(CI_LOG_ERR, "CI0640: the egress proxy could not be started: %s",

@@ -2,12 +2,13 @@
  * fuzz_egress.c - the egress proxy's pure decisions fed what a sandbox
  * could send: the request head parser, the host normaliser, the allowlist
  * matcher, the rewrite for the origin, the site proxy URL and the address
- * classifier.
+ * classifier, the tunnel head parser, the secrets' matching and injection.
  *
  * The input is used several ways: whole, as a request head (up to its blank
  * line, as the proxy cuts it); whole, as a host; split at its first LF into
  * an allowlist (entries separated by commas) and a host; its first bytes as
- * an IPv4 and an IPv6 address.
+ * an IPv4 and an IPv6 address; whole, as a head inside a terminated tunnel
+ * to api.example.com; both kinds of head with domain secrets put in.
  *
  * Checked: no crash, leak or undefined behaviour; a head is never longer
  * than the bound nor than the input; a normalised name is lower-case LDH,
@@ -16,7 +17,11 @@
  * parsed absolute-form request's rewrite is one head (its blank line at its
  * end) with one Host line, no Proxy-* or hop-by-hop line and "Connection:
  * close", and that head put back into absolute form parses again and
- * rewrites to the same bytes; addresses that embed IPv4 take its class.
+ * rewrites to the same bytes; addresses that embed IPv4 take its class;
+ * after injection no placeholder is left in the target or a header value
+ * (the values hold none), the count is at most the number of places, the
+ * rewrite is one head with the values in, and a tunnel head's rewrite
+ * parses again as a tunnel head to the same host.
  */
 #include "fuzz_common.h"
 #include <strings.h>
@@ -163,6 +168,70 @@ static void check_head(apr_pool_t *p, const uint8_t *data, size_t size)
     free(buf);
 }
 
+/* Placeholders in upper case, values without: a placeholder found after
+ * injection was left, not made by a value. */
+static const ci_egress_secret fuzz_secrets[] = {
+    { "api.example.com", "PHA", "v a/l+u%e" },
+    { "*.example.com", "PHAB", "longer value, with \t tab" },
+    { "other.example.org", "PHC", "c" },
+};
+
+/* Whether S holds a placeholder of MINE (the host's secrets). */
+static int holds_placeholder(const apr_array_header_t *mine, const char *s)
+{
+    int i;
+    for (i = 0; i < mine->nelts; i++)
+        if (strstr(s, APR_ARRAY_IDX(mine, i, const ci_egress_secret *)->placeholder))
+            return 1;
+    return 0;
+}
+
+/* REQ with its host's secrets put in: checked, and rewritten (*LEN), or
+ * NULL when refused as too long. */
+static char *check_inject(apr_pool_t *p, ci_egress_request *req, apr_size_t *len)
+{
+    apr_array_header_t *mine = ci_egress_secrets_for(
+        p, fuzz_secrets, (int)(sizeof(fuzz_secrets) / sizeof(fuzz_secrets[0])), req->host);
+    int n = ci_egress_inject(p, req, mine), i;
+    char *head;
+    FUZZ_CHECK(n >= -1, "inject returned %d", n);
+    if (n < 0)
+        return NULL;
+    FUZZ_CHECK(mine->nelts > 0 || n == 0, "%d replaced without a secret", n);
+    FUZZ_CHECK(!holds_placeholder(mine, req->path), "a placeholder left in %s", req->path);
+    for (i = 0; i < req->headers->nelts; i++)
+        FUZZ_CHECK(!holds_placeholder(mine,
+                                      APR_ARRAY_IDX(req->headers, i, ci_egress_header).value),
+                   "a placeholder left in a header value");
+    head = ci_egress_rewrite(p, req, len);
+    FUZZ_CHECK(*len == strlen(head), "length differs");
+    FUZZ_CHECK(ci_egress_head_length(head, *len) == *len || *len > CI_EGRESS_HEAD_MAX,
+               "the injected head is not one head");
+    FUZZ_CHECK(*len <= 2 * CI_EGRESS_HEAD_MAX + CI_EGRESS_INJECT_GROWTH_MAX,
+               "the injected head is %zu bytes", (size_t)*len);
+    return head;
+}
+
+static void check_secrets(apr_pool_t *p, const uint8_t *data, size_t size)
+{
+    char *buf = exact_copy(data, size);
+    apr_size_t n = ci_egress_head_length(buf, size), len;
+    ci_egress_request req, again;
+    char *head;
+    if (n && ci_egress_parse_head(p, buf, n, &req) == 0 && !req.is_connect)
+        (void)check_inject(p, &req, &len);
+    if (n && ci_egress_parse_tunnel_head(p, buf, n, "api.example.com", 443, 1, &req) == 0) {
+        FUZZ_CHECK(!strcmp(req.host, "api.example.com") && req.port == 443, "tunnel host");
+        FUZZ_CHECK(req.path[0] == '/' && !req.is_connect, "tunnel target %s", req.path);
+        head = check_inject(p, &req, &len);
+        if (head && len <= CI_EGRESS_HEAD_MAX && req.headers->nelts <= CI_EGRESS_HEADERS_MAX - 2)
+            FUZZ_CHECK(ci_egress_parse_tunnel_head(p, head, len, "api.example.com", 443, 1,
+                                                   &again) == 0,
+                       "the injected tunnel head does not parse:\n%s", head);
+    }
+    free(buf);
+}
+
 static void check_addresses(const uint8_t *data, size_t size)
 {
     struct sockaddr_in in;
@@ -200,6 +269,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const char *h = NULL;
     int port = 0;
     check_head(p, data, size);
+    check_secrets(p, data, size);
     check_host(p, data, size);
     check_allowlist(p, data, size);
     check_addresses(data, size);

@@ -8,6 +8,11 @@
  * so the allowed paths go through the site proxy, as corporate networks
  * do).
  *
+ * Domain secrets: a TLS origin (a certificate for *.tls.test signed by a
+ * test origin CA) and an untrusted one (*.untrusted.test, signed by a CA
+ * the proxy is not given) sit behind the same site proxy, which routes by
+ * name. The sandbox's client trusts the proxy's CA (ci_egress_make_ca).
+ *
  * Nothing waits a fixed time to assert: every wait is for a condition (an
  * EOF, lines in the audit file, a process gone) within a generous deadline.
  */
@@ -39,9 +44,14 @@
 #include <apr_pools.h>
 #include <apr_strings.h>
 #include <json-c/json.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 
 #include "ci_egress.h"
 #include "ci_egress_parse.h"
+#include "ci_log.h"
 
 #define DEADLINE_MS 20000
 #define BIG_BODY 1000000
@@ -170,6 +180,9 @@ static int read_head(int fd, char *buf, size_t n)
 
 typedef struct peers {
     int origin_fd, origin_port;
+    int tls_fd, tls_port;           /* *.tls.test, signed by the origin CA */
+    int bad_fd, bad_port;           /* *.untrusted.test, signed by another CA */
+    pthread_t tls_thread, bad_thread;
     int proxy_fd, proxy_port;
     pthread_t origin_thread, proxy_thread;
     pthread_mutex_t lock;
@@ -178,6 +191,146 @@ typedef struct peers {
 } peers;
 
 static peers world;
+
+static const char hello_answer[] =
+    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
+
+/* ---- certificates ------------------------------------------------------------ */
+
+static struct pki {
+    ci_egress_ca proxy_ca;          /* the proxy's (the server's) */
+    ci_egress_ca origin_ca;         /* what the test's origin is signed by */
+    ci_egress_ca other_ca;          /* what the untrusted origin is signed by */
+    char origin_ca_file[64];
+    SSL_CTX *tls_ctx, *bad_ctx;     /* the origins' servers */
+    X509 *tls_leaf;
+    apr_pool_t *pool;
+} pki;
+
+static X509 *x509_of(const char *pem)
+{
+    BIO *b = BIO_new_mem_buf(pem, -1);
+    X509 *x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    BIO_free(b);
+    assert_non_null(x);
+    return x;
+}
+
+static EVP_PKEY *key_of(const char *pem)
+{
+    BIO *b = BIO_new_mem_buf(pem, -1);
+    EVP_PKEY *k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    BIO_free(b);
+    assert_non_null(k);
+    return k;
+}
+
+/* A server context with a leaf for SAN signed by CA. */
+static SSL_CTX *origin_server_ctx(const ci_egress_ca *ca, const char *san, X509 **leaf_out)
+{
+    X509 *issuer = x509_of(ca->cert_pem), *leaf = X509_new();
+    EVP_PKEY *ikey = key_of(ca->key_pem), *key = NULL;
+    EVP_PKEY_CTX *kc = EVP_PKEY_CTX_new_id(EVP_PKEY_EC, NULL);
+    X509V3_CTX v3;
+    X509_EXTENSION *ext;
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    assert_true(EVP_PKEY_keygen_init(kc) > 0);
+    assert_true(EVP_PKEY_CTX_set_ec_paramgen_curve_nid(kc, NID_X9_62_prime256v1) > 0);
+    assert_true(EVP_PKEY_keygen(kc, &key) > 0);
+    X509_set_version(leaf, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(leaf), 7);
+    X509_gmtime_adj(X509_getm_notBefore(leaf), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(leaf), 86400);
+    X509_set_pubkey(leaf, key);
+    X509_set_issuer_name(leaf, X509_get_subject_name(issuer));
+    X509V3_set_ctx_nodb(&v3);
+    X509V3_set_ctx(&v3, issuer, leaf, NULL, NULL, 0);
+    ext = X509V3_EXT_conf_nid(NULL, &v3, NID_subject_alt_name, san);
+    assert_non_null(ext);
+    X509_add_ext(leaf, ext, -1);
+    X509_EXTENSION_free(ext);
+    assert_true(X509_sign(leaf, ikey, EVP_sha256()) > 0);
+    assert_int_equal(SSL_CTX_use_certificate(ctx, leaf), 1);
+    assert_int_equal(SSL_CTX_use_PrivateKey(ctx, key), 1);
+    if (leaf_out)
+        *leaf_out = leaf;
+    else
+        X509_free(leaf);
+    X509_free(issuer);
+    EVP_PKEY_free(ikey);
+    EVP_PKEY_free(key);
+    EVP_PKEY_CTX_free(kc);
+    return ctx;
+}
+
+/* Before any fork or thread: the three CAs, the origins' certificates, the
+ * origin CA's file (what the proxy's policy names as origin_ca). */
+static void pki_make(void)
+{
+    FILE *fp;
+    int fd;
+    apr_pool_create(&pki.pool, NULL);
+    assert_null(ci_egress_make_ca(pki.pool, &pki.proxy_ca));
+    assert_null(ci_egress_make_ca(pki.pool, &pki.origin_ca));
+    assert_null(ci_egress_make_ca(pki.pool, &pki.other_ca));
+    strcpy(pki.origin_ca_file, "/tmp/egress-origin-ca-XXXXXX");
+    fd = mkstemp(pki.origin_ca_file);
+    assert_true(fd >= 0);
+    fp = fdopen(fd, "w");
+    fputs(pki.origin_ca.cert_pem, fp);
+    fclose(fp);
+    pki.tls_ctx = origin_server_ctx(&pki.origin_ca, "DNS:*.tls.test", &pki.tls_leaf);
+    pki.bad_ctx = origin_server_ctx(&pki.other_ca, "DNS:*.untrusted.test", NULL);
+}
+
+static void pki_free(void)
+{
+    unlink(pki.origin_ca_file);
+    SSL_CTX_free(pki.tls_ctx);
+    SSL_CTX_free(pki.bad_ctx);
+    X509_free(pki.tls_leaf);
+    apr_pool_destroy(pki.pool);
+}
+
+/* A client context that trusts CA only, offering ALPN h2 and http/1.1. */
+static SSL_CTX *client_ctx(const ci_egress_ca *ca)
+{
+    static const unsigned char alpn[] = "\x02h2\x08http/1.1";
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    X509 *x = x509_of(ca->cert_pem);
+    assert_int_equal(X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x), 1);
+    X509_free(x);
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    assert_int_equal(SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1), 0);
+    return ctx;
+}
+
+/* TLS over the established tunnel FD to HOST, verified by CTX's CAs. */
+static SSL *tls_connect(SSL_CTX *ctx, int fd, const char *host)
+{
+    SSL *ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    SSL_set_tlsext_host_name(ssl, host);
+    SSL_set1_host(ssl, host);
+    if (SSL_connect(ssl) != 1) {
+        print_error("TLS to %s: verify %ld\n", host, SSL_get_verify_result(ssl));
+        ERR_print_errors_fp(stderr);
+        fail();
+    }
+    return ssl;
+}
+
+/* Everything SSL sends until its end. */
+static char *tls_read_to_eof(apr_pool_t *p, SSL *ssl)
+{
+    char buf[4096];
+    apr_size_t got = 0;
+    int n;
+    while (got < sizeof(buf) - 1 && (n = SSL_read(ssl, buf + got, (int)(sizeof(buf) - 1 - got))) > 0)
+        got += (apr_size_t)n;
+    buf[got] = '\0';
+    return apr_pstrdup(p, buf);
+}
 
 static void *origin_conn(void *arg)
 {
@@ -206,6 +359,56 @@ static void *origin_conn(void *arg)
     }
     close(fd);
     return NULL;
+}
+
+/* The TLS origins: the head recorded, "hello" answered. */
+static void *tls_origin_conn(void *arg)
+{
+    int fd = (int)(intptr_t)arg & 0xffffff, bad = (int)((intptr_t)arg >> 24);
+    SSL *ssl = SSL_new(bad ? pki.bad_ctx : pki.tls_ctx);
+    char head[4096];
+    size_t got = 0;
+    SSL_set_fd(ssl, fd);
+    if (SSL_accept(ssl) == 1) {
+        while (got < sizeof(head) - 1 && SSL_read(ssl, head + got, 1) == 1) {
+            head[++got] = '\0';
+            if (got >= 4 && !memcmp(head + got - 4, "\r\n\r\n", 4))
+                break;
+        }
+        head[got] = '\0';
+        pthread_mutex_lock(&world.lock);
+        strcpy(world.origin_head, head);
+        pthread_mutex_unlock(&world.lock);
+        SSL_write(ssl, hello_answer, sizeof(hello_answer) - 1);
+        SSL_shutdown(ssl);
+    }
+    SSL_free(ssl);
+    close(fd);
+    return NULL;
+}
+
+static void *tls_good_conn(void *arg)
+{
+    return tls_origin_conn(arg);
+}
+
+static void *tls_bad_conn(void *arg)
+{
+    return tls_origin_conn((void *)((intptr_t)arg | ((intptr_t)1 << 24)));
+}
+
+/* The port the site proxy sends HEAD's CONNECT to: by the name's end. */
+static int route(const char *head)
+{
+    const char *colon = strchr(head + 8, ':');
+    size_t n = colon ? (size_t)(colon - (head + 8)) : 0;
+#define ENDS(s) (n > sizeof(s) - 1 && !memcmp(head + 8 + n - (sizeof(s) - 1), s, sizeof(s) - 1))
+    if (ENDS(".untrusted.test"))
+        return world.bad_port;
+    if (ENDS(".tls.test") || ENDS(".wrongname.test"))
+        return world.tls_port;
+#undef ENDS
+    return world.origin_port;
 }
 
 /* Both ways between A and B, half-closes passed on, until both are done. */
@@ -247,7 +450,7 @@ static void *proxy_conn(void *arg)
                  (int)strcspn(head, "\r"), head);
         pthread_mutex_unlock(&world.lock);
         if (!strncmp(head, "CONNECT deny.", 13) ||
-            (origin = tcp_connect(world.origin_port)) < 0) {
+            (origin = tcp_connect(route(head))) < 0) {
             (void)write_all(fd, denied, sizeof(denied) - 1);
         }
         else {
@@ -265,7 +468,7 @@ typedef struct server {
     void *(*conn)(void *);
 } server;
 
-static server origin_server, proxy_server;
+static server origin_server, proxy_server, tls_server, bad_server;
 
 static void *accept_loop(void *arg)
 {
@@ -285,6 +488,14 @@ static void *accept_loop(void *arg)
     }
 }
 
+static int tls_listener_start(server *s, int *port, void *(*conn)(void *), pthread_t *t)
+{
+    s->fd = tcp_listener(port);
+    s->conn = conn;
+    assert_int_equal(pthread_create(t, NULL, accept_loop, s), 0);
+    return s->fd;
+}
+
 static void peers_start(void)
 {
     memset(world.origin_head, 0, sizeof(world.origin_head));
@@ -299,6 +510,10 @@ static void peers_start(void)
                                     &origin_server), 0);
     assert_int_equal(pthread_create(&world.proxy_thread, NULL, accept_loop,
                                     &proxy_server), 0);
+    world.tls_fd = tls_listener_start(&tls_server, &world.tls_port, tls_good_conn,
+                                      &world.tls_thread);
+    world.bad_fd = tls_listener_start(&bad_server, &world.bad_port, tls_bad_conn,
+                                      &world.bad_thread);
 }
 
 /* A listening socket wakes its accept() when shut down. */
@@ -306,10 +521,16 @@ static void peers_stop(void)
 {
     shutdown(world.origin_fd, SHUT_RDWR);
     shutdown(world.proxy_fd, SHUT_RDWR);
+    shutdown(world.tls_fd, SHUT_RDWR);
+    shutdown(world.bad_fd, SHUT_RDWR);
     pthread_join(world.origin_thread, NULL);
     pthread_join(world.proxy_thread, NULL);
+    pthread_join(world.tls_thread, NULL);
+    pthread_join(world.bad_thread, NULL);
     close(world.origin_fd);
     close(world.proxy_fd);
+    close(world.tls_fd);
+    close(world.bad_fd);
 }
 
 /* ---- the proxy under test ------------------------------------------------- */
@@ -318,6 +539,7 @@ typedef struct fixture {
     apr_pool_t *pool;
     char dir[64];
     const char *audit;
+    const char *errlog;             /* the proxy's stderr */
     pid_t pid;
     int control;
 } fixture;
@@ -326,7 +548,7 @@ static fixture *start(void **state, int max_connections)
 {
     fixture *f = calloc(1, sizeof(*f));
     ci_egress_limits lim;
-    int audit_fd;
+    int audit_fd, err_fd, saved_err;
     assert_non_null(f);
     apr_pool_create(&f->pool, NULL);
     strcpy(f->dir, "/tmp/egress-test-XXXXXX");
@@ -340,7 +562,15 @@ static fixture *start(void **state, int max_connections)
     /* The proxy first: it is forked before this process starts threads. */
     audit_fd = open(f->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     assert_true(audit_fd >= 0);
-    f->pid = ci_egress_start(f->pool, &lim, audit_fd, &f->control);
+    f->errlog = apr_pstrcat(f->pool, f->dir, "/stderr.log", NULL);
+    err_fd = open(f->errlog, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    assert_true(err_fd >= 0);
+    saved_err = dup(2);
+    dup2(err_fd, 2);
+    f->pid = ci_egress_start(f->pool, &lim, &pki.proxy_ca, audit_fd, &f->control);
+    dup2(saved_err, 2);
+    close(saved_err);
+    close(err_fd);
     close(audit_fd);               /* the proxy has its own copy */
     assert_true(f->pid > 0);
     assert_true(f->control >= 0);
@@ -467,9 +697,6 @@ static int open_tunnel(fixture *f, const char *path, const char *name)
                         CI_EGRESS_ESTABLISHED);
     return fd;
 }
-
-static const char hello_answer[] =
-    "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello";
 
 /* ---- the tests ---------------------------------------------------------------- */
 
@@ -773,6 +1000,204 @@ static void test_closing_control_ends_the_process(void **state)
     f->pid = 0;
 }
 
+/* ---- domain secrets ------------------------------------------------------------ */
+
+#define SECRET_VALUE "s3cr3t/Value+42"
+#define SECRET_IN_URL "s3cr3t%2FValue%2B42"
+
+/* A box whose secrets are for api.tls.test, *.untrusted.test,
+ * *.wrongname.test and plain.test (all the same placeholder). */
+static const char *secrets_box(fixture *f, apr_uint32_t key)
+{
+    static const char *const domains[] = { "api.tls.test", "*.untrusted.test",
+                                           "*.wrongname.test", "plain.test" };
+    const char *list = "";
+    size_t i;
+    for (i = 0; i < sizeof(domains) / sizeof(domains[0]); i++)
+        list = apr_psprintf(f->pool, "%s%s{\"domain\": \"%s\", \"placeholder\": "
+                            "\"CI_SECRET_abc\", \"value\": \"" SECRET_VALUE "\"}",
+                            list, i ? ", " : "", domains[i]);
+    return add_box(f, key, apr_psprintf(
+        f->pool, "{\"container\": \"cntr_s\", \"tool\": \"python\", \"domains\": "
+        "[\"*.tls.test\", \"*.untrusted.test\", \"*.wrongname.test\", \"plain.test\"], "
+        "\"proxy\": \"http://127.0.0.1:%d\", \"origin_ca\": \"%s\", \"secrets\": [%s]}",
+        world.proxy_port, pki.origin_ca_file, list));
+}
+
+static char *file_text(fixture *f, const char *path)
+{
+    FILE *fp = fopen(path, "r");
+    char *buf = apr_pcalloc(f->pool, 1 << 20);
+    size_t n = fp ? fread(buf, 1, (1 << 20) - 1, fp) : 0;
+    if (fp)
+        fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* The value is nowhere in the proxy's stderr or its audit file. */
+static void assert_value_not_logged(fixture *f)
+{
+    const char *err = file_text(f, f->errlog), *audit = file_text(f, f->audit);
+    assert_null(strstr(err, SECRET_VALUE));
+    assert_null(strstr(err, SECRET_IN_URL));
+    assert_null(strstr(audit, SECRET_VALUE));
+    assert_null(strstr(audit, SECRET_IN_URL));
+}
+
+static const char secret_request[] =
+    "GET /?key=CI_SECRET_abc HTTP/1.1\r\nHost: api.tls.test\r\n"
+    "Authorization: Bearer CI_SECRET_abc\r\nX-Other: CI_SECRET_abc\r\n\r\n";
+
+static void test_secret_put_in_over_terminated_tls(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 20);
+    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
+    int fd = open_tunnel(f, path, "api.tls.test");
+    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
+    const unsigned char *alpn;
+    unsigned alpn_len;
+    json_object **lines;
+    SSL_get0_alpn_selected(ssl, &alpn, &alpn_len);
+    assert_int_equal(alpn_len, 8);
+    assert_memory_equal(alpn, "http/1.1", 8);
+    assert_int_equal(SSL_write(ssl, secret_request, sizeof(secret_request) - 1),
+                     (int)sizeof(secret_request) - 1);
+    assert_string_equal(tls_read_to_eof(f->pool, ssl), hello_answer);
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
+    assert_string_equal(world.origin_head,
+                        "GET /?key=" SECRET_IN_URL " HTTP/1.1\r\nHost: api.tls.test\r\n"
+                        "Authorization: Bearer " SECRET_VALUE "\r\n"
+                        "X-Other: " SECRET_VALUE "\r\nConnection: close\r\n\r\n");
+    pthread_mutex_unlock(&world.lock);
+    lines = audit_lines(f, 1);
+    assert_string_equal(field(lines[0], "allowed"), "true");
+    assert_string_equal(field(lines[0], "tls"), "terminated");
+    assert_string_equal(field(lines[0], "injected"), "3");
+    json_object_put(lines[0]);
+    assert_non_null(strstr(file_text(f, f->errlog), "tls terminated, 3 injected"));
+    assert_value_not_logged(f);
+}
+
+static void test_other_host_is_tunnelled_untouched(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 21);
+    /* The client trusts the origin's CA only: the proxy's would not do. */
+    SSL_CTX *ctx = client_ctx(&pki.origin_ca);
+    int fd = open_tunnel(f, path, "other.tls.test");
+    SSL *ssl = tls_connect(ctx, fd, "other.tls.test");
+    static const char req[] = "GET /?key=CI_SECRET_abc HTTP/1.1\r\nHost: other.tls.test\r\n"
+                              "Authorization: Bearer CI_SECRET_abc\r\n\r\n";
+    X509 *peer = SSL_get1_peer_certificate(ssl);
+    json_object **lines;
+    assert_int_equal(X509_cmp(peer, pki.tls_leaf), 0);
+    X509_free(peer);
+    assert_int_equal(SSL_write(ssl, req, sizeof(req) - 1), (int)sizeof(req) - 1);
+    assert_string_equal(tls_read_to_eof(f->pool, ssl), hello_answer);
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.origin_head, req);
+    pthread_mutex_unlock(&world.lock);
+    lines = audit_lines(f, 1);
+    assert_null(field(lines[0], "tls"));
+    assert_string_equal(field(lines[0], "injected"), "0");
+    json_object_put(lines[0]);
+}
+
+static void test_unverified_origin_is_a_502(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 22);
+    json_object **lines;
+    /* Signed by a CA not in origin_ca. */
+    assert_answer(f, path, "CONNECT api.untrusted.test:443 HTTP/1.1\r\n\r\n",
+                  CI_EGRESS_STATUS_502,
+                  "egress error: api.untrusted.test's certificate could not be verified\n");
+    /* Signed by the right CA, for another name. */
+    assert_answer(f, path, "CONNECT api.wrongname.test:443 HTTP/1.1\r\n\r\n",
+                  CI_EGRESS_STATUS_502,
+                  "egress error: api.wrongname.test's certificate could not be verified\n");
+    lines = audit_lines(f, 2);
+    assert_string_equal(field(lines[0], "allowed"), "false");
+    assert_string_equal(field(lines[0], "reason"),
+                        "api.untrusted.test's certificate could not be verified");
+    assert_null(field(lines[0], "tls"));
+    assert_string_equal(field(lines[0], "injected"), "0");
+    json_object_put(lines[0]);
+    json_object_put(lines[1]);
+}
+
+static void test_secret_put_in_plain_http(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 23);
+    static const char connect80[] = "CONNECT plain.test:80 HTTP/1.1\r\n\r\n";
+    static const char tunnelled[] = "GET /t?k=CI_SECRET_abc HTTP/1.1\r\nHost: plain.test\r\n"
+                                    "X-K: CI_SECRET_abc\r\n\r\n";
+    json_object **lines;
+    size_t n;
+    int fd;
+    assert_string_equal(ask(f, path, "GET http://plain.test/p?k=CI_SECRET_abc HTTP/1.1\r\n"
+                                     "Authorization: Bearer CI_SECRET_abc\r\n\r\n", NULL),
+                        hello_answer);
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.origin_head,
+                        "GET /p?k=" SECRET_IN_URL " HTTP/1.1\r\nHost: plain.test\r\n"
+                        "Authorization: Bearer " SECRET_VALUE "\r\n"
+                        "Connection: close\r\n\r\n");
+    pthread_mutex_unlock(&world.lock);
+    /* CONNECT to port 80: the first head inside the tunnel. */
+    fd = connect_box(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write_all(fd, connect80, sizeof(connect80) - 1), 0);
+    assert_string_equal(read_exactly(f->pool, fd, sizeof(CI_EGRESS_ESTABLISHED) - 1),
+                        CI_EGRESS_ESTABLISHED);
+    assert_int_equal(write_all(fd, tunnelled, sizeof(tunnelled) - 1), 0);
+    assert_string_equal(read_to_eof(f->pool, fd, 4096, &n), hello_answer);
+    close(fd);
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.origin_head,
+                        "GET /t?k=" SECRET_IN_URL " HTTP/1.1\r\nHost: plain.test\r\n"
+                        "X-K: " SECRET_VALUE "\r\nConnection: close\r\n\r\n");
+    pthread_mutex_unlock(&world.lock);
+    lines = audit_lines(f, 2);
+    assert_null(field(lines[0], "tls"));
+    assert_string_equal(field(lines[0], "injected"), "2");
+    assert_null(field(lines[1], "tls"));
+    assert_string_equal(field(lines[1], "injected"), "2");
+    json_object_put(lines[0]);
+    json_object_put(lines[1]);
+    assert_value_not_logged(f);
+}
+
+static void test_tunnel_head_naming_another_host_is_refused(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 24);
+    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
+    int fd = open_tunnel(f, path, "api.tls.test");
+    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
+    static const char req[] = "GET / HTTP/1.1\r\nHost: evil.tls.test\r\n"
+                              "Authorization: Bearer CI_SECRET_abc\r\n\r\n";
+    apr_size_t n;
+    assert_int_equal(SSL_write(ssl, req, sizeof(req) - 1), (int)sizeof(req) - 1);
+    assert_string_equal(tls_read_to_eof(f->pool, ssl),
+                        ci_egress_response(f->pool, CI_EGRESS_STATUS_400,
+                                           CI_EGRESS_TXT_MALFORMED, &n));
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    assert_value_not_logged(f);
+}
+
 #define PROC(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
 
 int main(void)
@@ -790,12 +1215,21 @@ int main(void)
         PROC(test_remove_closes_live_connections),
         PROC(test_audit_has_a_line_per_connection),
         PROC(test_closing_control_ends_the_process),
+        PROC(test_secret_put_in_over_terminated_tls),
+        PROC(test_other_host_is_tunnelled_untouched),
+        PROC(test_unverified_origin_is_a_502),
+        PROC(test_secret_put_in_plain_http),
+        PROC(test_tunnel_head_naming_another_host_is_refused),
     };
     int rc;
     signal(SIGPIPE, SIG_IGN);
     pthread_mutex_init(&world.lock, NULL);
     apr_initialize();
+    /* The proxy inherits the level: its CI0901 lines go to its stderr. */
+    ci_log_set(ci_log_stderr_sink, CI_LOG_INFO);
+    pki_make();
     rc = cmocka_run_group_tests_name("egress", tests, NULL, NULL);
+    pki_free();
     apr_terminate();
     return rc;
 }

@@ -393,6 +393,165 @@ static void test_site_proxy_url(void **state)
     assert_int_equal(ci_egress_parse_proxy(p, "http://", &h, &port), -1);
 }
 
+/* ---- domain secrets -------------------------------------------------------- */
+
+static const ci_egress_secret some_secrets[] = {
+    { "api.example.com", "CI_SECRET_aaa", "value-A" },
+    { "*.example.org", "CI_SECRET_bbb", "value B/+" },
+    { "api.example.com", "CI_SECRET_ccc", "C" },
+    { "api.example.com", "CI_SECRET_cccc", "longer-match" },
+};
+#define NSOME ((int)(sizeof(some_secrets) / sizeof(some_secrets[0])))
+
+static void test_secrets_for_a_host(void **state)
+{
+    apr_pool_t *p = *state;
+    apr_array_header_t *a = ci_egress_secrets_for(p, some_secrets, NSOME, "api.example.com");
+    assert_int_equal(a->nelts, 3);
+    assert_ptr_equal(APR_ARRAY_IDX(a, 0, const ci_egress_secret *), &some_secrets[0]);
+    a = ci_egress_secrets_for(p, some_secrets, NSOME, "deep.x.example.org");
+    assert_int_equal(a->nelts, 1);
+    assert_ptr_equal(APR_ARRAY_IDX(a, 0, const ci_egress_secret *), &some_secrets[1]);
+    /* "*." is any subdomain, not the domain itself; nothing else matches. */
+    assert_int_equal(ci_egress_secrets_for(p, some_secrets, NSOME, "example.org")->nelts, 0);
+    assert_int_equal(ci_egress_secrets_for(p, some_secrets, NSOME, "x.api.example.com")
+                         ->nelts, 0);
+    assert_int_equal(ci_egress_secrets_for(p, some_secrets, 0, "api.example.com")->nelts, 0);
+}
+
+static void test_secret_validity(void **state)
+{
+    ci_egress_secret s = { "api.example.com", "CI_SECRET_1", "v" };
+    (void)state;
+    assert_true(ci_egress_secret_valid(&s));
+    s.domain = "*.example.com";
+    assert_true(ci_egress_secret_valid(&s));
+    s.value = "a\tb";
+    assert_true(ci_egress_secret_valid(&s));
+    s.value = "a\r\nX-Injected: 1";           /* header injection */
+    assert_false(ci_egress_secret_valid(&s));
+    s.value = "v";
+    s.placeholder = "";
+    assert_false(ci_egress_secret_valid(&s));
+    s.placeholder = "CI SECRET";
+    assert_false(ci_egress_secret_valid(&s));
+    s.placeholder = "CI_SECRET_1";
+    s.domain = "10.0.0.1";
+    assert_false(ci_egress_secret_valid(&s));
+    s.domain = "*.";
+    assert_false(ci_egress_secret_valid(&s));
+    s.domain = "exa mple.com";
+    assert_false(ci_egress_secret_valid(&s));
+}
+
+static char *inject_rewrite(apr_pool_t *p, const char *head, const char *host, int *count)
+{
+    ci_egress_request req;
+    apr_size_t len;
+    assert_int_equal(parse(p, head, &req), 0);
+    *count = ci_egress_inject(p, &req, ci_egress_secrets_for(p, some_secrets, NSOME, host));
+    return *count < 0 ? NULL : ci_egress_rewrite(p, &req, &len);
+}
+
+static void test_inject_replaces_in_headers_and_target(void **state)
+{
+    apr_pool_t *p = *state;
+    int n;
+    char *out = inject_rewrite(p, "POST http://api.example.com/x?k=CI_SECRET_aaa HTTP/1.1\r\n"
+                                  "Authorization: Bearer CI_SECRET_aaa\r\n"
+                                  "X-Two: CI_SECRET_aaa,CI_SECRET_aaaCI_SECRET_aaa\r\n"
+                                  "X-Longest: CI_SECRET_cccc CI_SECRET_ccc\r\n"
+                                  "X-Other-Domain: CI_SECRET_bbb\r\n"
+                                  "CI_SECRET_aaa: names are not touched\r\n"
+                                  "Content-Length: 13\r\n\r\n", "api.example.com", &n);
+    assert_int_equal(n, 7);
+    assert_string_equal(out, "POST /x?k=value-A HTTP/1.1\r\nHost: api.example.com\r\n"
+                             "Authorization: Bearer value-A\r\n"
+                             "X-Two: value-A,value-Avalue-A\r\n"
+                             "X-Longest: longer-match C\r\n"
+                             "X-Other-Domain: CI_SECRET_bbb\r\n"
+                             "CI_SECRET_aaa: names are not touched\r\n"
+                             "Content-Length: 13\r\nConnection: close\r\n\r\n");
+    /* In the target a value is percent-encoded; in a header it is as is. */
+    out = inject_rewrite(p, "GET http://a.example.org/CI_SECRET_bbb?q=CI_SECRET_bbb HTTP/1.1\r\n"
+                            "X-K: CI_SECRET_bbb\r\n\r\n", "a.example.org", &n);
+    assert_int_equal(n, 3);
+    assert_string_equal(out, "GET /value%20B%2F%2B?q=value%20B%2F%2B HTTP/1.1\r\n"
+                             "Host: a.example.org\r\nX-K: value B/+\r\n"
+                             "Connection: close\r\n\r\n");
+    /* Another host: nothing replaced. */
+    out = inject_rewrite(p, "GET http://other.com/?k=CI_SECRET_aaa HTTP/1.1\r\n"
+                            "X-K: CI_SECRET_aaa\r\n\r\n", "other.com", &n);
+    assert_int_equal(n, 0);
+    assert_string_equal(out, "GET /?k=CI_SECRET_aaa HTTP/1.1\r\nHost: other.com\r\n"
+                             "X-K: CI_SECRET_aaa\r\nConnection: close\r\n\r\n");
+}
+
+/* A head may grow past CI_EGRESS_HEAD_MAX with the values in (the bound
+ * is on what the sandbox sends), by at most CI_EGRESS_INJECT_GROWTH_MAX:
+ * past that it is refused, not cut. */
+static void test_inject_growth_is_bounded(void **state)
+{
+    apr_pool_t *p = *state;
+    char *big = apr_palloc(p, 40001);
+    ci_egress_secret s = { "api.example.com", "PH", big };
+    apr_array_header_t *one;
+    ci_egress_request req;
+    apr_size_t len;
+    memset(big, 'v', 40000);
+    big[40000] = '\0';
+    one = ci_egress_secrets_for(p, &s, 1, "api.example.com");
+    assert_int_equal(parse(p, "GET http://api.example.com/ HTTP/1.1\r\nX-A: PH\r\n\r\n",
+                           &req), 0);
+    assert_int_equal(ci_egress_inject(p, &req, one), 1);
+    ci_egress_rewrite(p, &req, &len);
+    assert_true(len > CI_EGRESS_HEAD_MAX);
+    assert_true(len < CI_EGRESS_HEAD_MAX + CI_EGRESS_INJECT_GROWTH_MAX);
+    assert_int_equal(parse(p, "GET http://api.example.com/ HTTP/1.1\r\nX-A: PH\r\n"
+                              "X-B: PH\r\n\r\n", &req), 0);
+    assert_int_equal(ci_egress_inject(p, &req, one), -1);
+}
+
+static int tunnel(apr_pool_t *p, const char *head, const char *host, int port, int https,
+                  ci_egress_request *req)
+{
+    return ci_egress_parse_tunnel_head(p, head, strlen(head), host, port, https, req);
+}
+
+static void test_tunnel_heads(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_request req;
+    apr_size_t len;
+    static const char *const bad[] = {
+        "GET http://api.example.com/ HTTP/1.1\r\n\r\n",          /* absolute form */
+        "CONNECT api.example.com:443 HTTP/1.1\r\n\r\n",
+        "GET * HTTP/1.1\r\n\r\n",
+        "GET /#f HTTP/1.1\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: evil.com\r\n\r\n",             /* another vhost */
+        "GET / HTTP/1.1\r\nHost: api.example.com:444\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: api.example.com\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: 1\r\n\r\nextra",
+    };
+    size_t i;
+    for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(ci_egress_parse_tunnel_head(p, bad[i], strlen(bad[i]),
+                                                     "api.example.com", 443, 1, &req), -1);
+    assert_int_equal(tunnel(p, "GET /a?b HTTP/1.1\r\nHost: API.example.com\r\nProxy-X: 1\r\n\r\n",
+        "api.example.com", 443, 1, &req), 0);
+    assert_string_equal(ci_egress_rewrite(p, &req, &len),
+                        "GET /a?b HTTP/1.1\r\nHost: api.example.com\r\n"
+                        "Connection: close\r\n\r\n");
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\nHost: api.example.com:443\r\n\r\n",
+        "api.example.com", 443, 1, &req), 0);
+    /* Plain, port 80: no port in Host either. */
+    assert_int_equal(tunnel(p, "GET / HTTP/1.0\r\n\r\n",
+                                                 "api.example.com", 80, 0, &req), 0);
+    assert_string_equal(ci_egress_rewrite(p, &req, &len),
+                        "GET / HTTP/1.0\r\nHost: api.example.com\r\n"
+                        "Connection: close\r\n\r\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -407,6 +566,11 @@ int main(void)
         TEST(test_rewrite_for_the_origin),
         TEST(test_answers_and_reasons),
         TEST(test_site_proxy_url),
+        TEST(test_secrets_for_a_host),
+        TEST(test_secret_validity),
+        TEST(test_inject_replaces_in_headers_and_target),
+        TEST(test_inject_growth_is_bounded),
+        TEST(test_tunnel_heads),
     };
     int rc;
     apr_initialize();
