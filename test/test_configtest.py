@@ -94,11 +94,11 @@ UNKNOWN_KEY_LINES = {
 
 KEYS = {
     "local": "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, "
-             "max_files, max_bytes, egress, allowed_domains, egress_proxy, python, memory, "
-             "processes, disk, warm, preload",
+             "max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, python, "
+             "memory, processes, disk, warm, preload",
     "e2b": "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, "
-           "max_files, max_bytes, egress, allowed_domains, egress_proxy, api_key, api_base, "
-           "template, lifetime, internet, sandbox_url",
+           "max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, api_key, "
+           "api_base, template, lifetime, internet, sandbox_url",
 }
 
 

@@ -780,8 +780,8 @@ def test_literal_key_is_not_echoed_by_configtest_errors(e2b, model):
                         "CodeInterpreterSandbox bad: unknown key 'bogus' for provider e2b: "
                         "expected one of provider, timeout, max_output, idle, max_idle, "
                         "retention, tiers, max_file, max_files, max_bytes, egress, "
-                        "allowed_domains, egress_proxy, api_key, api_base, template, "
-                        "lifetime, internet, sandbox_url")
+                        "allowed_domains, egress_proxy, egress_ca, api_key, api_base, "
+                        "template, lifetime, internet, sandbox_url")
     assert KEY not in out.stderr + out.stdout
 
 

@@ -761,7 +761,8 @@ def test_every_connection_is_one_audit_line(eg, net, me):
     for line in lines:
         assert set(line) == {"time", "event", "container_id", "tool", "domain", "port",
                              "method", "allowed", "reason", "bytes_out", "bytes_in",
-                             "duration_ms"}, line
+                             "duration_ms", "tls", "injected"}, line
+        assert (line["tls"], line["injected"]) == (None, 0), line
         assert (line["tool"], type(line["bytes_out"]), type(line["bytes_in"]),
                 type(line["duration_ms"]) in (int, float)) == ("open", int, int, True), line
     assert sorted((x["domain"], x["port"], x["method"], x["allowed"], x["reason"])
@@ -840,7 +841,9 @@ SECRET_POLICY = {"type": "allowlist",
 
 SECRET_CODE = r'''
 token = os.environ["API_TOKEN"]
-out = {"placeholder": token, "env_has_value": %r in repr(dict(os.environ))}
+# (the value itself is not in this code: only its digest)
+out = {"placeholder": token, "env_has_value": %r in
+       [hashlib.sha256(v.encode()).hexdigest() for v in os.environ.values()]}
 def fetch(url, ctx=None):
     req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token,
                                                "X-Key": token})
@@ -852,7 +855,7 @@ out["other"] = fetch("https://a.wild.test/echo/other",
                      ssl.create_default_context(cafile="/mnt/data/ca.pem"))
 out["trusts_system_path"] = open("/etc/ssl/certs/ca-certificates.crt").read().count("BEGIN CERTIFICATE") > 0
 print(json.dumps(out))
-''' % SECRET_VALUE
+''' % hashlib.sha256(SECRET_VALUE.encode()).hexdigest()
 
 
 def test_a_secret_is_injected_for_its_domain_only(eg, net, me):

@@ -51,7 +51,7 @@ def container(cid, name, minutes=20, status="running"):
     """A container object as the API shows it, but its two timestamps."""
     return {"id": cid, "object": "container", "name": name, "status": status,
             "expires_after": {"anchor": "last_active_at", "minutes": minutes},
-            "memory_limit": "1g"}
+            "memory_limit": "1g", "network_policy": {"type": "disabled"}}
 
 
 def untimed(c):

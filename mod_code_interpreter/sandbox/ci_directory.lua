@@ -261,8 +261,9 @@ local function container_json(r)
     handle = opt(r.handle), created_at = r.created_at,
     last_active_at = r.last_active_at, idle_seconds = r.idle_seconds,
     memory_bytes = r.memory_bytes, status = r.status, node = r.node,
-    provider = opt(r.provider), cred = opt(r.cred), allowlist = opt(r.allowlist),
-    secrets = opt(r.secrets), auth = r.auth,
+    provider = opt(r.provider), cred = opt(r.cred),
+    -- absent unless set, as the supervisor's directory answers
+    allowlist = r.allowlist, secrets = r.secrets, auth = r.auth,
   }
 end
 

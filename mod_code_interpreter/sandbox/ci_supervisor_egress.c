@@ -126,6 +126,13 @@ static const ci_egress_ca *server_ca(void)
     return proxy_ca_state > 0 ? &proxy_ca : NULL;
 }
 
+/* The CA's certificate a sandbox with secrets trusts, or NULL. */
+static const char *proxy_ca_pem(void)
+{
+    const ci_egress_ca *ca = server_ca();
+    return ca ? ca->cert_pem : NULL;
+}
+
 /* The proxy, started if it does not run. 0, or -1. */
 static int proxy_running(void)
 {

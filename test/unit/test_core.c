@@ -2528,11 +2528,11 @@ static void test_sandbox_egress_keys(void **state)
     assert_true(ci_sandbox_def_domain_allowed(p, DEF_OK(p, "py", "egress=allowlist"),
                                               "anything.org"));
     /* a container's: a copy with its allowlist; none: the tool itself */
-    c = ci_sandbox_def_container(p, d, NULL, "pypi.org");
+    c = ci_sandbox_def_container(p, d, NULL, "pypi.org", NULL);
     assert_ptr_not_equal(c, d);
     assert_string_equal(c->allowlist, "pypi.org");
     assert_null(d->allowlist);
-    assert_ptr_equal(ci_sandbox_def_container(p, d, NULL, NULL), d);
+    assert_ptr_equal(ci_sandbox_def_container(p, d, NULL, NULL, NULL), d);
     DEF_BAD(p, "py", "egress: 'on' is not valid: expected off or allowlist", "egress=on");
     DEF_BAD(p, "py", "allowed_domains= needs egress=allowlist", "allowed_domains=a.org");
     DEF_BAD(p, "py", "egress_proxy= needs egress=allowlist", "egress_proxy=http://p:1");
@@ -2647,8 +2647,8 @@ static void test_sandbox_local_keys(void **state)
     DEF_BAD(p, "py", "preload: 'os;rm' is not a valid module list: expected "
                      "comma-separated Python module names", "preload=os;rm");
     DEF_BAD(p, "py", "unknown key 'foo' for provider local"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
-    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, python, memory, processes, disk, warm, preload", "api_key=sk-x");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, python, memory, processes, disk, warm, preload", "timeout=5", "foo=1");
+    DEF_BAD(p, "py", "unknown key 'api_key' for provider local: expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, python, memory, processes, disk, warm, preload", "api_key=sk-x");
     DEF_BAD(p, "py", "unknown provider 'docker': expected local or e2b", "provider=docker");
     DEF_BAD(p, "py", "'timeout' is not valid: expected key=value", "timeout");
     DEF_BAD(p, "py", "'=5' is not valid: expected key=value", "=5");
@@ -2692,7 +2692,7 @@ static void test_sandbox_e2b_keys(void **state)
     DEF_BAD(p, "cloud", "lifetime: '0' is not a valid duration: expected whole seconds "
                         "from 1 to 86400", "provider=e2b", "lifetime=0");
     DEF_BAD(p, "cloud", "unknown key 'memory' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, api_key, api_base, template, lifetime, internet, sandbox_url", "provider=e2b",
             "memory=1G");
 }
 
@@ -2708,7 +2708,7 @@ static void test_sandbox_errors_hide_key(void **state)
     e = ci_sandbox_def_parse(p, "cloud", 3, (const char *const[]){
         "provider=e2b", "api_key=sk-SECRET-0001", "bogus=1"}, &d);
     assert_str(e, "unknown key 'bogus' for provider e2b"
-                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, api_key, api_base, template, lifetime, internet, sandbox_url");
+                     ": expected one of provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, api_key, api_base, template, lifetime, internet, sandbox_url");
     assert_null(strstr(e, "SECRET"));
 }
 

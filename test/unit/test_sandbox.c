@@ -74,7 +74,7 @@ static void test_table_knows_the_third_provider(void **state)
                         "unknown provider 'nope': expected local, e2b or test");
     assert_string_equal(ci_sandbox_def_parse(pool, "t", 2, key, &bad),
                         "unknown key 'python' for provider test: expected one of "
-                        "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, api_base");
+                        "provider, timeout, max_output, idle, max_idle, retention, tiers, max_file, max_files, max_bytes, egress, allowed_domains, egress_proxy, egress_ca, api_base");
 }
 
 static void test_box_runs_and_restarts(void **state)

@@ -250,12 +250,12 @@ static void reject_shell_tools(void **state)
                     "server; rename your function.");
     assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
                        "'network_policy':{'type':'allowlist','allowed_domains':['pypi.org'],"
-                       "'domain_secrets':[{'domain':'pypi.org','name':'T','value':'v'}]}}}]}",
-                    "tools[0].environment.network_policy.domain_secrets",
-                    "unsupported_parameter",
-                    "Domain secrets are not supported by this server "
-                    "('tools[0].environment.network_policy.domain_secrets'); use an "
-                    "allowlist without domain_secrets.");
+                       "'domain_secrets':[{'domain':'other.org','name':'T','value':'v'}]}}}]}",
+                    "tools[0].environment.network_policy.domain_secrets[0].domain",
+                    "invalid_value",
+                    "Invalid value for "
+                    "'tools[0].environment.network_policy.domain_secrets[0].domain': "
+                    "'other.org' is not on the allowlist.");
     assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
                        "'network_policy':{'type':'allowlist','allowed_domains':"
                        "['pypi.org','10.0.0.1']}}}]}",
