@@ -269,19 +269,41 @@ SANITIZE = os.environ.get("CI_SANITIZE") == "1"
 def sanitizer_env(root):
     libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
                              text=True).stdout.strip()
-    logs = os.path.join(root, "logs", "sanitizer")
     return {"LD_PRELOAD": libasan,
-            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:log_path=" + logs,
-            "UBSAN_OPTIONS": "print_stacktrace=1:log_path=" + logs}
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:log_path=" + sanitizer_log(root),
+            "UBSAN_OPTIONS": "print_stacktrace=1:log_path=" + sanitizer_log(root)}
+
+
+def sanitizer_dir(root):
+    """Where the sanitizers write their reports: a directory of its own that
+    the children (running as User, not root) and the supervisor can write
+    to. A report that cannot be written is only "Can't open file" on stderr,
+    and the process dies without a word of what it found."""
+    return os.path.join(root, "logs", "sanitizer")
+
+
+def sanitizer_log(root):
+    return os.path.join(sanitizer_dir(root), "report")
+
+
+def make_sanitizer_dir(root):
+    d = sanitizer_dir(root)
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o1777)
 
 
 def sanitizer_reports(root):
-    logdir = os.path.join(root, "logs")
+    logdir = sanitizer_dir(root)
     out = []
     for name in sorted(os.listdir(logdir)) if os.path.isdir(logdir) else []:
-        if name.startswith("sanitizer"):
-            with open(os.path.join(logdir, name), errors="replace") as f:
-                out.append(f.read())
+        with open(os.path.join(logdir, name), errors="replace") as f:
+            out.append(f.read())
+    # a process that could not write its report says so on stderr (the
+    # error log): a report lost is a report all the same
+    errlog = os.path.join(root, "logs", "error_log")
+    if os.path.exists(errlog):
+        with open(errlog, errors="replace") as f:
+            out += [l for l in f if "ERROR: Can't open file" in l]
     return out
 
 
@@ -312,8 +334,12 @@ class Httpd:
     # Started and not stopped yet: every test ends with their check().
     running = []
 
-    def __init__(self, name, conf_body, mpm="event", env=None, fakes=(), etc=None):
+    def __init__(self, name, conf_body, mpm="event", env=None, fakes=(), etc=None,
+                 module=None):
         self.name = name
+        # the module it loads: the build under test, or another (the benchmark's
+        # earlier build, measured side by side)
+        self.module = module or MODULE
         self.etc = dict(etc or {})
         self.fakes = list(fakes)
         # pids of children a test killed on purpose (not crashes)
@@ -337,6 +363,8 @@ class Httpd:
             self.conf_body = conf_body
         os.makedirs(os.path.join(self.root, "logs"), exist_ok=True)
         os.chmod(self.root, 0o755)
+        if SANITIZE:
+            make_sanitizer_dir(self.root)
         user = ""
         if os.geteuid() == 0:
             user = "User www-data\nGroup www-data\n"
@@ -352,7 +380,7 @@ DefaultRuntimeDir "{self.root}"
 Mutex file:{self.root}
 LoadModule mpm_{self.mpm}_module {MODDIR}/mod_mpm_{self.mpm}.so
 {loads}
-LoadModule code_interpreter_module {MODULE}
+LoadModule code_interpreter_module {self.module}
 {user}
 ErrorLog "{self.error_log}"
 LogLevel warn code_interpreter:debug
