@@ -1,16 +1,23 @@
 #!/usr/bin/python3
-"""The container directory's share of a turn, measured: the same server
-twice, with the directory in its sandbox supervisor (one node) and in Redis
-(CodeInterpreterDirectory, a redis-server on loopback), each serving N new
-conversations, each followed by a turn chained with previous_response_id,
-against the scripted model. The module's own time per request
-(`module_us` of the access log: parsing, rewriting, assembling and the
-directory's questions; not the sandbox's or the upstream's time) as p50 and
-p90, and Redis' figure as a ratio to the supervisor's, measured in the same
-run.
+"""The module's own time per request, by kind of request and container
+directory: a caller without an owner (no container), a new conversation (a
+container made at its first call) and a turn chained to it with
+previous_response_id, with the directory in the sandbox supervisor (one
+node) and in Redis (CodeInterpreterDirectory, a redis-server on loopback),
+against the scripted model. Each request makes one code call, then answers.
+The figure is `module_us` of the access log: parsing, rewriting,
+assembling and the directory's questions, not the sandbox's or the
+upstream's time; p50 and p90 over N of each, and Redis' figure as a ratio to
+the supervisor's, measured in the same run.
 
-Usage: /usr/bin/python3 bench/directory.py [N]   (default 60; as root, with
-the module built: scripts/build.sh; redis-server installed)
+With BEFORE=/path/to/an/earlier/mod_code_interpreter.so the earlier build
+is measured in the same run, side by side: a server of each build per
+directory, their requests interleaved one conversation at a time (A B,
+then B A), and the table gains the earlier figures and the ratio
+now/before.
+
+Usage: [BEFORE=...] /usr/bin/python3 bench/directory.py [N]   (default 60;
+as root, with the module built: scripts/build.sh; redis-server installed)
 """
 import os
 import re
@@ -19,35 +26,56 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "test"))
 
-from conftest import Httpd, base_conf, script_input, start_helper  # noqa: E402
+from conftest import ANONYMOUS, CLEANUP_PATH, MODULE, Httpd, base_conf, script_input, start_helper  # noqa: E402
 from test_redisdir_unit import start_redis  # noqa: E402
 
 WARMUP = 5
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 LINE = re.compile(r'^POST /v1/responses HTTP/1\.1 200 .* module_us=(\d+)')
+KINDS = ("owner-less", "new conversation", "chained turn")
 
 
-def turns(server, n, key):
-    """N conversations of two turns; the access log's module_us of each
-    turn, as (new, chained) lists, warm-up left out."""
+def post(server, headers, **extra):
+    body = {"model": "m", "tools": [TOOL],
+            "input": script_input([[{"call": "x = 1"}], [{"text": "ok"}]])}
+    body.update(extra)
+    began = time.perf_counter()
+    status, _, out = server.post("/v1/responses", body, headers=headers)
+    server.latencies.append(int((time.perf_counter() - began) * 1e6))
+    assert status == 200, out
+    return out
+
+
+def conversation(server, key):
+    """One request of each kind, in KINDS' order; the conversation's
+    container is then deleted (through the Containers API, not measured),
+    so that the servers' caps never come into it."""
     me = {"Authorization": "Bearer " + key}
-    for _ in range(WARMUP + n):
-        body = {"model": "m", "tools": [TOOL],
-                "input": script_input([[{"call": "x = 1"}], [{"text": "ok"}]])}
-        status, _, first = server.post("/v1/responses", body, headers=me)
-        assert status == 200, first
-        body = {"model": "m", "tools": [TOOL], "previous_response_id": first["id"],
-                "input": script_input([[{"call": "print(x)"}], [{"text": "ok"}]])}
-        status, _, second = server.post("/v1/responses", body, headers=me)
-        assert status == 200, second
+    post(server, ANONYMOUS)
+    first = post(server, me)
+    post(server, me, previous_response_id=first["id"])
+    cid = next(o["container_id"] for o in first["output"]
+               if o["type"] == "code_interpreter_call")
+    status, _, _ = server.request("DELETE", CLEANUP_PATH + "/" + cid, headers=me)
+    assert status == 200, "container %s not deleted: %d" % (cid, status)
+
+
+def figures(server, n):
+    """module_us and the client's latency of each kind, as lists in KINDS'
+    order, warm-up left out: {"module": [...], "latency": [...]}."""
     with open(server.access_log) as f:
         us = [int(m.group(1)) for m in map(LINE.match, f) if m]
-    us = us[2 * WARMUP:]
-    return us[0::2], us[1::2]
+    us = us[len(KINDS) * WARMUP:]
+    lat = server.latencies[len(KINDS) * WARMUP:]
+    assert len(us) == len(lat) == len(KINDS) * n, \
+        "%d access log lines, %d answers for %d conversations" % (len(us), len(lat), n)
+    return {"module": [us[i::len(KINDS)] for i in range(len(KINDS))],
+            "latency": [lat[i::len(KINDS)] for i in range(len(KINDS))]}
 
 
 def pct(values, q):
@@ -55,17 +83,31 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def measure(model_port, name, extra, n):
-    server = Httpd("bench-directory-" + name, base_conf(model_port, extra)).start()
+def measure(model_port, directory, extra, builds, n):
+    """{build: figures} for one directory, the builds' servers side by side."""
+    servers = {}
     try:
-        return turns(server, n, "sk-bench-" + secrets.token_hex(6))
+        for build, module in builds.items():
+            servers[build] = Httpd("bench-directory-%s-%s" % (directory, build),
+                                   base_conf(model_port, extra), module=module).start()
+            servers[build].latencies = []
+        key = "sk-bench-" + secrets.token_hex(6)
+        order = list(servers.values())
+        for i in range(WARMUP + n):
+            for server in (order if i % 2 == 0 else order[::-1]):
+                conversation(server, key)
+        return {build: figures(server, n) for build, server in servers.items()}
     finally:
-        server.delete_containers()
-        server.stop()
+        for server in servers.values():
+            server.delete_containers()
+            server.stop()
 
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 60
+    builds = {"now": MODULE}
+    if os.environ.get("BEFORE"):
+        builds["before"] = os.environ["BEFORE"]
     workdir = tempfile.mkdtemp(prefix="ci-bench-dir-")
     model, model_port = start_helper("fake_model.py")
     redis, redis_port = start_redis(workdir)
@@ -74,24 +116,38 @@ def main():
         f.write(secrets.token_hex(32))
     try:
         results = {
-            "supervisor": measure(model_port, "supervisor", "", n),
+            "supervisor": measure(model_port, "supervisor", "", builds, n),
             "redis": measure(model_port, "redis",
                              "CodeInterpreterDirectory redis://127.0.0.1:%d/0\n"
-                             "CodeInterpreterSecret file:%s\n" % (redis_port, secret), n),
+                             "CodeInterpreterSecret file:%s\n" % (redis_port, secret),
+                             builds, n),
         }
     finally:
         model.kill()
         redis.kill()
         shutil.rmtree(workdir, ignore_errors=True)
-    print("module_us per turn, %d conversations each (p50 / p90 / mean)" % n)
-    for kind, i in (("new conversation", 0), ("chained turn", 1)):
-        base = results["supervisor"][i]
-        for name in ("supervisor", "redis"):
-            v = results[name][i]
-            print("  %-17s %-10s %6d / %6d / %6.0f us   ratio p50 %.2f" % (
-                kind, name, pct(v, .5), pct(v, .9), statistics.mean(v),
-                pct(v, .5) / pct(base, .5)))
+    print("per request, %d of each kind per server, one code call each; "
+          "module: module_us of the access log; latency: as the client saw it" % n)
+    for figure in ("module", "latency"):
+        table(figure, results, builds)
 
+
+def table(figure, results, builds):
+    print("\n| %s | directory | " % figure + " | ".join(
+        "%s p50 / p90 (mean)" % b for b in builds) + " | Redis/supervisor (p50)" +
+        (" | now/before (p50)" if "before" in builds else "") + " |")
+    print("|---" * (3 + len(builds) + ("before" in builds)) + "|")
+    for i, kind in enumerate(KINDS):
+        for directory in ("supervisor", "redis"):
+            got = {b: results[directory][b][figure][i] for b in builds}
+            base = results["supervisor"]["now"][figure][i]
+            cells = ["%d / %d µs (%.0f)" % (pct(got[b], .5), pct(got[b], .9),
+                                           statistics.mean(got[b])) for b in builds]
+            row = "| %s | %s | %s | %.2f |" % (kind, directory, " | ".join(cells),
+                                               pct(got["now"], .5) / pct(base, .5))
+            if "before" in builds:
+                row += " %.2f |" % (pct(got["now"], .5) / pct(got["before"], .5))
+            print(row)
 
 if __name__ == "__main__":
     main()

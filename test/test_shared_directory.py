@@ -9,6 +9,7 @@ over by itself when Redis is back."""
 import json
 import os
 import random
+import re
 import secrets
 import socket
 import subprocess
@@ -503,3 +504,69 @@ def test_an_allowlist_widened_in_redis_reads_as_unknown(nodes, cluster):
             404, "Container with id '%s' not found." % cid)
     assert "CI0842: the shared directory's record of container %s does not match" % cid \
         in node2.log()
+
+
+class Monitor:
+    """Redis' MONITOR on a connection of its own: the operations of the
+    container directory (the "op" of each FCALL's request), as
+    Redis saw them, in order. The nodes' own background questions
+    (claim_due, which_gone) are left out."""
+    BACKGROUND = {"claim_due", "which_gone"}
+    OP = re.compile(r'\\"op\\":\\"(\w+)\\"')
+
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+        self.sock.sendall(b"MONITOR\r\n")
+        assert self.file.readline() == b"+OK\r\n"
+
+    def ops_until(self, marker):
+        """The operations seen before MARKER (an ECHO sent by the caller
+        once what it counts is done)."""
+        ops = []
+        for line in self.file:
+            line = line.decode(errors="replace")
+            if '"ECHO"' in line and marker in line:
+                return ops
+            if '"FCALL"' in line or '"EVALSHA"' in line:
+                ops += [op for op in self.OP.findall(line) if op not in self.BACKGROUND]
+        raise AssertionError("MONITOR ended before " + marker)
+
+    def close(self):
+        self.sock.close()
+
+
+def directory_ops(cluster, monitor, what):
+    """What MONITOR saw of the directory up to now (WHAT is done: its
+    answer was read)."""
+    marker = "ci-test-" + secrets.token_hex(8)
+    assert rcli(cluster, "ECHO", marker) == marker
+    return monitor.ops_until(marker)
+
+
+def test_a_chained_turn_asks_the_directory_three_times(nodes, cluster):
+    """A new conversation asks twice (make the container at the first call,
+    record the response); a chained turn three times (the response's
+    container, found and held in one question; its check at the first call;
+    the response's record), whatever the number of executions: a request
+    that holds its container marks no run busy."""
+    node1 = nodes[0]
+    mon = Monitor(cluster["redis_port"])
+    try:
+        directory_ops(cluster, mon, "nothing yet")
+        for path in ("/v1/responses", "/e2b/v1/responses"):
+            status, _, first = turn(node1, [[{"call": "x = 1"}], [{"call": "x += 1"}],
+                                            [{"text": "set"}]], path=path)
+            assert status == 200, first
+            new = directory_ops(cluster, mon, "the first turn")
+            status, _, second = turn(node1, [[{"call": "x += 1"}], [{"call": "print(x)"}],
+                                             [{"text": "ok"}]], path=path,
+                                     previous_response_id=first["id"])
+            assert status == 200, second
+            assert calls_of(second)[1]["outputs"] == [{"type": "logs", "logs": "3\n"}]
+            chained = directory_ops(cluster, mon, "the chained turn")
+            handle = ["set_handle"] if path.startswith("/e2b") else []
+            assert (path, new, chained) == (path, ["create"] + handle + ["finish"],
+                                            ["response", "get", "finish"])
+    finally:
+        mon.close()

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/time.h>
 #include <hiredis.h>
+#include <apr_sha1.h>
 #include <apr_strings.h>
 #include "ci_json.h"
 #include "ci_redis.h"
@@ -20,6 +21,10 @@
 #define SCHEME "redis://"
 #define SHA1_HEX 40
 #define ID_BYTES 24               /* a container id's 48 hex digits */
+#define LIBRARY_PREFIX "ci_dir_"
+/* The source's last line, which runs it as a script; a library registers
+ * its function there instead. */
+#define SCRIPT_TAIL "return apply(ARGV)\n"
 
 extern const char ci_directory_lua_source[];
 
@@ -151,6 +156,9 @@ typedef struct conn {
                                      holds the password, wiped when freed */
     apr_size_t made_for_len;
     char sha[SHA1_HEX + 1];       /* the script's, loaded on this connection */
+    char fn[sizeof(LIBRARY_PREFIX) + SHA1_HEX];   /* the library's and its function's
+                                     name: LIBRARY_PREFIX and the source's SHA1 */
+    int functions;                /* the library is loaded: FCALL, not EVALSHA */
 } conn;
 
 static pthread_key_t conn_key;
@@ -262,6 +270,63 @@ static const char *load_script(apr_pool_t *p, conn *k)
     return why;
 }
 
+/* LIBRARY_PREFIX and the source's SHA1, into K->fn. */
+static void name_function(conn *k)
+{
+    unsigned char d[APR_SHA1_DIGESTSIZE];
+    apr_sha1_ctx_t ctx;
+    char *at = k->fn + sizeof(LIBRARY_PREFIX) - 1;
+    int i;
+    apr_sha1_init(&ctx);
+    apr_sha1_update(&ctx, ci_directory_lua_source,
+                    (unsigned int)strlen(ci_directory_lua_source));
+    apr_sha1_final(d, &ctx);
+    memcpy(k->fn, LIBRARY_PREFIX, sizeof(LIBRARY_PREFIX) - 1);
+    for (i = 0; i < APR_SHA1_DIGESTSIZE; i++, at += 2)
+        apr_snprintf(at, 3, "%02x", d[i]);
+}
+
+/* The source as a function library named K->fn, or NULL when it does not
+ * end as a script does (then it runs as one). */
+static const char *library_source(apr_pool_t *p, const conn *k)
+{
+    const char *src = ci_directory_lua_source;
+    apr_size_t n = strlen(src), tail = sizeof(SCRIPT_TAIL) - 1;
+    if (n < tail || strcmp(src + n - tail, SCRIPT_TAIL))
+        return NULL;
+    return apr_psprintf(p, "#!lua name=%s\n%.*sredis.register_function('%s', "
+                        "function(keys, args) return apply(args) end)\n", k->fn,
+                        (int)(n - tail), src, k->fn);
+}
+
+/* The directory loaded into K: as a function library (its definitions made
+ * once, not at every call) where Redis has functions and the ACL allows
+ * them, else as a script. Loaded already (by another connection or node of
+ * this version) is as good; another error answer to FUNCTION LOAD (an
+ * unknown command before 7.0, NOPERM) means a script; a broken connection,
+ * a failure. */
+static const char *load_directory(apr_pool_t *p, conn *k)
+{
+    const char *lib = library_source(p, k);
+    const char *argv[] = { "FUNCTION", "LOAD", lib };
+    redisReply *r;
+    const char *why;
+    k->functions = 0;
+    if (!lib)
+        return load_script(p, k);
+    r = redisCommandArgv(k->ctx, 3, argv, NULL);
+    if (r && r->type == REDIS_REPLY_ERROR && !strstr(r->str, "already exists")) {
+        freeReplyObject(r);
+        return load_script(p, k);
+    }
+    why = r && r->type == REDIS_REPLY_ERROR ? NULL
+        : check(p, k->ctx, r, REDIS_REPLY_STRING, "FUNCTION LOAD");
+    k->functions = !why;
+    if (r)
+        freeReplyObject(r);
+    return why;
+}
+
 /* Connect, authenticate, select and load into K. */
 static const char *open_conn(apr_pool_t *p, const ci_redis_conf *c, conn *k)
 {
@@ -275,7 +340,12 @@ static const char *open_conn(apr_pool_t *p, const ci_redis_conf *c, conn *k)
         return apr_psprintf(p, "cannot be reached: %s", k->ctx->errstr);
     if ((why = authenticate(p, c, k->ctx)) || (why = select_db(p, c, k->ctx)))
         return why;
-    return load_script(p, k);
+    /* The library is most often there already (a name per version of the
+     * source): called at once, and loaded only when Redis says it is not
+     * (run()), since loading compiles it, a millisecond of Redis' time. */
+    name_function(k);
+    k->functions = library_source(p, k) != NULL;
+    return k->functions ? NULL : load_script(p, k);
 }
 
 /* What a connection is made for: another configuration needs another. */
@@ -315,35 +385,54 @@ static conn *connection(apr_pool_t *p, const ci_redis_conf *c, int *fresh,
     return *why ? NULL : k;
 }
 
-static int is_noscript(const redisReply *r)
+/* Whether R (to K's call) says Redis does not have the directory: its
+ * script (a restart, SCRIPT FLUSH), or its function (never loaded, FUNCTION
+ * FLUSH, a restart without persistence, or no functions at all: an unknown
+ * command before 7.0, an ACL that denies FCALL). */
+static int is_unloaded(const conn *k, const redisReply *r)
 {
-    return r && r->type == REDIS_REPLY_ERROR && !strncmp(r->str, "NOSCRIPT", 8);
+    if (!r || r->type != REDIS_REPLY_ERROR)
+        return 0;
+    if (!k->functions)
+        return !strncmp(r->str, "NOSCRIPT", 8);
+    return !strncmp(r->str, "ERR Function not found", 22) ||
+           !strncmp(r->str, "ERR unknown command", 19) || !strncmp(r->str, "NOPERM", 6);
 }
 
-/* The script run on REQ; its answer into *ANSWER. A Redis that lost its
- * scripts (a restart, SCRIPT FLUSH) gets it again, once. */
+/* ARGV[2..5] (LENS) sent to the directory's function, or script. */
+static redisReply *call(conn *k, const char **argv, size_t *lens)
+{
+    argv[0] = k->functions ? "FCALL" : "EVALSHA";
+    argv[1] = k->functions ? k->fn : k->sha;
+    lens[0] = strlen(argv[0]);
+    lens[1] = strlen(argv[1]);
+    return redisCommandArgv(k->ctx, 6, argv, lens);
+}
+
+/* The directory on REQ: its answer into *ANSWER. A Redis that lost it gets
+ * it again, once. */
 static const char *run(apr_pool_t *p, conn *k, const char *req, apr_size_t len,
                        apr_time_t now, const char **answer)
 {
     char entropy[2 * ID_BYTES + 1];
     const char *when = apr_psprintf(p, "%" APR_TIME_T_FMT, now);
-    const char *argv[] = { "EVALSHA", k->sha, "0", req, when, entropy };
+    const char *argv[] = { NULL, NULL, "0", req, when, entropy };
     size_t lens[6];
     redisReply *r;
     const char *why;
     int i;
     ci_random_hex(entropy, ID_BYTES);
-    for (i = 0; i < 6; i++)
+    for (i = 2; i < 6; i++)
         lens[i] = strlen(argv[i]);
     lens[3] = len;
-    r = redisCommandArgv(k->ctx, 6, argv, lens);
-    if (is_noscript(r)) {
+    r = call(k, argv, lens);
+    if (is_unloaded(k, r)) {
         freeReplyObject(r);
-        if ((why = load_script(p, k)))
+        if ((why = load_directory(p, k)))
             return why;
-        r = redisCommandArgv(k->ctx, 6, argv, lens);
+        r = call(k, argv, lens);
     }
-    why = check(p, k->ctx, r, REDIS_REPLY_STRING, "the directory script");
+    why = check(p, k->ctx, r, REDIS_REPLY_STRING, "the directory's function");
     if (!why)
         *answer = apr_pstrmemdup(p, r->str, r->len);
     if (r)

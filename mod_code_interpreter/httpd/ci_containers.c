@@ -241,20 +241,46 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
     return OK;
 }
 
-/* The container the previous response led to, and the outputs it is owed. */
+/* The container's part of a "response" answer with touch, shaped as the
+ * answer to "get" (lookup) for it; NULL when there is none. */
+static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object *ans)
+{
+    const char *status = ci_json_str(ans, "container_status");
+    json_object *container = ci_json_get(ans, "container", json_type_object);
+    json_object *out;
+    if (!status)
+        return NULL;
+    out = ci_json_own(r->pool, json_object_new_object());
+    put_str(out, "status", status);
+    if (container)
+        json_object_object_add(out, "container", json_object_get(container));
+    if (status_of(out) == CI_DIR_OK)
+        held_by(r, st, ci_json_str(ans, "container_id"));
+    return out;
+}
+
+/* The container the previous response led to, and the outputs it is owed.
+ * When the turn goes on in that container (no other named), the same
+ * question also looks it up for use (*FOUND, as lookup answers). */
 static int follow_chain(request_rec *r, ci_req_state *st, const char **container,
-                        ci_error *err)
+                        json_object **found, ci_error *err)
 {
     json_object *req, *ans;
     const char *pending;
     *container = NULL;
+    *found = NULL;
     if (!st->req->previous_response_id || !st->owner)
         return OK;
     req = dir_request(r->pool, "response", st->owner);
     put_str(req, "response_id", st->req->previous_response_id);
+    if (!st->req->container_id && !st->req->context_container) {
+        json_object_object_add(req, "touch", json_object_new_boolean(1));
+        json_object_object_add(req, "hold", json_object_new_int(hold_seconds(r, st)));
+    }
     if (!(ans = dir_ask(r, req)))
         return unavailable(r, err);
     *container = ci_json_str(ans, "container_id");
+    *found = *container ? chained_lookup(r, st, ans) : NULL;
     if ((pending = ci_json_str(ans, "pending")) &&
         ci_request_prepend_input(r->pool, st->req, pending) != 0)
         ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "CI0802: the outputs owed to "
@@ -266,7 +292,7 @@ static int follow_chain(request_rec *r, ci_req_state *st, const char **container
  * otherwise (made at the first call), the model told when the context's
  * has expired. */
 static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
-                        ci_error *err)
+                        json_object *found, ci_error *err)
 {
     const char *named = st->req->context_container ? st->req->context_container
                                                    : chained;
@@ -274,7 +300,7 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
     st->container_id = ci_mint_id(r->pool, "cntr_", 24);
     if (!named || !st->owner)
         return OK;
-    if (!(ans = lookup(r, st->owner, named, 1)))
+    if (!(ans = named == chained && found ? found : lookup(r, st->owner, named, 1)))
         return unavailable(r, err);
     switch (status_of(ans)) {
     case CI_DIR_OK:
@@ -363,6 +389,7 @@ int ci_containers_check_allowlist(apr_pool_t *p, const ci_sandbox_def *tool,
 int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
 {
     const char *chained = NULL;
+    json_object *found = NULL;
     int rc;
     if ((rc = check_tier(r, st, err)) != OK)
         return rc;
@@ -370,13 +397,13 @@ int ci_containers_resolve(request_rec *r, ci_req_state *st, ci_error *err)
                                             st->req->secrets, st->req->network_param,
                                             err)) != OK)
         return rc;
-    if ((rc = follow_chain(r, st, &chained, err)) != OK)
+    if ((rc = follow_chain(r, st, &chained, &found, err)) != OK)
         return rc;
     if (st->req->file_ids && (rc = check_file_ids(r, st, err)) != OK)
         return rc;
     if (st->req->container_id)
         return resolve_explicit(r, st, err);
-    return resolve_auto(r, st, chained, err);
+    return resolve_auto(r, st, chained, found, err);
 }
 
 const char *ci_containers_lost_notice(apr_pool_t *p, const char *old_id, int tool_gone)

@@ -340,12 +340,23 @@ static int busy_lease(const ci_session *s)
     return (int)apr_time_sec(s->def->timeout) + 60;
 }
 
+/* Whether a run marks its container busy in the directory: not when the
+ * request holds it (it asked so when it found or made it), since a hold
+ * keeps it from eviction and expiry as a busy mark does, for the request's
+ * whole deadline: two questions fewer per execution. */
+static int marks_busy(const ci_session *s)
+{
+    const char *held = s->st->container_held;
+    return s->container && !(held && !strcmp(held, s->container_id));
+}
+
 apr_status_t ci_session_run(ci_session *s, const char *code,
                             const ci_shell_action *action, ci_exec_result *res,
                             apr_interval_time_t tick, int (*wait_tick)(void *),
                             void *baton, ci_error *err)
 {
     apr_status_t rv;
+    int busy;
     if (s->container && !s->attached && (rv = attach_container(s, err)) != APR_SUCCESS)
         return rv;
     if ((rv = claim_slot(s, err)) != APR_SUCCESS)
@@ -354,11 +365,11 @@ apr_status_t ci_session_run(ci_session *s, const char *code,
     if (!code)
         keep_action(s, action);
     s->err = NULL;
-    if (s->container)
+    if ((busy = marks_busy(s)))
         ci_dirclient_busy(s->r, s->st->owner, s->container_id, 1, busy_lease(s));
     rv = ci_job_submit(s->r->pool, run_job, s, &s->job);
     if (rv != APR_SUCCESS) {
-        if (s->container)
+        if (busy)
             ci_dirclient_busy(s->r, s->st->owner, s->container_id, 0, 0);
         s->job = NULL;
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_busy", s->r->pool,
@@ -370,7 +381,7 @@ apr_status_t ci_session_run(ci_session *s, const char *code,
         if (wait_tick && wait_tick(baton))
             ci_box_interrupt(s->box);
     s->job = NULL;
-    if (s->container)
+    if (busy)
         ci_dirclient_busy(s->r, s->st->owner, s->container_id, 0, 0);
     if (s->rv == APR_ECONNABORTED) {
         ci_error_set(err, 499, CI_SERVER, NULL, NULL, s->r->pool,

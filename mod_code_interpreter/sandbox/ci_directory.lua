@@ -1,12 +1,20 @@
 --[[
 ci_directory.lua - the container directory in Redis: the operations of ci_directory_ops
 (ci_directory_ops.h) with the semantics of ci_directory (ci_directory.h), shared by
-several httpd nodes. One script, run with EVALSHA and no KEYS:
+several httpd nodes. One function, called with FCALL and no KEYS (ci_redis.c
+loads this source as a library, "ci_dir_" and the source's SHA1 naming both
+it and its function, so that nodes of other versions keep theirs), or, on a
+Redis without functions (before 7.0, or an ACL that denies FUNCTION), run as
+a script with EVALSHA:
 
   ARGV[1]  the request, JSON, as ci_dirops_apply takes it
   ARGV[2]  now, in microseconds (the caller's clock)
   ARGV[3]  48 hex digits from the caller's random source: the id of a
            container created without one (Lua's PRNG is not a random source)
+
+As a function its definitions are made once, when the library is loaded;
+run as a script, each call makes them all again (about 45 us of Redis' time
+a call, measured: more than most operations themselves).
 
 It returns the answer, JSON, as ci_dirops_apply returns it, plus
 "gone": [ids]: the containers whose sandboxes must go now (deleted,
@@ -81,6 +89,8 @@ Operations (besides ci_directory_ops's; "node" names the httpd node asking):
               an execution runs in it (or no longer), a use (last_active_at
               = now): eviction and expiry skip a busy one until its lease
               runs out (a node that dies mid-run does not keep it busy).
+              A request that holds its container (get or response with
+              touch, create with hold) does not ask it: the hold does as much.
 ]]
 
 local P = 'ci:'
@@ -96,9 +106,13 @@ local MEMO_OVERHEAD = 64           -- ci_directory's per-item bookkeeping
 local DEFAULT_ITEMS = 64 * 1024 * 1024
 local MAX_LIST = 100
 local DEFAULT_LEASE = 3600                    -- seconds a busy mark holds unless renewed
-local NULL = cjson.null
-local now = tonumber(ARGV[2])
-local fresh_id = 'cntr_' .. (ARGV[3] or '')
+-- cjson.null (set by apply: a library's definitions run where cjson is not
+-- there yet)
+local NULL
+-- The call's: the time asked (microseconds) and a new container's id, if it
+-- makes one (set by apply: the script runs as a function Redis keeps, its
+-- definitions made once, or as a script run whole each time).
+local now, fresh_id
 
 -- ---- JSON ----------------------------------------------------------------
 -- cjson writes numbers with 14 digits (microsecond times have 16) and
@@ -284,6 +298,8 @@ local function busy_now(r)
   return r.busy == true and (r.busy_until == nil or r.busy_until > now)
 end
 
+-- A use of R at NOW, saved with whatever else changed in R: true when it
+-- saved (a record is written once per operation, not once per change).
 local function touch(r)
   if now > r.last_active_at then
     r.last_active_at = now
@@ -293,7 +309,15 @@ local function touch(r)
     extend(k_listed(r.owner), ttl_ms(r))
     extend(k_node(r.node), ttl_ms(r))
     save(r)
+    return true
   end
+  return false
+end
+
+-- Touch R; save it all the same when CHANGED (a use in the same
+-- microsecond as the last one saves nothing by itself).
+local function touch_saving(r, changed)
+  if not touch(r) and changed then save(r) end
 end
 
 -- ---- admission -------------------------------------------------------------
@@ -506,18 +530,25 @@ local function op_create(o)
   end
 end
 
-local function named(o)
-  local r = rec_of(str_of(o.req, 'id'), o.owner)
+-- Container ID of the asker: its status, and the record (or nil).
+local function named_id(o, id)
+  local r = rec_of(id, o.owner)
   if not r then return 'not_found' end
   return r.status == 'running' and 'ok' or 'expired', r
 end
 
+local function named(o) return named_id(o, str_of(o.req, 'id')) end
+
+-- Container ID of the asker, touched and held by the asking request when
+-- it says touch: its status, and the record (or nil).
+local function get_for_use(o, id)
+  local st, r = named_id(o, id)
+  if st == 'ok' and o.req.touch == true then touch_saving(r, hold(r, o.req)) end
+  return st, r
+end
+
 local function op_get(o)
-  local st, r = named(o)
-  if st == 'ok' and o.req.touch == true then
-    if hold(r, o.req) then save(r) end
-    touch(r)
-  end
+  local st, r = get_for_use(o, str_of(o.req, 'id'))
   o.ans.status = st
   if r then o.ans.container = container_json(r) end
 end
@@ -559,8 +590,7 @@ local function op_busy(o)
     r.busy = o.req.busy == true
     -- a lease: a node that dies mid-run does not keep it busy for ever
     r.busy_until = r.busy and now + int_of(o.req, 'lease', DEFAULT_LEASE) * 1000000 or 0
-    save(r)
-    touch(r)                                  -- a run beginning or ending is a use
+    touch_saving(r, true)                     -- a run beginning or ending is a use
   end)
 end
 
@@ -610,6 +640,13 @@ local function op_response(o)
   o.ans.container_id = m.c
   local pending = memo_of(k_item('pending:' .. rid), o.owner)
   o.ans.pending = pending and pending.t or NULL
+  -- touch: the turn goes on in that container, and this one question
+  -- answers what get would (a chained turn asks once, not twice)
+  if type(o.req.touch) == 'boolean' then
+    local st, r = get_for_use(o, m.c)
+    o.ans.container_status = st
+    if r then o.ans.container = container_json(r) end
+  end
 end
 
 local function op_finish(o)
@@ -621,11 +658,9 @@ local function op_finish(o)
   -- An expired one is still what the response led to: the next turn is
   -- told its state is gone rather than nothing.
   if r.status == 'running' then
-    if held_now(r) then
-      r.held_until = 0                        -- the request is done with it
-      save(r)
-    end
-    touch(r)
+    local held = held_now(r)
+    if held then r.held_until = 0 end         -- the request is done with it
+    touch_saving(r, held)
   end
   for _, it in ipairs(type(o.req.items) == 'table' and o.req.items or {}) do
     local id, text = str_of(it, 'id'), str_of(it, 'text')
@@ -690,8 +725,12 @@ local ops = {
   recall = op_recall, busy = op_busy,
 }
 
-local function apply()
-  local req = decode(ARGV[1])
+-- ARGS: the request (JSON), the time asked, entropy for a new id.
+local function apply(args)
+  NULL = cjson.null
+  now = tonumber(args[2])
+  fresh_id = 'cntr_' .. (args[3] or '')
+  local req = decode(args[1])
   local o = { req = req, ans = { gone = array() } }
   local name = str_of(req, 'op')
   if name == 'claim_due' then
@@ -707,4 +746,4 @@ local function apply()
   return encode(o.ans)
 end
 
-return apply()
+return apply(ARGV)

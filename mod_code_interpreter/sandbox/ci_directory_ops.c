@@ -185,15 +185,23 @@ static ci_dir_status get_named(op *o, ci_container **c)
     return ci_directory_get(o->d, ci_json_str(o->req, "id"), o->owner, c);
 }
 
+/* Container ID of the asker, touched and held by the asking request when
+ * it says "touch": its status, *C the record (or NULL). */
+static ci_dir_status get_for_use(op *o, const char *id, ci_container **c)
+{
+    json_object *touch = ci_json_get(o->req, "touch", json_type_boolean);
+    ci_dir_status st = ci_directory_get(o->d, id, o->owner, c);
+    if (st == CI_DIR_OK && touch && json_object_get_boolean(touch)) {
+        ci_directory_touch(o->d, *c, o->now);
+        hold(o, *c);
+    }
+    return st;
+}
+
 static void op_get(op *o)
 {
     ci_container *c;
-    json_object *touch = ci_json_get(o->req, "touch", json_type_boolean);
-    ci_dir_status st = get_named(o, &c);
-    if (st == CI_DIR_OK && touch && json_object_get_boolean(touch)) {
-        ci_directory_touch(o->d, c, o->now);
-        hold(o, c);
-    }
+    ci_dir_status st = get_for_use(o, ci_json_str(o->req, "id"), &c);
     answer_status(o, st);
     if (c)
         answer_container(o, "container", c);
@@ -266,6 +274,15 @@ static void op_response(op *o)
     add_str(o->ans, "container_id", cid);
     add_str(o->ans, "pending",
             ci_directory_recall(o->d, pending_key(o, rid), o->owner));
+    /* "touch": the turn goes on in that container, and this one question
+     * answers what "get" would (a chained turn asks once, not twice) */
+    if (ci_json_get(o->req, "touch", json_type_boolean)) {
+        ci_container *c;
+        ci_dir_status st = get_for_use(o, cid, &c);
+        add_str(o->ans, "container_status", ci_dirops_status_name(st));
+        if (c)
+            answer_container(o, "container", c);
+    }
 }
 
 static void op_finish(op *o)

@@ -18,7 +18,10 @@
  *   expire      id -> {status}    (its sandbox is gone at the provider)
  *   list        after?, limit, order ("asc"|"desc"), name?
  *               -> {status, data: [container], has_more}
- *   response    response_id -> {status, container_id?, pending?}
+ *   response    response_id, touch?, hold? -> {status, container_id?,
+ *               pending?, container_status?, container?}: with touch (a
+ *               boolean), the container it led to as get answers it
+ *               (touched and held when true): a chained turn's one question
  *   finish      container_id, response_id?, items [{id, text}], pending?
  *               -> {status}   (the request lets go of its hold)
  *   recall      item_id -> {status, text?, container_id?}

@@ -361,6 +361,56 @@ static void test_finish_response_recall(void **state)
                                             "\"item_id\":\"ci_1\"}", T0), "text"), "[4]");
 }
 
+static apr_int64_t last_active(json_object *o)
+{
+    return json_object_get_int64(ci_json_get(member(o, "container"), "last_active_at",
+                                             json_type_int));
+}
+
+/* A chained turn asks once: "response" with touch answers the container it
+ * led to as "get" would, touched and held when touch is true, in both back
+ * ends alike; without touch, the answer is as before. */
+static void test_response_with_touch_is_get_too(void **state)
+{
+    fx *f = *state;
+    json_object *o;
+    create_a(f);
+    both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+         "\",\"response_id\":\"resp_1\",\"items\":[]}", T0 + 1);
+    o = both(f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\"}",
+             T0 + 2);
+    assert_null(member(o, "container"));
+    assert_null(ci_json_str(o, "container_status"));
+    o = both(f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\","
+             "\"touch\":false}", T0 + 3);
+    assert_string_equal(ci_json_str(o, "container_status"), "ok");
+    assert_string_equal(ci_json_str(member(o, "container"), "id"), ID_A);
+    assert_true(last_active(o) == T0 + 1);
+    o = both(f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\","
+             "\"touch\":true,\"hold\":100}", T0 + 5);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    assert_string_equal(ci_json_str(o, "container_status"), "ok");
+    assert_true(last_active(o) == T0 + 5);
+    /* held: a new container of its owner (at most one) does not evict it */
+    o = both(f, apr_psprintf(f->p, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":"
+                             "\"n1\",\"id\":\"%s\",\"tool\":\"local\",\"limits\":"
+                             "{\"node\":5,\"owner\":1,\"retention\":60}}",
+                             id_of(f->p, 1)), T0 + 6);
+    assert_string_equal(status(o), "owner_full");
+    /* another owner's question finds nothing, and holds nothing */
+    o = both(f, "{\"op\":\"response\",\"owner\":\"own_b\",\"response_id\":\"resp_1\","
+             "\"touch\":true,\"hold\":100}", T0 + 7);
+    assert_string_equal(status(o), "not_found");
+    assert_null(member(o, "container"));
+    /* expired: the turn is told, and nothing is touched */
+    both(f, "{\"op\":\"expire\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0 + 8);
+    o = both(f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\","
+             "\"touch\":true,\"hold\":100}", T0 + 9);
+    assert_string_equal(ci_json_str(o, "container_status"), "expired");
+    assert_true(last_active(o) == T0 + 5);
+}
+
 static void create_named(fx *f, const char *owner, int n, const char *name, apr_time_t now)
 {
     json_object *o = both(f, apr_psprintf(f->p, "{\"op\":\"create\",\"owner\":\"%s\","
@@ -852,6 +902,59 @@ static void test_db_and_lost_scripts(void **state)
                                             ID_A "\"}", T0)), "not_found");
 }
 
+/* The directory's libraries Redis at PORT holds ("ci_dir_" and a SHA1). */
+static size_t libraries(const char *port)
+{
+    struct timeval tv = { 2, 0 };
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", atoi(port), tv);
+    redisReply *r;
+    size_t n;
+    assert_non_null(ctx);
+    r = redisCommand(ctx, "FUNCTION LIST LIBRARYNAME ci_dir_*");
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    n = r->elements;
+    freeReplyObject(r);
+    redisFree(ctx);
+    return n;
+}
+
+/* The status REQ is answered with, asked with C. */
+static const char *ask_as(fx *f, const ci_redis_conf *c, const char *req)
+{
+    const char *answer = NULL, *err = NULL;
+    if (ci_redis_dir(f->p, c, req, strlen(req), T0, &answer, &err) != 0)
+        fail_msg("%s: %s", req, err);
+    return status(parse(f->p, answer));
+}
+
+/* Where Redis has functions the directory is one (its definitions made once,
+ * not at every call), loaded again when Redis lost it; a user whose ACL
+ * denies FUNCTION gets the same directory as a script. */
+static void test_function_or_script(void **state)
+{
+    fx *f = *state;
+    const char *port = env_port("REDIS_PORT"), *err;
+    ci_redis_conf c = conf_of(f->p, apr_psprintf(f->p, "redis://127.0.0.1:%s", port));
+    ci_redis_conf scripts_only = conf_of(
+        f->p, apr_psprintf(f->p, "redis://ci_scripts:scripts-pw-1@127.0.0.1:%s", port));
+    assert_int_equal(dir_call(f->p, &c, &err), 0);
+    assert_int_equal(libraries(port), 1);
+    /* lost (FUNCTION FLUSH, a restart without persistence): loaded again */
+    admin(port, "FUNCTION FLUSH");
+    assert_int_equal(dir_call(f->p, &c, &err), 0);
+    assert_int_equal(libraries(port), 1);
+    admin(port, "FUNCTION FLUSH");
+    admin(port, "ACL SETUSER ci_scripts on >scripts-pw-1 ~* &* +@all -function");
+    assert_string_equal(ask_as(f, &scripts_only, "{\"op\":\"create\",\"owner\":\"own_a\","
+                               "\"node\":\"n1\",\"id\":\"" ID_A "\",\"tool\":\"local\"}"),
+                        "ok");
+    assert_string_equal(ask_as(f, &scripts_only, "{\"op\":\"get\",\"owner\":\"own_a\","
+                               "\"id\":\"" ID_A "\"}"), "ok");
+    assert_int_equal(libraries(port), 0);
+    admin(port, "ACL DELUSER ci_scripts");
+}
+
 /* ---- outages: a server of the test's own ------------------------------------------------ */
 
 static pid_t spare_pid;
@@ -940,6 +1043,7 @@ int main(int argc, char **argv)
         TEST(test_delete_names_what_goes),
         TEST(test_eviction_names_the_owners_own),
         TEST(test_finish_response_recall),
+        TEST(test_response_with_touch_is_get_too),
         TEST(test_list_pages_and_orders),
         TEST(test_expire_at_the_provider),
         TEST(test_caps_evict_only_the_requesters_own),
@@ -953,6 +1057,7 @@ int main(int argc, char **argv)
         TEST(test_parse_url),
         TEST(test_auth),
         TEST(test_db_and_lost_scripts),
+        TEST(test_function_or_script),
         TEST_SPARE(test_outage_and_reconnect),
     };
     size_t i;
