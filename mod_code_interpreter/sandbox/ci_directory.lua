@@ -58,12 +58,14 @@ Data model:
   ci:d         zset    expiry (last_active_at + idle) -> id: running
                        containers' deadlines, for claim_due.
   ci:r:RID     string  {c: container id, o: owner}: the container response
-                       RID used. TTL: its container's record's.
+                       RID used. TTL: at least its container's record's.
   ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_", "sh_", "sho_" ids, and
                        "pending:RID" for a response's pending output).
-                       TTL: its container's record's.
-  ci:m:ID      set     the ci:r and ci:i keys of container ID: their TTLs
-                       follow the record's, and they go with it.
+                       TTL: at least its container's record's.
+  ci:m:ID      set     the ci:r and ci:i keys of container ID, which go with
+                       it. Its TTL is their floor: raised with theirs, 10
+                       minutes past the record's, once the record's passes
+                       it (keep_memos).
   ci:ia        zset    sequence -> item id: every item, oldest first, for
   ci:is        hash    item id -> bytes       the byte bound (counted as
   ci:ib        string  total bytes             ci_directory counts them)
@@ -202,12 +204,30 @@ end
 
 local function forgotten(r) return r.status ~= 'running' and r.forget_at <= now end
 
+-- A container's memo keys (its response ids, items and pending outputs, in
+-- the set ci:m:ID) live at least as long as its record, MS. The set's own
+-- TTL is their floor (no member's is lower): when it falls below MS, all
+-- of them are raised together to SLACK_MS past it. A save then costs one
+-- PTTL, not a PEXPIRE per memo, and a conversation's turns no longer cost
+-- more the longer it gets. (A memo outliving its record by up to SLACK_MS
+-- is garbage nobody reads: every reader checks the record.) The floor.
+local SLACK_MS = 600000
+local function keep_memos(id, ms)
+  local set = k_memos(id)
+  local floor = redis.call('PTTL', set)
+  if floor >= ms then return floor end
+  floor = ms + SLACK_MS
+  for _, key in ipairs(redis.call('SMEMBERS', set)) do
+    redis.call('PEXPIRE', key, num(floor))
+  end
+  redis.call('PEXPIRE', set, num(floor))
+  return floor
+end
+
 local function save(r)
   local ms = ttl_ms(r)
-  local memos = redis.call('SMEMBERS', k_memos(r.id))
   redis.call('SET', k_rec(r.id), encode(r), 'PX', num(ms))
-  for _, key in ipairs(memos) do redis.call('PEXPIRE', key, num(ms)) end
-  if #memos > 0 then redis.call('PEXPIRE', k_memos(r.id), num(ms)) end
+  keep_memos(r.id, ms)
 end
 
 local drop_item
@@ -463,10 +483,13 @@ end
 
 -- KEY (a ci:r or ci:i key) now leads to R, for as long as R is kept.
 local function attach(key, value, r)
-  local ms = ttl_ms(r)
-  redis.call('SET', key, encode(value), 'PX', num(ms))
+  local floor = keep_memos(r.id, ttl_ms(r))
+  redis.call('SET', key, encode(value), 'PX', num(floor))
   redis.call('SADD', k_memos(r.id), key)
-  redis.call('PEXPIRE', k_memos(r.id), num(ms))
+  -- a set made just now has no TTL yet: the floor is its first member's
+  if redis.call('PTTL', k_memos(r.id)) < 0 then
+    redis.call('PEXPIRE', k_memos(r.id), num(floor))
+  end
 end
 
 local function remember(item, r, text, max)

@@ -637,6 +637,36 @@ static void test_retention(void **state)
     create_a(f);
 }
 
+/* A container's response ids and items never expire before its record:
+ * their TTLs are raised together, past the record's, whenever the record's
+ * passes them (and not at every save). */
+static void test_memo_ttls_follow_the_record(void **state)
+{
+    fx *f = *state;
+    const char *port = env_port("REDIS_PORT");
+    long long rec;
+    both(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
+         "\",\"tool\":\"local\",\"idle\":3600,\"limits\":{\"retention\":30}}", T0);
+    both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+         "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
+    rec = admin(port, "PTTL ci:c:%s", ID_A);
+    assert_true(admin(port, "PTTL ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PTTL ci:i:ci_1") >= rec);
+    assert_true(admin(port, "PTTL ci:m:%s", ID_A) <= admin(port, "PTTL ci:i:ci_1"));
+    /* as if Redis' clock had run on (the TTLs count in its time, the
+     * record's in the caller's): a use raises them all past the record */
+    admin(port, "PEXPIRE ci:m:%s 5000", ID_A);
+    admin(port, "PEXPIRE ci:r:resp_1 5000");
+    admin(port, "PEXPIRE ci:i:ci_1 5000");
+    assert_string_equal(status(both(f, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\""
+                                       ID_A "\",\"touch\":true}", T0 + SEC(1200))), "ok");
+    rec = admin(port, "PTTL ci:c:%s", ID_A);
+    assert_true(rec > 3600 * 1000);
+    assert_true(admin(port, "PTTL ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PTTL ci:i:ci_1") >= rec);
+    assert_true(admin(port, "PTTL ci:m:%s", ID_A) >= rec);
+}
+
 /* ---- what only a shared directory has ----------------------------------------------- */
 
 static json_object *create_on(fx *f, const char *node, const char *owner, int n,
@@ -1050,6 +1080,7 @@ int main(int argc, char **argv)
         TEST(test_memory_budget),
         TEST(test_items_bounded_oldest_first),
         TEST(test_retention),
+        TEST(test_memo_ttls_follow_the_record),
         TEST(test_nodes_count_apart),
         TEST(test_claim_due_exactly_once),
         TEST(test_busy_lease_runs_out),
