@@ -88,6 +88,7 @@ SMOKE = os.environ.get("SMOKE", "0") == "1"
 if SMOKE:
     for _knob, _value in (("SOAK", 100), ("PASS_ROUNDS", 4), ("PASS_SECONDS", 1),
                           ("PASS_SAT_ROUNDS", 4), ("MODULE_N_10K", 20), ("MODULE_N_1M", 3),
+                          ("MODULE_N_KINDS", 5),
                           ("SANDBOX_PAIRS", 3), ("RATE_SECONDS", 1)):
         os.environ.setdefault(_knob, str(_value))
 
@@ -101,6 +102,7 @@ PASS_DELAY_MS = [env_int("PASS_DELAY_MS", 10), env_int("PASS_DELAY_MS_1M", 20)]
 PASS_SAT_ROUNDS = env_int("PASS_SAT_ROUNDS", 6)
 MODULE_N_10K = env_int("MODULE_N_10K", 300)
 MODULE_N_1M = env_int("MODULE_N_1M", 100)
+MODULE_N_KINDS = env_int("MODULE_N_KINDS", 100)
 SANDBOX_PAIRS = env_int("SANDBOX_PAIRS", 100)
 RATE_SECONDS = env_int("RATE_SECONDS", 10)
 RATE_CONCURRENCY = [1, 8, 32, 64]        # phase 3: executions per second at these
@@ -549,6 +551,13 @@ CustomLog "{self.access_log}" bench
 </Location>
 <Location /model/plain/v1/responses>
   ProxyPass {model}
+</Location>
+# 2. requests without an owner (an owner expression that is always empty):
+# a sandbox of their own, no container
+<Location /model/anon/v1/responses>
+  ProxyPass {model}
+  CodeInterpreter On
+  CodeInterpreterOwner "%{{HTTP:X-Bench-No-Such-Header}}"
 </Location>
 # the same, with each sandbox start and execution in the error log
 <Location /model/trace/v1/responses>
@@ -1332,6 +1341,93 @@ class Bench:
         client.close()
         self.results["module_time"] = res
 
+    # The kinds of request phase 2 compares at 10 KB: (label, path, chained,
+    # target per round in us: the issue's).
+    KINDS = (("owner-less", "/model/anon/v1/responses", False, 120.0),
+             ("new conversation", "/model/ci/v1/responses", False, 200.0),
+             ("chained turn", "/model/ci/v1/responses", True, 150.0))
+
+    def module_time_by_kind(self, httpd, model, alog):
+        """Module time per round at 10 KB for a request without an owner
+        (no container), a new conversation (its container made at the first
+        call) and a turn chained to it (previous_response_id: its container
+        found), interleaved with a plain proxied round of the body the
+        module sends upstream: one conversation of each kind per iteration,
+        the order of the owner-less request and the plain round alternated
+        (the chained turn needs the new conversation's id)."""
+        log("   by kind, 10 KB, %d of each, interleaved with a plain round:" % MODULE_N_KINDS)
+        client = Client(httpd.port, owner="sk-bench-kinds")
+        # stored upstream (store: true), as a chained turn needs its
+        # predecessor to be, for every kind alike
+        body = json.loads(intercepted_body(KB10))
+        body["store"] = True
+        body = json.dumps(body).encode()
+        check = check_answer(1)
+        model.reset()
+        status, data, _ = client.post(self.KINDS[0][1], body, "k-probe")
+        if status != 200 or not check(data):
+            raise RuntimeError("owner-less request failed: %s %r" % (status, data[:500]))
+        first = base64.b64decode(model.requests()[0]["body_b64"])
+        ids = {k[0]: [] for k in self.KINDS}
+        ids["plain"] = []
+        plain = []                # the plain rounds as the client saw them (us)
+        failures = 0
+        t_end = time.time() + MAX_SECONDS_PER_LOOP
+        for i in range(MODULE_N_KINDS + 3):
+            if time.time() > t_end:
+                break
+            tag = "k%d" % i if i >= 3 else "kw%d" % i        # 3 of warm-up
+            edges = [("owner-less", body), ("plain", first)]
+            if i % 2:
+                edges.reverse()
+            order = [edges[0], ("new conversation", body), ("chained turn", None), edges[1]]
+            previous = None
+            for kind, b in order:
+                rid = "%s-%s" % (tag, kind.replace(" ", "-"))
+                path = {"plain": "/model/plain/v1/responses"}.get(
+                    kind, dict((k[0], k[1]) for k in self.KINDS).get(kind))
+                if kind == "chained turn":
+                    if previous is None:
+                        failures += 1
+                        continue
+                    b = json.loads(body)
+                    b["previous_response_id"] = previous
+                    b = json.dumps(b).encode()
+                status, data, secs = client.post(path, b, rid)
+                ok = status == 200 and (kind == "plain" or check(data))
+                if kind == "plain" and ok and i >= 3:
+                    plain.append(secs * 1e6)
+                if kind == "new conversation" and ok:
+                    previous = json.loads(data)["id"]
+                if not ok:
+                    failures += 1
+                elif i >= 3:
+                    ids[kind].append(rid)
+            if i % 20 == 19:
+                model.reset()
+        client.close()
+        entries = alog.entries([r for v in ids.values() for r in v])
+        res = {"failures": failures, "plain_round_p50_us": med(plain)}
+        log("     plain proxied round p50 %s" % fmt_us(med(plain)))
+        for kind, _, _, target in self.KINDS:
+            per_round = [entries[r]["module_us"] / entries[r]["rounds"] for r in ids[kind]
+                         if r in entries and entries[r]["rounds"] and
+                         entries[r]["module_us"] is not None]
+            p50 = med(per_round)
+            res[kind] = {"requests": len(per_round), "per_round_p50_us": p50,
+                         "per_round_p90_us": pct(per_round, 90),
+                         "vs_plain_round": ratio(p50, med(plain))}
+            log("     %-17s module time per round p50 %s  p90 %s  / plain round %s"
+                % (kind, fmt_us(p50), fmt_us(pct(per_round, 90)),
+                   fmt_ratio(res[kind]["vs_plain_round"])))
+            self.row("module time per round, 10 KB, %s" % kind,
+                     "p50 %s / p90 %s" % (fmt_us(p50), fmt_us(pct(per_round, 90))),
+                     "plain proxied round p50 %s" % fmt_us(med(plain)),
+                     fmt_ratio(res[kind]["vs_plain_round"]), "p50 <= %s" % fmt_us(target),
+                     "PASS" if p50 is not None and p50 <= target and not failures
+                     else "FAIL")
+        self.results["module_time_by_kind"] = res
+
     # ---- 3. sandbox -----------------------------------------------------
 
     def error_log_times(self, httpd, ids):
@@ -1726,6 +1822,7 @@ def main():
                 second.stop()
         if "2" in PHASES:
             bench.module_time(httpd, model, alog)
+            bench.module_time_by_kind(httpd, model, alog)
         if "3" in PHASES:
             bench.sandbox(httpd, model, alog)
         if "4" in PHASES:
