@@ -172,6 +172,16 @@ int ci_domain_covers(const char *pattern, const char *what)
     return wlen > plen && !strcmp(what + wlen - plen, pattern);
 }
 
+apr_array_header_t *ci_domains_split(apr_pool_t *p, const char *list)
+{
+    apr_array_header_t *out = apr_array_make(p, 4, sizeof(const char *));
+    char *copy = list ? apr_pstrdup(p, list) : NULL, *last, *entry;
+    for (entry = copy ? apr_strtok(copy, ",", &last) : NULL; entry;
+         entry = apr_strtok(NULL, ",", &last))
+        *(const char **)apr_array_push(out) = entry;
+    return out;
+}
+
 const char *ci_parse_proxy_url(apr_pool_t *p, const char *value)
 {
     apr_uri_t uri;

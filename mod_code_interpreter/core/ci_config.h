@@ -7,6 +7,7 @@
 #define CI_CONFIG_H
 
 #include <apr_pools.h>
+#include <apr_tables.h>
 #include <apr_time.h>
 
 #define CI_MAX_SECONDS 86400
@@ -36,6 +37,10 @@ const char *ci_parse_domain_pattern(apr_pool_t *p, const char *value, const char
  * or a pattern: "a.b" covers "a.b"; "*.b" covers "a.b", "x.a.b" and "*.a.b",
  * never "b". */
 int ci_domain_covers(const char *pattern, const char *what);
+/* The domains of LIST, comma separated as a sandbox definition and a
+ * container record hold them (ci_domains_join): const char *, from P; none
+ * for NULL. */
+apr_array_header_t *ci_domains_split(apr_pool_t *p, const char *list);
 /* http://HOST:PORT, the form of a forward proxy's address. */
 const char *ci_parse_proxy_url(apr_pool_t *p, const char *value);
 /* A secret given as env:VAR, file:PATH (first line, trimmed) or literally.

@@ -512,19 +512,24 @@ const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains)
     return out;
 }
 
+json_object *ci_domains_json(apr_pool_t *p, const char *list)
+{
+    apr_array_header_t *domains = ci_domains_split(p, list);
+    json_object *a = json_object_new_array();
+    int i;
+    for (i = 0; i < domains->nelts; i++)
+        json_object_array_add(a, json_object_new_string(APR_ARRAY_IDX(domains, i,
+                                                                      const char *)));
+    return a;
+}
+
 json_object *ci_network_policy_object(apr_pool_t *p, const char *allowlist)
 {
-    json_object *o = json_object_new_object(), *a;
-    char *list, *last, *entry;
+    json_object *o = json_object_new_object();
     json_object_object_add(o, "type", json_object_new_string(allowlist ? "allowlist"
                                                                        : "disabled"));
-    if (!allowlist)
-        return o;
-    a = json_object_new_array();
-    list = apr_pstrdup(p, allowlist);
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
-        json_object_array_add(a, json_object_new_string(entry));
-    json_object_object_add(o, "allowed_domains", a);
+    if (allowlist)
+        json_object_object_add(o, "allowed_domains", ci_domains_json(p, allowlist));
     return o;
 }
 

@@ -138,6 +138,8 @@ void ci_redact_secrets(json_object *tools);
 /* DOMAINS comma separated (what a sandbox definition and a container
  * record hold), or NULL when there are none. */
 const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains);
+/* The domains of LIST (comma separated) as a JSON array of strings. */
+json_object *ci_domains_json(apr_pool_t *p, const char *list);
 /* The network_policy object a container reports for ALLOWLIST (comma
  * separated; NULL: disabled). */
 json_object *ci_network_policy_object(apr_pool_t *p, const char *allowlist);

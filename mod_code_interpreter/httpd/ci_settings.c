@@ -219,14 +219,15 @@ const ci_sandbox_def *ci_sandbox_lookup(server_rec *s, const char *name)
 /* Whether TOOL allows every domain of ALLOWLIST. */
 static int allowlist_within(apr_pool_t *p, const ci_sandbox_def *tool, const char *allowlist)
 {
-    char *list, *last, *entry;
+    apr_array_header_t *domains;
+    int i;
     if (!allowlist)
         return 1;
     if (!tool->egress)
         return 0;
-    list = apr_pstrdup(p, allowlist);
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
-        if (!ci_sandbox_def_domain_allowed(p, tool, entry))
+    domains = ci_domains_split(p, allowlist);
+    for (i = 0; i < domains->nelts; i++)
+        if (!ci_sandbox_def_domain_allowed(p, tool, APR_ARRAY_IDX(domains, i, const char *)))
             return 0;
     return 1;
 }

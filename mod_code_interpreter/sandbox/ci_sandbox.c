@@ -114,10 +114,11 @@ ci_sandbox_def *ci_sandbox_def_defaults(apr_pool_t *p, const char *name,
 /* allowed_domains=a.org,*.b.org: each a domain pattern, normalised. */
 static const char *parse_domains(apr_pool_t *p, const char *v, const char **out)
 {
-    char *list = apr_pstrdup(p, v), *last, *entry;
+    apr_array_header_t *domains = ci_domains_split(p, v);
     const char *joined = NULL, *norm, *e;
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last)) {
-        if ((e = ci_parse_domain_pattern(p, entry, &norm)))
+    int i;
+    for (i = 0; i < domains->nelts; i++) {
+        if ((e = ci_parse_domain_pattern(p, APR_ARRAY_IDX(domains, i, const char *), &norm)))
             return e;
         joined = joined ? apr_pstrcat(p, joined, ",", norm, NULL) : norm;
     }
@@ -396,12 +397,13 @@ const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_d
 int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,
                                   const char *domain)
 {
-    char *list, *last, *entry;
+    apr_array_header_t *ceiling;
+    int i;
     if (!def->allowed_domains)
         return 1;
-    list = apr_pstrdup(p, def->allowed_domains);
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
-        if (ci_domain_covers(entry, domain))
+    ceiling = ci_domains_split(p, def->allowed_domains);
+    for (i = 0; i < ceiling->nelts; i++)
+        if (ci_domain_covers(APR_ARRAY_IDX(ceiling, i, const char *), domain))
             return 1;
     return 0;
 }

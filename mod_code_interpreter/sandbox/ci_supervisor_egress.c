@@ -17,6 +17,7 @@
 #include <unistd.h>
 #include <apr_file_io.h>
 #include <apr_strings.h>
+#include "ci_request.h"
 #include "ci_egress.h"
 #include "ci_json.h"
 #include "ci_log.h"
@@ -53,10 +54,7 @@ static json_object *proxy_secrets(apr_pool_t *p, const char *secrets)
 static const char *policy_of(apr_pool_t *p, const box *b)
 {
     json_object *o = ci_json_own(p, json_object_new_object());
-    json_object *domains = json_object_new_array();
-    char *list = apr_pstrdup(p, b->def->allowlist), *last, *entry;
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
-        json_object_array_add(domains, json_object_new_string(entry));
+    json_object *domains = ci_domains_json(p, b->def->allowlist);
     json_object_object_add(o, "container", json_object_new_string(
         b->tag && !strncmp(b->tag, "cntr_", 5) ? b->tag : ""));
     json_object_object_add(o, "tool", json_object_new_string(b->def->name));

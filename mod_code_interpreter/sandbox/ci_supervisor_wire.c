@@ -246,13 +246,16 @@ static const char *allowlist_parse(apr_pool_t *p, json_object *o, ci_sandbox_def
     const char *list = ci_json_str(o, "allowlist"), *proxy = ci_json_str(o, "egress_proxy");
     const char *ca = ci_json_str(o, "egress_ca");
     const char *norm;
-    char *copy, *last, *entry;
+    apr_array_header_t *domains;
+    int i;
     if (!list)
         return NULL;
-    copy = apr_pstrdup(p, list);
-    for (entry = apr_strtok(copy, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
+    domains = ci_domains_split(p, list);
+    for (i = 0; i < domains->nelts; i++) {
+        const char *entry = APR_ARRAY_IDX(domains, i, const char *);
         if (ci_parse_domain_pattern(p, entry, &norm) || strcmp(norm, entry))
             return "the allowlist is not valid";
+    }
     if (proxy && ci_parse_proxy_url(p, proxy))
         return "the egress proxy is not valid";
     if (ca && ca[0] != '/')

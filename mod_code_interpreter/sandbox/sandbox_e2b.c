@@ -32,6 +32,7 @@
 #include <apr_network_io.h>
 #include <apr_strings.h>
 #include <apr_uri.h>
+#include "ci_request.h"
 #include "ci_config.h"
 #include "ci_curl.h"
 #include "ci_json.h"
@@ -384,11 +385,8 @@ static apr_status_t sandbox_cleanup(void *data)
  * fall to the IP rules, which deny them. */
 static json_object *network_of(apr_pool_t *p, const char *allowlist)
 {
-    json_object *net = json_object_new_object(), *allow = json_object_new_array();
+    json_object *net = json_object_new_object(), *allow = ci_domains_json(p, allowlist);
     json_object *deny = json_object_new_array();
-    char *list = apr_pstrdup(p, allowlist), *last, *entry;
-    for (entry = apr_strtok(list, ",", &last); entry; entry = apr_strtok(NULL, ",", &last))
-        json_object_array_add(allow, json_object_new_string(entry));
     json_object_array_add(deny, json_object_new_string("0.0.0.0/0"));
     json_object_object_add(net, "allowOut", allow);
     json_object_object_add(net, "denyOut", deny);

@@ -2559,6 +2559,13 @@ static void test_network_policy_parse(void **state)
     memset(&err, 0, sizeof(err));
     assert_int_equal(ci_network_policy_parse(p, v, "np", &domains, &secrets, &err), 0);
     assert_string_equal(ci_domains_join(p, domains), "api.example.org,*.cdn.org");
+    /* and back, as records and definitions are read */
+    assert_int_equal(ci_domains_split(p, ci_domains_join(p, domains))->nelts, 2);
+    assert_string_equal(APR_ARRAY_IDX(ci_domains_split(p, "api.example.org,*.cdn.org"), 1,
+                                      const char *), "*.cdn.org");
+    assert_int_equal(ci_domains_split(p, NULL)->nelts, 0);
+    assert_string_equal(ci_json_text(ci_json_own(p, ci_domains_json(p, "a.org,*.b.org")),
+                                     NULL), "[\"a.org\",\"*.b.org\"]");
     assert_int_equal(secrets->nelts, 2);
     assert_string_equal(APR_ARRAY_IDX(secrets, 1, ci_domain_secret).domain, "x.cdn.org");
     assert_string_equal(APR_ARRAY_IDX(secrets, 0, ci_domain_secret).value, "s3cret");
