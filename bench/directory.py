@@ -8,7 +8,10 @@ against the scripted model. Each request makes one code call, then answers.
 The figure is `module_us` of the access log: parsing, rewriting,
 assembling and the directory's questions, not the sandbox's or the
 upstream's time; p50 and p90 over N of each, and Redis' figure as a ratio to
-the supervisor's, measured in the same run.
+the supervisor's, measured in the same run. Then one conversation of LONG
+(40) chained turns per server: the module time of its last 5 turns against
+that of its turns 2 to 6 (a turn must not cost more the longer the
+conversation).
 
 With BEFORE=/path/to/an/earlier/mod_code_interpreter.so the earlier build
 is measured in the same run, side by side: a server of each build per
@@ -16,7 +19,7 @@ directory, their requests interleaved one conversation at a time (A B,
 then B A), and the table gains the earlier figures and the ratio
 now/before.
 
-Usage: [BEFORE=...] /usr/bin/python3 bench/directory.py [N]   (default 60;
+Usage: [BEFORE=...] [LONG=40] /usr/bin/python3 bench/directory.py [N]   (default 60;
 as root, with the module built: scripts/build.sh; redis-server installed)
 """
 import os
@@ -38,6 +41,10 @@ WARMUP = 5
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 LINE = re.compile(r'^POST /v1/responses HTTP/1\.1 200 .* module_us=(\d+)')
 KINDS = ("owner-less", "new conversation", "chained turn")
+# Then one long conversation per server: its early turns (2 to SPAN + 1)
+# against its last SPAN, which must cost no more.
+LONG = int(os.environ.get("LONG", "40"))
+SPAN = 5
 
 
 def post(server, headers, **extra):
@@ -67,15 +74,30 @@ def conversation(server, key):
 
 def figures(server, n):
     """module_us and the client's latency of each kind, as lists in KINDS'
-    order, warm-up left out: {"module": [...], "latency": [...]}."""
+    order, warm-up left out: {"module": [...], "latency": [...]}; and the
+    module_us of the long conversation's early and late turns ("long")."""
     with open(server.access_log) as f:
-        us = [int(m.group(1)) for m in map(LINE.match, f) if m]
-    us = us[len(KINDS) * WARMUP:]
-    lat = server.latencies[len(KINDS) * WARMUP:]
-    assert len(us) == len(lat) == len(KINDS) * n, \
-        "%d access log lines, %d answers for %d conversations" % (len(us), len(lat), n)
+        logged = [int(m.group(1)) for m in map(LINE.match, f) if m]
+    short = len(KINDS) * (WARMUP + n)
+    assert len(logged) == len(server.latencies) == short + LONG, \
+        "%d access log lines, %d answers for %d conversations and %d turns" % (
+            len(logged), len(server.latencies), n, LONG)
+    us, lat = logged[len(KINDS) * WARMUP:short], server.latencies[len(KINDS) * WARMUP:short]
+    turns = logged[short:]
     return {"module": [us[i::len(KINDS)] for i in range(len(KINDS))],
-            "latency": [lat[i::len(KINDS)] for i in range(len(KINDS))]}
+            "latency": [lat[i::len(KINDS)] for i in range(len(KINDS))],
+            "long": {"early": turns[1:1 + SPAN], "late": turns[-SPAN:]}}
+
+
+def long_conversation(servers, key):
+    """One conversation of LONG chained turns on each server, their turns
+    interleaved."""
+    me = {"Authorization": "Bearer " + key + "-long"}
+    previous = {id(s): None for s in servers}
+    for t in range(LONG):
+        for server in (servers if t % 2 == 0 else servers[::-1]):
+            extra = {"previous_response_id": previous[id(server)]} if t else {}
+            previous[id(server)] = post(server, me, **extra)["id"]
 
 
 def pct(values, q):
@@ -96,6 +118,7 @@ def measure(model_port, directory, extra, builds, n):
         for i in range(WARMUP + n):
             for server in (order if i % 2 == 0 else order[::-1]):
                 conversation(server, key)
+        long_conversation(order, key)
         return {build: figures(server, n) for build, server in servers.items()}
     finally:
         for server in servers.values():
@@ -130,6 +153,17 @@ def main():
           "module: module_us of the access log; latency: as the client saw it" % n)
     for figure in ("module", "latency"):
         table(figure, results, builds)
+    print("\n| a conversation of %d turns | directory | " % LONG + " | ".join(
+        "%s: turns 2-%d / last %d, module p50 (ratio)" % (b, SPAN + 1, SPAN) for b in builds)
+        + " |")
+    print("|---" * (2 + len(builds)) + "|")
+    for directory in ("supervisor", "redis"):
+        cells = []
+        for b in builds:
+            got = results[directory][b]["long"]
+            early, late = statistics.median(got["early"]), statistics.median(got["late"])
+            cells.append("%d / %d µs (%.2f)" % (early, late, late / early))
+        print("| module time of a turn | %s | %s |" % (directory, " | ".join(cells)))
 
 
 def table(figure, results, builds):
