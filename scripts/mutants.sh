@@ -257,7 +257,7 @@ MUTANTS = [
      "a chained turn looks its container up again after the response's answer had it",
      ["test/test_shared_directory.py::test_a_chained_turn_asks_the_directory_three_times"]),
     ("redis-directory-as-script", "mod_code_interpreter/core/ci_redis.c",
-     "    k->functions = library_source(p, k) != NULL;\n    return k->functions ? NULL : load_script(p, k);",
+     "    k->functions = ends_as_script();\n    return k->functions ? NULL : load_script(p, k);",
      "    return load_script(p, k);",
      "the Redis directory runs as a script, its definitions made again at every call",
      ["test/test_redisdir_unit.py::test_redis_directory[test_function_or_script]"]),
