@@ -216,9 +216,8 @@ MUTANTS = [
      "a symlink is listed as a container file",
      ["test/test_container_files.py::test_symlinks_and_fifos_are_never_served"]),
     ("files-list-owner-unchecked", "mod_code_interpreter/sandbox/ci_directory_ops.c",
-     '    return ci_directory_get(o->d, ci_json_str(o->req, "id"), o->owner, c);',
-     '    return (*c = ci_directory_find(o->d, ci_json_str(o->req, "id"))) ? CI_DIR_OK\n'
-     '                                                                    : CI_DIR_NOT_FOUND;',
+     '    return ci_directory_get(o->d, id, o->owner, c);',
+     '    return (*c = ci_directory_find(o->d, id)) ? CI_DIR_OK : CI_DIR_NOT_FOUND;',
      "a container is found whoever owns it: another caller's container's files are listed",
      ["test/test_container_files.py::test_foreign_and_unknown_read_as_not_found"]),
     ("files-fileop-jumps-the-queue", "mod_code_interpreter/sandbox/ci_supervisor_files.c",

@@ -180,9 +180,15 @@ static void op_create(op *o)
     }
 }
 
+/* Container ID of the asker (another owner's reads as unknown). */
+static ci_dir_status get_by_id(op *o, const char *id, ci_container **c)
+{
+    return ci_directory_get(o->d, id, o->owner, c);
+}
+
 static ci_dir_status get_named(op *o, ci_container **c)
 {
-    return ci_directory_get(o->d, ci_json_str(o->req, "id"), o->owner, c);
+    return get_by_id(o, ci_json_str(o->req, "id"), c);
 }
 
 /* Container ID of the asker, touched and held by the asking request when
@@ -190,7 +196,7 @@ static ci_dir_status get_named(op *o, ci_container **c)
 static ci_dir_status get_for_use(op *o, const char *id, ci_container **c)
 {
     json_object *touch = ci_json_get(o->req, "touch", json_type_boolean);
-    ci_dir_status st = ci_directory_get(o->d, id, o->owner, c);
+    ci_dir_status st = get_by_id(o, id, c);
     if (st == CI_DIR_OK && touch && json_object_get_boolean(touch)) {
         ci_directory_touch(o->d, *c, o->now);
         hold(o, *c);
