@@ -794,6 +794,8 @@ class Sandbox:
 
 
 class FakeE2BServer(ThreadingHTTPServer):
+    # a deep backlog, as the real service has (see FakeModelServer)
+    request_queue_size = 1024
     daemon_threads = True
     allow_reuse_address = True
     block_on_close = False

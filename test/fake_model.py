@@ -1124,6 +1124,11 @@ class Handler(BaseHTTPRequestHandler):
 
 
 class FakeModelServer(ThreadingHTTPServer):
+    # A real service listens with a deep backlog. Python's default of 5
+    # overflows when a hundred conversations connect at once: the kernel then
+    # drops the handshake's last ACK and a connection can wait, unaccepted,
+    # for the proxy's whole timeout (a 502 that no real upstream would cause).
+    request_queue_size = 1024
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
