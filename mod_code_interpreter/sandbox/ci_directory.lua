@@ -57,8 +57,9 @@ Data model:
                        (not evicted, not claimed); busy, busy_until: a run.
   ci:d         zset    expiry (last_active_at + idle) -> id: running
                        containers' deadlines, for claim_due.
-  ci:r:RID     string  {c: container id, o: owner}: the container response
-                       RID used. TTL: at least its container's record's.
+  ci:r:RID     string  {c: container id, o: owner, p: whether it left output
+                       pending}: the container response RID used. TTL: at
+                       least its container's record's.
   ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_", "sh_", "sho_" ids, and
                        "pending:RID" for a response's pending output).
                        TTL: at least its container's record's.
@@ -70,7 +71,8 @@ Data model:
   ci:is        hash    item id -> bytes       the byte bound (counted as
   ci:ib        string  total bytes             ci_directory counts them)
   ci:iseq      string  the items' sequence
-The owner, node and index keys get the longest TTL of what they hold; ci:d
+The owner, node and index keys get the longest TTL of what they hold (and
+up to 10 minutes more, so that a use does not raise them every time); ci:d
 and the item bookkeeping live on, and every reader drops an entry whose
 record is gone (a TTL ran out) or forgotten (by NOW).
 
@@ -115,6 +117,10 @@ local NULL
 -- makes one (set by apply: the script runs as a function Redis keeps, its
 -- definitions made once, or as a script run whole each time).
 local now, fresh_id
+-- What this call has learnt already (reset by apply): the records it read
+-- or wrote, by id (false: gone), and the TTL floor of each container's
+-- memos (keep_memos), so that one operation asks Redis for each once.
+local records, memo_floors
 
 -- ---- JSON ----------------------------------------------------------------
 -- cjson writes numbers with 14 digits (microsecond times have 16) and
@@ -130,11 +136,29 @@ local function encode_array(t)
   return '[' .. table.concat(parts, ',') .. ']'
 end
 
+-- cjson writes an object, but for what it would write wrongly: tables
+-- within (an array may be empty) and numbers past 14 digits. Those are
+-- written here and taken out of T while cjson writes the rest (put back
+-- at once). Keys come in no particular order.
+local BIG = 1e14
 local function encode_object(t)
-  local keys, parts = {}, {}
-  for k in pairs(t) do keys[#keys + 1] = k end
-  table.sort(keys)
-  for i, k in ipairs(keys) do parts[i] = cjson.encode(k) .. ':' .. encode(t[k]) end
+  local own
+  for k, v in pairs(t) do
+    local ty = type(v)
+    if ty == 'table' or ty == 'number' and (v >= BIG or v <= -BIG) then
+      own = own or {}
+      own[#own + 1] = k
+    end
+  end
+  if not own then return cjson.encode(t) end
+  local parts, saved = {}, {}
+  for i, k in ipairs(own) do
+    parts[i] = cjson.encode(k) .. ':' .. encode(t[k])
+    saved[i], t[k] = t[k], nil
+  end
+  local rest = cjson.encode(t)
+  for i, k in ipairs(own) do t[k] = saved[i] end
+  if rest ~= '{}' then parts[#parts + 1] = string.sub(rest, 2, -2) end
   return '{' .. table.concat(parts, ',') .. '}'
 end
 
@@ -195,9 +219,16 @@ local function ttl_ms(r)
   return math.floor(math.max(horizon(r) - now, 0) / 1000) + GRACE_MS
 end
 
+-- Keys whose TTL follows what they hold are raised SLACK_MS past it when
+-- they fall short, not to it: a use moves a container's horizon on a
+-- little, and raising to the horizon itself would cost a PEXPIRE at every
+-- use. (A key that outlives what it holds by up to SLACK_MS is garbage
+-- nobody reads: every reader checks the record.)
+local SLACK_MS = 600000
+
 -- An index key lives as long as the longest-lived thing it holds.
 local function extend(key, ms)
-  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, num(ms)) end
+  if redis.call('PTTL', key) < ms then redis.call('PEXPIRE', key, num(ms + SLACK_MS)) end
 end
 
 -- ---- records ---------------------------------------------------------------
@@ -209,19 +240,23 @@ local function forgotten(r) return r.status ~= 'running' and r.forget_at <= now 
 -- TTL is their floor (no member's is lower): when it falls below MS, all
 -- of them are raised together to SLACK_MS past it. A save then costs one
 -- PTTL, not a PEXPIRE per memo, and a conversation's turns no longer cost
--- more the longer it gets. (A memo outliving its record by up to SLACK_MS
--- is garbage nobody reads: every reader checks the record.) The floor.
-local SLACK_MS = 600000
+-- more the longer it gets. Returns the floor, and whether the set exists
+-- (a set not made yet takes its TTL when its first member is added).
 local function keep_memos(id, ms)
+  local known = memo_floors[id]
+  if known and known.floor >= ms then return known.floor, known.exists end
   local set = k_memos(id)
   local floor = redis.call('PTTL', set)
-  if floor >= ms then return floor end
-  floor = ms + SLACK_MS
-  for _, key in ipairs(redis.call('SMEMBERS', set)) do
-    redis.call('PEXPIRE', key, num(floor))
+  local exists = floor ~= -2
+  if floor < ms then
+    floor = ms + SLACK_MS
+    for _, key in ipairs(exists and redis.call('SMEMBERS', set) or {}) do
+      redis.call('PEXPIRE', key, num(floor))
+    end
+    if exists then redis.call('PEXPIRE', set, num(floor)) end
   end
-  redis.call('PEXPIRE', set, num(floor))
-  return floor
+  memo_floors[id] = { floor = floor, exists = exists }
+  return floor, exists
 end
 
 local function save(r)
@@ -240,6 +275,7 @@ local function purge(id, r)
     if item then drop_item(item) else redis.call('DEL', key) end
   end
   redis.call('DEL', k_memos(id), k_rec(id))
+  records[id], memo_floors[id] = false, nil
   redis.call('ZREM', K_DEADLINES, id)
   if r then
     redis.call('ZREM', k_listed(r.owner), id)
@@ -267,9 +303,12 @@ end
 -- The record of ID as stored, whatever NOW says (nil when gone or not one
 -- of ours).
 local function raw(id)
+  local known = records[id]
+  if known ~= nil then return known or nil end
   local r = decode(redis.call('GET', k_rec(id)))
-  if r and well_formed(r, id) then return r end
-  return nil
+  if not (r and well_formed(r, id)) then r = nil end
+  records[id] = r or false
+  return r
 end
 
 -- The record of ID, unless gone or forgotten by NOW.
@@ -455,6 +494,7 @@ local function new_rec(req, owner, id, node, lim, idle)
   extend(k_live(owner), ms)
   extend(k_node(node), ms)
   save(r)
+  records[id] = r
   return r
 end
 
@@ -465,49 +505,61 @@ end
 drop_item = function(item)
   local m = decode(redis.call('GET', k_item(item)))
   local bytes = tonumber(redis.call('HGET', K_SIZES, item) or '0')
-  if m then redis.call('SREM', k_memos(m.c), k_item(item)) end
+  if m then
+    redis.call('SREM', k_memos(m.c), k_item(item))
+    memo_floors[m.c] = nil                    -- the set may be gone with it
+  end
   redis.call('DEL', k_item(item))
   redis.call('ZREM', K_AGE, item)
   redis.call('HDEL', K_SIZES, item)
   if bytes > 0 then redis.call('DECRBY', K_BYTES, num(bytes)) end
 end
 
--- Oldest items go first past the byte bound.
-local function bound_items(max)
-  while max > 0 and tonumber(redis.call('GET', K_BYTES) or '0') > max do
+-- Oldest items go first past the byte bound (TOTAL: the bytes counted now).
+local function bound_items(max, total)
+  while max > 0 and total > max do
     local oldest = redis.call('ZRANGE', K_AGE, 0, 0)[1]
     if not oldest then break end
     drop_item(oldest)
+    total = tonumber(redis.call('GET', K_BYTES) or '0')
   end
 end
 
 -- KEY (a ci:r or ci:i key) now leads to R, for as long as R is kept.
 local function attach(key, value, r)
-  local floor = keep_memos(r.id, ttl_ms(r))
+  local floor, exists = keep_memos(r.id, ttl_ms(r))
   redis.call('SET', key, encode(value), 'PX', num(floor))
   redis.call('SADD', k_memos(r.id), key)
   -- a set made just now has no TTL yet: the floor is its first member's
-  if redis.call('PTTL', k_memos(r.id)) < 0 then
+  if not exists then
     redis.call('PEXPIRE', k_memos(r.id), num(floor))
+    memo_floors[r.id].exists = true
   end
 end
 
 local function remember(item, r, text, max)
   local bytes = MEMO_OVERHEAD + #item + 1 + #text + 1
-  if redis.call('EXISTS', k_item(item)) == 1 or redis.call('HEXISTS', K_SIZES, item) == 1 then
-    drop_item(item)
-  end
+  -- an item remembered again (its sizes entry goes and comes with its key)
+  if redis.call('HEXISTS', K_SIZES, item) == 1 then drop_item(item) end
   attach(k_item(item), { c = r.id, o = r.owner, t = text }, r)
   redis.call('ZADD', K_AGE, redis.call('INCR', K_SEQ), item)
   redis.call('HSET', K_SIZES, item, num(bytes))
-  redis.call('INCRBY', K_BYTES, num(bytes))
-  bound_items(max)
+  bound_items(max, redis.call('INCRBY', K_BYTES, num(bytes)))
 end
 
-local function map_response(rid, r)
+-- RID led to R; PENDING: whether it left output pending. (p false tells
+-- the next turn not to look for any. A memo without p, as older versions
+-- wrote it or a response finished again after one that may have left
+-- some, has it looked for.)
+local function map_response(rid, r, pending)
   local old = decode(redis.call('GET', k_resp(rid)))
-  if old then redis.call('SREM', k_memos(old.c), k_resp(rid)) end
-  attach(k_resp(rid), { c = r.id, o = r.owner }, r)
+  local p = pending
+  if old then
+    redis.call('SREM', k_memos(old.c), k_resp(rid))
+    memo_floors[old.c] = nil
+    if not p and old.p ~= false then p = nil end
+  end
+  attach(k_resp(rid), { c = r.id, o = r.owner, p = p }, r)
 end
 
 -- What KEY (a ci:r or ci:i key) holds, for OWNER, while its container is kept.
@@ -661,7 +713,7 @@ local function op_response(o)
   o.ans.status = m and 'ok' or 'not_found'
   if not m then return end
   o.ans.container_id = m.c
-  local pending = memo_of(k_item('pending:' .. rid), o.owner)
+  local pending = m.p ~= false and memo_of(k_item('pending:' .. rid), o.owner) or nil
   o.ans.pending = pending and pending.t or NULL
   -- touch: the turn goes on in that container, and this one question
   -- answers what get would (a chained turn asks once, not twice)
@@ -690,7 +742,7 @@ local function op_finish(o)
     if text and our_item(id) then remember(id, r, text, max) end
   end
   if not rid then return end
-  map_response(rid, r)
+  map_response(rid, r, pending ~= nil)
   if pending then remember('pending:' .. rid, r, pending, max) end
 end
 
@@ -752,6 +804,7 @@ local ops = {
 local function apply(args)
   NULL = cjson.null
   now = tonumber(args[2])
+  records, memo_floors = {}, {}
   fresh_id = 'cntr_' .. (args[3] or '')
   local req = decode(args[1])
   local o = { req = req, ans = { gone = array() } }

@@ -667,6 +667,82 @@ static void test_memo_ttls_follow_the_record(void **state)
     assert_true(admin(port, "PTTL ci:m:%s", ID_A) >= rec);
 }
 
+/* A response id's memo as versions before the pending flag wrote it (no
+ * "p"): its pending output is still looked for, in a cluster of mixed
+ * versions. */
+static void test_an_older_response_memo_still_finds_pending(void **state)
+{
+    fx *f = *state;
+    ask_redis(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
+              "\",\"tool\":\"local\",\"idle\":600}", T0);
+    ask_redis(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+              "\",\"response_id\":\"resp_1\",\"pending\":\"[1]\"}", T0 + 1);
+    admin(env_port("REDIS_PORT"), "SET ci:r:resp_1 %s KEEPTTL",
+          "{\"c\":\"" ID_A "\",\"o\":\"own_a\"}");
+    assert_string_equal(ci_json_str(ask_redis(f, "{\"op\":\"response\",\"owner\":"
+                                              "\"own_a\",\"response_id\":\"resp_1\"}",
+                                              T0 + 2), "pending"), "[1]");
+}
+
+/* The commands Redis has run in all (its INFO commandstats), less the ones
+ * that are not the directory's own work: the calls that run it and the
+ * tests' questions about it. */
+static long long commands_run(const char *port)
+{
+    static const char *const not_work[] = { "fcall", "evalsha", "eval", "function", "info",
+                                            "ping", "hello", "auth", "client", NULL };
+    struct timeval tv = { 2, 0 };
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", atoi(port), tv);
+    redisReply *r;
+    long long total = 0;
+    const char *line;
+    assert_non_null(ctx);
+    r = redisCommand(ctx, "INFO commandstats");
+    assert_true(r && r->type == REDIS_REPLY_STRING);
+    for (line = strstr(r->str, "cmdstat_"); line; line = strstr(line + 1, "cmdstat_")) {
+        const char *name = line + strlen("cmdstat_"), *colon = strchr(name, ':');
+        const char *calls = strstr(name, "calls=");
+        int i, skip = 0;
+        for (i = 0; not_work[i]; i++)
+            skip |= (size_t)(colon - name) == strlen(not_work[i]) &&
+                    !strncmp(name, not_work[i], colon - name);
+        if (!skip)
+            total += atoll(calls + strlen("calls="));
+    }
+    freeReplyObject(r);
+    redisFree(ctx);
+    return total;
+}
+
+/* A chained turn's two questions (response with touch, then finish with
+ * its item) cost Redis few commands: each record is read once per
+ * question, a use raises no TTL that is already far enough, the byte
+ * bound is checked from the count it just made, a response that left no
+ * output pending is not asked for it. (35 before these were
+ * counted; a regression shows here before it shows in a benchmark.) */
+static void test_a_chained_turn_costs_few_commands(void **state)
+{
+    fx *f = *state;
+    const char *port = env_port("REDIS_PORT");
+    long long before, used;
+    ask_redis(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
+              "\",\"tool\":\"local\",\"idle\":600,\"hold\":60}", T0);
+    ask_redis(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+              "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}",
+              T0 + 1);
+    before = commands_run(port);
+    assert_string_equal(json_object_get_string(json_object_object_get(ask_redis(
+        f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\","
+           "\"touch\":true,\"hold\":60}", T0 + SEC(5)), "container_status")), "ok");
+    assert_string_equal(status(ask_redis(f, "{\"op\":\"finish\",\"owner\":\"own_a\","
+                                         "\"container_id\":\"" ID_A "\",\"response_id\":"
+                                         "\"resp_2\",\"items\":[{\"id\":\"ci_2\",\"text\":"
+                                         "\"[2]\"}]}", T0 + SEC(6))), "ok");
+    used = commands_run(port) - before;
+    if (used > 27)
+        fail_msg("a chained turn ran %lld commands in Redis (at most 27)", used);
+}
+
 /* ---- what only a shared directory has ----------------------------------------------- */
 
 static json_object *create_on(fx *f, const char *node, const char *owner, int n,
@@ -1081,6 +1157,8 @@ int main(int argc, char **argv)
         TEST(test_items_bounded_oldest_first),
         TEST(test_retention),
         TEST(test_memo_ttls_follow_the_record),
+        TEST(test_a_chained_turn_costs_few_commands),
+        TEST(test_an_older_response_memo_still_finds_pending),
         TEST(test_nodes_count_apart),
         TEST(test_claim_due_exactly_once),
         TEST(test_busy_lease_runs_out),
