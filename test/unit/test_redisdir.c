@@ -131,13 +131,20 @@ static json_object *parse(apr_pool_t *p, const char *text)
     return o;
 }
 
+/* REQ asked of Redis through configuration C (it must answer). */
+static json_object *ask_redis_as(fx *f, const ci_redis_conf *c, const char *req,
+                                 apr_time_t now)
+{
+    const char *answer = NULL, *err = NULL;
+    if (ci_redis_dir(f->p, c, req, strlen(req), now, &answer, &err) != 0)
+        fail_msg("%s: %s", req, err);
+    return parse(f->p, answer);
+}
+
 /* REQ asked of Redis (it must answer). */
 static json_object *ask_redis(fx *f, const char *req, apr_time_t now)
 {
-    const char *answer = NULL, *err = NULL;
-    if (ci_redis_dir(f->p, &f->conf, req, strlen(req), now, &answer, &err) != 0)
-        fail_msg("%s: %s", req, err);
-    return parse(f->p, answer);
+    return ask_redis_as(f, &f->conf, req, now);
 }
 
 /* Container C without what only Redis' records carry: "node", and the
@@ -1025,15 +1032,6 @@ static size_t libraries(const char *port)
     return n;
 }
 
-/* The status REQ is answered with, asked with C. */
-static const char *ask_as(fx *f, const ci_redis_conf *c, const char *req)
-{
-    const char *answer = NULL, *err = NULL;
-    if (ci_redis_dir(f->p, c, req, strlen(req), T0, &answer, &err) != 0)
-        fail_msg("%s: %s", req, err);
-    return status(parse(f->p, answer));
-}
-
 /* Where Redis has functions the directory is one (its definitions made once,
  * not at every call), loaded again when Redis lost it; a user whose ACL
  * denies FUNCTION gets the same directory as a script. */
@@ -1052,11 +1050,11 @@ static void test_function_or_script(void **state)
     assert_int_equal(libraries(port), 1);
     admin(port, "FUNCTION FLUSH");
     admin(port, "ACL SETUSER ci_scripts on >scripts-pw-1 ~* &* +@all -function");
-    assert_string_equal(ask_as(f, &scripts_only, "{\"op\":\"create\",\"owner\":\"own_a\","
-                               "\"node\":\"n1\",\"id\":\"" ID_A "\",\"tool\":\"local\"}"),
-                        "ok");
-    assert_string_equal(ask_as(f, &scripts_only, "{\"op\":\"get\",\"owner\":\"own_a\","
-                               "\"id\":\"" ID_A "\"}"), "ok");
+    assert_string_equal(status(ask_redis_as(f, &scripts_only, "{\"op\":\"create\",\"owner\":"
+                                            "\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
+                                            "\",\"tool\":\"local\"}", T0)), "ok");
+    assert_string_equal(status(ask_redis_as(f, &scripts_only, "{\"op\":\"get\",\"owner\":"
+                                            "\"own_a\",\"id\":\"" ID_A "\"}", T0)), "ok");
     assert_int_equal(libraries(port), 0);
     admin(port, "ACL DELUSER ci_scripts");
 }
