@@ -269,6 +269,42 @@ def test_expired_auto_container_is_replaced_and_the_model_told(httpd, model):
                            "from before are gone and must be recreated.\n" % old)
 
 
+GONE = ("Not run: this container no longer runs (it was deleted, or it expired); its "
+        "variables and files are gone. The next turn of the conversation gets a new "
+        "container.")
+
+
+def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(httpd, model, me):
+    """The turn found its container; the caller deletes it before the
+    turn's first call (the model still thinking): the call is not run, the
+    model is told so, and no sandbox is started for the deleted container."""
+    first = first_turn(httpd, headers=me)
+    cid = calls_of(first)[0]["container_id"]
+    before = httpd.sandbox_processes()
+    model.reset()
+    result = {}
+
+    def second_turn():
+        result["answer"] = httpd.post("/v1/responses", ci_body(
+            [[{"hold": "deleted"}, {"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]],
+            include=True, previous_response_id=first["id"]), headers=me)
+
+    t = threading.Thread(target=second_turn)
+    t.start()
+    wait_until(lambda: model.holds()["waiting"] == ["deleted"], "the turn to wait for the model")
+    assert api(httpd, "DELETE", "/v1/containers/" + cid, headers=me)[0] == 200
+    wait_until(lambda: before - httpd.sandbox_processes(), "the container's sandbox to go")
+    model.release("deleted")
+    t.join()
+    status, _, out = result["answer"]
+    assert status == 200, out
+    [call] = calls_of(out)
+    assert (call["container_id"], call["status"], call["outputs"]) == \
+        (cid, "completed", [{"type": "logs", "logs": GONE}])
+    assert text_of(out["output"][-1]) == GONE
+    assert httpd.sandbox_processes() - before == set()
+
+
 # ------------------------------------------------------ one at a time
 
 def test_two_requests_on_one_container_take_turns(httpd, model):

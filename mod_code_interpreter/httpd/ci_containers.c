@@ -238,6 +238,7 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
         return 409;
     st->container_id = id;
     st->container_exists = 1;
+    st->container_found = ans;
     return OK;
 }
 
@@ -313,6 +314,7 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
             return 409;
         st->container_id = apr_pstrdup(r->pool, named);
         st->container_exists = 1;
+        st->container_found = ans;
         break;
     case CI_DIR_EXPIRED:
         st->container_lost = apr_pstrdup(r->pool, named);
@@ -471,6 +473,28 @@ static apr_time_t wait_until(request_rec *r, const ci_req_state *st)
     return until < end ? until : end;
 }
 
+/* The answer that found ST's container at resolve, when the first call may
+ * use it rather than ask again: a local sandbox's, with the supervisor's
+ * directory. A container deleted in between is then found gone where its
+ * sandbox is, since the supervisor's ATTACH checks that the container
+ * still runs, and the call is answered so (ci_session's container_gone).
+ * Otherwise the directory is asked again: with a shared one, a node's
+ * supervisor learns of the container from the answer (ci_dirclient_adopt)
+ * and would start a sandbox for one deleted since; a remote sandbox may
+ * still answer while its deletion is on its way. */
+static json_object *found_at_resolve(request_rec *r, ci_req_state *st)
+{
+    json_object *ans = st->container_found;
+    const ci_sandbox_def *def;
+    ci_container c;
+    st->container_found = NULL;
+    if (!ans || ci_server_directory(r->server) ||
+        ci_dirclient_container(r->pool, ans, "container", &c) ||
+        !(def = ci_containers_tool(r, &c)) || (def->provider->caps & CI_CAP_REMOTE))
+        return NULL;
+    return ans;
+}
+
 apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
                                   ci_container *out, ci_error *err)
 {
@@ -479,7 +503,8 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
     int waited = 0;
     apr_time_t began;
     if (st->container_exists) {
-        if (!(ans = lookup(r, st->owner, st->container_id, 1)))
+        if (!(ans = found_at_resolve(r, st)) &&
+            !(ans = lookup(r, st->owner, st->container_id, 1)))
             return unavailable(r, err), APR_EGENERAL;
         if ((why = status_of(ans)) != CI_DIR_OK) {
             ci_error_set(err, 400, CI_INVALID, NULL, "container_expired", r->pool,

@@ -26,6 +26,9 @@ typedef struct ci_req_state {
     int container_lost_tool;   /* ... because of its tool */
     const char *container_held;/* the container the directory holds for this
                                   request: let go at its end (finish) */
+    struct json_object *container_found; /* the directory's answer that found
+                                  container_id at resolve (touched, held),
+                                  for its first call; NULL once used */
     apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
                                   (ci_filesapi_file): put into the container
                                   when this request makes it */

@@ -301,19 +301,27 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     return APR_SUCCESS;
 }
 
-/* The container's sandbox is gone at its provider (E2B ends a sandbox at
- * its plan's lifetime cap whatever its timeout): the container expired.
- * The call is answered, not the request failed: the model is told, and the
- * conversation's next turn gets a new container (and is told so too). */
+/* The container's sandbox is gone: at its provider (E2B ends a sandbox at
+ * its plan's lifetime cap whatever its timeout), where the container
+ * expires now; or, a local one, the container was deleted (or expired)
+ * after this request found it (ci_containers_ensure did not ask again).
+ * The call is answered, not the request failed: the model is told, and
+ * the conversation's next turn gets a new container (and is told so too). */
 static apr_status_t container_gone(ci_session *s, ci_exec_result *res)
 {
-    ci_containers_expired(s->r, s->st);
+    int remote = (s->def->provider->caps & CI_CAP_REMOTE) != 0;
+    if (remote)
+        ci_containers_expired(s->r, s->st);
     memset(res, 0, sizeof(*res));
     res->outcome = CI_EXEC_NOT_RUN;
     res->text = "";
-    res->failure = "Not run: this container expired at the sandbox service (its "
-                   "lifetime ran out); its variables and files are gone. The next turn "
-                   "of the conversation gets a new container.";
+    res->failure = remote
+        ? "Not run: this container expired at the sandbox service (its lifetime ran "
+          "out); its variables and files are gone. The next turn of the conversation "
+          "gets a new container."
+        : "Not run: this container no longer runs (it was deleted, or it expired); its "
+          "variables and files are gone. The next turn of the conversation gets a new "
+          "container.";
     res->failure_says_all = 1;
     return APR_SUCCESS;
 }

@@ -75,7 +75,7 @@ void sup_handle_attach(conn *c, const ci_sup_frame *f)
         ;
     else if (!(rec = ci_directory_find(sup_state.dir, id)) ||
              rec->status != CI_CNTR_RUNNING)
-        err = "the container is not running";
+        err = CI_SUP_NOT_RUNNING;
     else if (!(b = sup_container_box(id)))
         b = container_start(def, deftext, id, &err);
     if (err) {

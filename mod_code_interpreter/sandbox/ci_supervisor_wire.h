@@ -93,6 +93,11 @@ typedef enum {
     CI_SUP_DIR_ANSWER = 21
 } ci_sup_type;
 
+/* ATTACH's ERROR for a container the supervisor's directory does not hold
+ * as running (deleted or expired since the request found it): the child
+ * answers the call as its container gone. */
+#define CI_SUP_NOT_RUNNING "the container is not running"
+
 typedef struct ci_sup_frame {
     int type;
     apr_uint32_t id;

@@ -340,13 +340,15 @@ static apr_status_t local_start(apr_pool_t *p, const ci_sandbox_def *def,
 }
 
 /* A container's sandbox lives in the supervisor, found by the container's
- * id: no handle, nothing to keep alive (the directory's expiry there). */
+ * id: no handle, nothing to keep alive (the directory's expiry there).
+ * APR_NOTFOUND when the container no longer runs there. */
 static apr_status_t local_attach(apr_pool_t *p, const ci_sandbox_def *def,
                                  const char *container_id, const char *handle,
                                  int idle_seconds, ci_sandbox **out, const char **err)
 {
+    *err = NULL;
     if (ask_for_sandbox(p, def, container_id, CI_SUP_ATTACH, out, err) != 1)
-        return APR_EGENERAL;
+        return *err && !strcmp(*err, CI_SUP_NOT_RUNNING) ? APR_NOTFOUND : APR_EGENERAL;
     (*out)->container = 1;
     return APR_SUCCESS;
 }
