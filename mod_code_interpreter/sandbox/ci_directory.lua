@@ -249,11 +249,13 @@ local function keep_memos(id, ms)
   local floor = redis.call('PTTL', set)
   local exists = floor ~= -2
   if floor < ms then
+    -- the set first: Redis' clock runs on within a call, and the floor must
+    -- not end after a member
     floor = ms + SLACK_MS
+    if exists then redis.call('PEXPIRE', set, num(floor)) end
     for _, key in ipairs(exists and redis.call('SMEMBERS', set) or {}) do
       redis.call('PEXPIRE', key, num(floor))
     end
-    if exists then redis.call('PEXPIRE', set, num(floor)) end
   end
   memo_floors[id] = { floor = floor, exists = exists }
   return floor, exists
@@ -528,13 +530,14 @@ end
 -- KEY (a ci:r or ci:i key) now leads to R, for as long as R is kept.
 local function attach(key, value, r)
   local floor, exists = keep_memos(r.id, ttl_ms(r))
-  redis.call('SET', key, encode(value), 'PX', num(floor))
   redis.call('SADD', k_memos(r.id), key)
   -- a set made just now has no TTL yet: the floor is its first member's
+  -- (set before the member's, as in keep_memos)
   if not exists then
     redis.call('PEXPIRE', k_memos(r.id), num(floor))
     memo_floors[r.id].exists = true
   end
+  redis.call('SET', key, encode(value), 'PX', num(floor))
 end
 
 local function remember(item, r, text, max)

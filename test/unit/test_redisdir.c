@@ -656,10 +656,10 @@ static void test_memo_ttls_follow_the_record(void **state)
          "\",\"tool\":\"local\",\"idle\":3600,\"limits\":{\"retention\":30}}", T0);
     both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
          "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
-    rec = admin(port, "PTTL ci:c:%s", ID_A);
-    assert_true(admin(port, "PTTL ci:r:resp_1") >= rec);
-    assert_true(admin(port, "PTTL ci:i:ci_1") >= rec);
-    assert_true(admin(port, "PTTL ci:m:%s", ID_A) <= admin(port, "PTTL ci:i:ci_1"));
+    rec = admin(port, "PEXPIRETIME ci:c:%s", ID_A);
+    assert_true(admin(port, "PEXPIRETIME ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:i:ci_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:m:%s", ID_A) <= admin(port, "PEXPIRETIME ci:i:ci_1"));
     /* as if Redis' clock had run on (the TTLs count in its time, the
      * record's in the caller's): a use raises them all past the record */
     admin(port, "PEXPIRE ci:m:%s 5000", ID_A);
@@ -667,11 +667,11 @@ static void test_memo_ttls_follow_the_record(void **state)
     admin(port, "PEXPIRE ci:i:ci_1 5000");
     assert_string_equal(status(both(f, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\""
                                        ID_A "\",\"touch\":true}", T0 + SEC(1200))), "ok");
-    rec = admin(port, "PTTL ci:c:%s", ID_A);
-    assert_true(rec > 3600 * 1000);
-    assert_true(admin(port, "PTTL ci:r:resp_1") >= rec);
-    assert_true(admin(port, "PTTL ci:i:ci_1") >= rec);
-    assert_true(admin(port, "PTTL ci:m:%s", ID_A) >= rec);
+    assert_true(admin(port, "PTTL ci:c:%s", ID_A) > 3600 * 1000);
+    rec = admin(port, "PEXPIRETIME ci:c:%s", ID_A);
+    assert_true(admin(port, "PEXPIRETIME ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:i:ci_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:m:%s", ID_A) >= rec);
 }
 
 /* A response id's memo as versions before the pending flag wrote it (no
