@@ -76,9 +76,15 @@ def figures(server, n):
     """module_us and the client's latency of each kind, as lists in KINDS'
     order, warm-up left out: {"module": [...], "latency": [...]}; and the
     module_us of the long conversation's early and late turns ("long")."""
-    with open(server.access_log) as f:
-        logged = [int(m.group(1)) for m in map(LINE.match, f) if m]
     short = len(KINDS) * (WARMUP + n)
+    # a request's access log line is written after its answer has left
+    deadline = time.monotonic() + 10
+    while True:
+        with open(server.access_log) as f:
+            logged = [int(m.group(1)) for m in map(LINE.match, f) if m]
+        if len(logged) >= short + LONG or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert len(logged) == len(server.latencies) == short + LONG, \
         "%d access log lines, %d answers for %d conversations and %d turns" % (
             len(logged), len(server.latencies), n, LONG)
