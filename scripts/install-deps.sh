@@ -7,7 +7,7 @@ libapr1-dev libaprutil1-dev libcurl4-openssl-dev libjson-c-dev libcmocka-dev lib
 libhiredis-dev bubblewrap python3 python3-numpy python3-pandas python3-matplotlib"
 if [ "${1:-}" = "--test" ]; then
     PKGS="$PKGS python3-pytest python3-jsonschema python3-pip openssl curl clang libclang-rt-14-dev valgrind \
-git dpkg-dev debhelper redis-server"
+git dpkg-dev debhelper redis-server iproute2"
     # Node.js and npm for the SDK tests: Debian's, unless a node is already here.
     command -v npm >/dev/null 2>&1 || PKGS="$PKGS nodejs npm"
 fi

@@ -473,6 +473,13 @@ TypesConfig /etc/mime.types
         except (OSError, ValueError):
             return None
 
+    def supervisor_pid(self):
+        """The pid of this server's sandbox supervisor (one)."""
+        parent = self.parent_pid()
+        [pid] = [pid for pid, (ppid, comm, _) in proc_table().items()
+                 if ppid == parent and comm == SUPERVISOR_COMM]
+        return pid
+
     def sandbox_processes(self):
         """(pid, start time) of this server's live local sandboxes: the
         bubblewrap processes its httpd processes or its sandbox supervisor

@@ -5,6 +5,9 @@ creation, one execution at a time, and the Containers API."""
 import json
 import os
 import re
+import shutil
+import signal
+import subprocess
 import threading
 import warnings
 
@@ -303,6 +306,57 @@ def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(httpd, mo
         (cid, "completed", [{"type": "logs", "logs": GONE}])
     assert text_of(out["output"][-1]) == GONE
     assert httpd.sandbox_processes() - before == set()
+
+
+def process_state(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def queued_at(pid):
+    """How many of process PID's Unix sockets hold data it has not read,
+    counting a listener's connections not yet accepted (ss, iproute2)."""
+    out = subprocess.run(["ss", "-xaHp"], capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in out.splitlines()
+               if "pid=%d," % pid in line and int(line.split()[2]) > 0)
+
+
+def test_the_answer_leaves_before_the_directory_records_it(httpd, model, me):
+    """A turn's answer does not wait for the directory to record it: it
+    reaches the client while the supervisor cannot run. The next turn, sent
+    at once, still finds its container: the record was sent before the
+    answer, and the supervisor reads it before it answers the lookup, even
+    with both waiting together."""
+    require(shutil.which("ss"), "iproute2's ss counts the supervisor's waiting sockets")
+    result = {}
+
+    def first():
+        result["first"] = turn(httpd, [[{"call": "x = 41"}],
+                                       [{"hold": "final"}, {"text": "set"}]], headers=me)
+
+    t = threading.Thread(target=first)
+    t.start()
+    wait_until(lambda: model.holds()["waiting"] == ["final"], "the final round to wait")
+    sup = httpd.supervisor_pid()
+    os.kill(sup, signal.SIGSTOP)
+    try:
+        wait_until(lambda: process_state(sup) == "T", "the supervisor to stop")
+        model.release("final")
+        wait_until(lambda: "first" in result, "the answer while the supervisor is stopped",
+                   timeout=5)
+        assert process_state(sup) == "T"
+        cid = calls_of(result["first"])[0]["container_id"]
+        second = threading.Thread(target=lambda: result.__setitem__("second", turn(
+            httpd, [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]],
+            headers=me, previous_response_id=result["first"]["id"])))
+        second.start()
+        wait_until(lambda: queued_at(sup) >= 2, "the record and the lookup to wait together")
+    finally:
+        os.kill(sup, signal.SIGCONT)
+    t.join()
+    second.join()
+    [call] = calls_of(result["second"])
+    assert (call["container_id"], call["outputs"]) == (cid, [{"type": "logs", "logs": "42\n"}])
 
 
 # ------------------------------------------------------ one at a time

@@ -598,15 +598,16 @@ static void held_by(request_rec *r, ci_req_state *st, const char *id)
     st->container_held = apr_pstrdup(r->pool, id);
 }
 
-void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
-                          const char *response_id)
+ci_dir_sent *ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
+                                  const char *response_id)
 {
+    ci_dir_sent *sent;
     const char *pending = NULL;
     apr_array_header_t *mem;
     json_object *req, *items;
     int i;
     if (!st->owner || !st->container_exists)
-        return;
+        return NULL;
     mem = ci_loop_memory(loop, r->pool, &pending);
     req = dir_request(r->pool, "finish", st->owner);
     put_str(req, "container_id", st->container_id);
@@ -621,9 +622,16 @@ void ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
         json_object_array_add(items, it);
     }
     json_object_object_add(req, "items", items);
-    dir_ask(r, req);
+    sent = ci_dirclient_send(r->server, r->pool, req);
     if (st->container_held && !strcmp(st->container_held, st->container_id))
         st->container_held = NULL;
+    return sent;
+}
+
+void ci_containers_finished(request_rec *r, ci_dir_sent *sent)
+{
+    if (sent)
+        ci_dirclient_receive_and_end(r->server, r->pool, sent);
 }
 
 /* ---- files out: what the final text may cite ------------------------------ */

@@ -20,6 +20,7 @@
 #include "ci_sandbox.h"
 
 struct ci_req_state;
+struct ci_dir_sent;
 
 /* The recall entry of ci_rewrite_opts, with a ci_recall_baton: what our
  * item stands for, when it was returned to OWNER. */
@@ -97,9 +98,12 @@ const ci_sandbox_def *ci_containers_tool(request_rec *r, const ci_container *c);
 void ci_containers_expired(request_rec *r, struct ci_req_state *st);
 
 /* The response RESPONSE_ID is final: it leads to the container, and our
- * items in LOOP are remembered for item_references and chains. */
-void ci_containers_finish(request_rec *r, struct ci_req_state *st, ci_loop *loop,
-                          const char *response_id);
+ * items in LOOP are remembered for item_references and chains. Sent before
+ * the response leaves (a next turn finds what it records), its answer read
+ * after with ci_containers_finished; NULL when there is nothing to record. */
+struct ci_dir_sent *ci_containers_finish(request_rec *r, struct ci_req_state *st,
+                                         ci_loop *loop, const char *response_id);
+void ci_containers_finished(request_rec *r, struct ci_dir_sent *sent);
 
 /* The citer of ST's final text (ci_citations.h): links to the container's
  * files get container_file_citation annotations. NULL for a request without

@@ -79,12 +79,10 @@ static apr_array_header_t *gone_records(apr_pool_t *p, json_object *ans)
     return out;
 }
 
-json_object *ci_dirclient_ask(server_rec *s, apr_pool_t *p, json_object *req,
-                              apr_array_header_t **gone)
+/* ANS, the answer from BE (NULL: logged with ERR), its *GONE set. */
+static json_object *answered(server_rec *s, apr_pool_t *p, const ci_dirclient_backend *be,
+                             json_object *ans, const char *err, apr_array_header_t **gone)
 {
-    const ci_dirclient_backend *be = backend(s);
-    const char *err = NULL;
-    json_object *ans = be->ask(s, p, req, &err);
     if (!ans) {
         ap_log_error(APLOG_MARK, APLOG_ERR, 0, s, "CI0801: the container directory "
                      "(%s) could not be asked: %s", be->name, err ? err : "");
@@ -93,6 +91,41 @@ json_object *ci_dirclient_ask(server_rec *s, apr_pool_t *p, json_object *req,
     if (gone)
         *gone = gone_records(p, ans);
     return ans;
+}
+
+json_object *ci_dirclient_ask(server_rec *s, apr_pool_t *p, json_object *req,
+                              apr_array_header_t **gone)
+{
+    const ci_dirclient_backend *be = backend(s);
+    const char *err = NULL;
+    json_object *ans = be->ask(s, p, req, &err);
+    return answered(s, p, be, ans, err, gone);
+}
+
+ci_dir_sent *ci_dirclient_send(server_rec *s, apr_pool_t *p, json_object *req)
+{
+    const ci_dirclient_backend *be = backend(s);
+    ci_dir_sent *q = apr_pcalloc(p, sizeof(*q));
+    const char *err = NULL;
+    q->req = req;
+    if (be->send && be->send(p, q, &err) == 0)
+        q->sent = 1;
+    else
+        q->ans = ci_dirclient_ask(s, p, req, &q->gone);
+    return q;
+}
+
+json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_sent *q)
+{
+    const ci_dirclient_backend *be = backend(s);
+    const char *err = NULL;
+    if (q->sent) {
+        q->sent = 0;
+        q->ans = answered(s, p, be, be->receive(p, q, &err), err, &q->gone);
+    }
+    if (q->ans)
+        ci_dirclient_end(s, p, q->gone);
+    return q->ans;
 }
 
 json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object *req)

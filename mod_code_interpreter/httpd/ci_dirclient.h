@@ -31,6 +31,16 @@
 #include "ci_error.h"
 #include "ci_sandbox.h"
 
+/* A question sent without waiting for its answer (ci_dirclient_send). */
+typedef struct ci_dir_sent {
+    json_object *req;
+    const char *text;            /* REQ as the back end sent it */
+    apr_size_t len;
+    int sent;                    /* 0: asked at once, ANS is its answer */
+    json_object *ans;
+    apr_array_header_t *gone;    /* ... and GONE what it says must go */
+} ci_dir_sent;
+
 /* A back end. */
 typedef struct ci_dirclient_backend {
     const char *name;
@@ -55,6 +65,11 @@ typedef struct ci_dirclient_backend {
     /* The directory keeps busy marks (executions on other nodes must not
      * let a container be evicted or expired). */
     int marks_busy;
+    /* Q->req sent without waiting: 0, or -1 with *ERR; then its answer,
+     * as ASK's, or NULL with *ERR. NULL: the back end cannot keep a
+     * lookup that comes after from overtaking it, and is asked at once. */
+    int (*send)(apr_pool_t *p, ci_dir_sent *q, const char **err);
+    json_object *(*receive)(apr_pool_t *p, ci_dir_sent *q, const char **err);
 } ci_dirclient_backend;
 
 extern const ci_dirclient_backend ci_dirclient_supervisor;
@@ -77,6 +92,13 @@ json_object *ci_dirclient_ask(server_rec *s, apr_pool_t *p, json_object *req,
                               apr_array_header_t **gone);
 /* Ask REQ, and end what its answer says must go. */
 json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object *req);
+/* REQ sent without waiting for its answer, where the back end keeps the
+ * order (a later lookup on another connection cannot overtake it); else
+ * asked at once. Then, after other work (nothing else asked of the
+ * directory on this thread in between), its answer, with what it says must
+ * go ended: the answer, or NULL (logged). */
+ci_dir_sent *ci_dirclient_send(server_rec *s, apr_pool_t *p, json_object *req);
+json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_sent *q);
 /* End the sandboxes of GONE (ci_container) where they run, when this node
  * can reach them. */
 void ci_dirclient_end(server_rec *s, apr_pool_t *p, const apr_array_header_t *gone);

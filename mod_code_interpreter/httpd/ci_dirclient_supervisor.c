@@ -13,20 +13,26 @@
 #include "ci_registry.h"
 #include "ci_supervisor_client.h"
 
-/* A text asked of the supervisor, parsed: the answer or NULL with *ERR. */
-static json_object *ask_text(apr_pool_t *p, json_object *req, const char **err)
+/* The supervisor's ANSWER parsed: NULL with *ERR when it is not an object. */
+static json_object *parsed(apr_pool_t *p, const char *answer, const char **err)
 {
-    apr_size_t len;
-    const char *text = ci_json_text(req, &len), *answer = NULL, *perr = NULL;
+    const char *perr = NULL;
     json_object *ans;
-    if (ci_supervisor_dir(p, text, len, &answer, err) != 0)
-        return NULL;
     if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
         !json_object_is_type(ans, json_type_object)) {
         *err = "a malformed answer";
         return NULL;
     }
     return ans;
+}
+
+/* A text asked of the supervisor, parsed: the answer or NULL with *ERR. */
+static json_object *ask_text(apr_pool_t *p, json_object *req, const char **err)
+{
+    apr_size_t len;
+    const char *text = ci_json_text(req, &len), *answer = NULL;
+    return ci_supervisor_dir(p, text, len, &answer, err) == 0 ? parsed(p, answer, err)
+                                                              : NULL;
 }
 
 json_object *ci_dirclient_ask_supervisor(apr_pool_t *p, json_object *req,
@@ -47,6 +53,22 @@ static json_object *supervisor_ask(server_rec *s, apr_pool_t *p, json_object *re
     return ask_text(p, req, err);
 }
 
+/* The supervisor's one thread handles a lookup that missed only after
+ * what its other connections hold (sup_handle_dir): a question sent
+ * before the client saw its answer is never overtaken. */
+static int supervisor_send(apr_pool_t *p, ci_dir_sent *q, const char **err)
+{
+    q->text = ci_json_text(q->req, &q->len);
+    return ci_supervisor_dir_send(p, q->text, q->len, err);
+}
+
+static json_object *supervisor_receive(apr_pool_t *p, ci_dir_sent *q, const char **err)
+{
+    const char *answer = NULL;
+    return ci_supervisor_dir_receive(p, q->text, q->len, &answer, err) == 0
+        ? parsed(p, answer, err) : NULL;
+}
+
 /* Due containers are claimed from this node's supervisor when one may have
  * a remote sandbox (its clock expires them, a child ends them at their
  * provider): when credentials for one are known here. */
@@ -64,4 +86,6 @@ const ci_dirclient_backend ci_dirclient_supervisor = {
     .adopt = NULL,
     .reconcile = NULL,
     .marks_busy = 0,
+    .send = supervisor_send,
+    .receive = supervisor_receive,
 };

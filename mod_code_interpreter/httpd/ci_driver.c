@@ -113,8 +113,11 @@ static int flush_events(driver *dv, int eos)
     bb = apr_brigade_create(r->pool, ba);
     if (len)
         APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_pool_create(data, len, r->pool, ba));
-    APR_BRIGADE_INSERT_TAIL(bb, eos ? apr_bucket_eos_create(ba)
-                                    : apr_bucket_flush_create(ba));
+    /* FLUSH before EOS too: the last events reach the client before the
+     * work the request still does (send_response) */
+    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_flush_create(ba));
+    if (eos)
+        APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(ba));
     rv = ap_pass_brigade(dv->f->next, bb);
     apr_brigade_cleanup(bb);
     dv->last_write = apr_time_now();
@@ -572,6 +575,10 @@ static apr_status_t send_body(driver *dv, int status, const char *type,
     ap_set_content_length(r, (apr_off_t)len);
     APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_pool_create(body, len, r->pool,
                                                        r->connection->bucket_alloc));
+    /* FLUSH: the core would hold a small answer until the request ends;
+     * the client has it before the work the request still does
+     * (send_response) */
+    APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_flush_create(r->connection->bucket_alloc));
     APR_BRIGADE_INSERT_TAIL(bb, apr_bucket_eos_create(r->connection->bucket_alloc));
     set_notes(dv);
     ap_remove_output_filter(dv->f);
@@ -654,24 +661,34 @@ static void log_done(driver *dv)
                   dv->sandbox_time, dv->upstream_time, dv->st->module_time);
 }
 
+/* The final answer. The directory's "finish" is sent before it and its
+ * answer read after: the client has the response while the directory
+ * records it, and a next turn still finds what it records (see
+ * ci_dirclient_send). That wait is not the module's time: the client
+ * does not wait for it. */
 static apr_status_t send_response(driver *dv)
 {
     apr_size_t len;
     const char *body;
+    apr_status_t rv;
     json_object *final = ci_loop_response(dv->loop);
+    struct ci_dir_sent *finish;
     log_done(dv);
-    ci_containers_finish(dv->r, dv->st, dv->loop, ci_json_str(final, "id"));
+    finish = ci_containers_finish(dv->r, dv->st, dv->loop, ci_json_str(final, "id"));
     if (dv->sse) {
         ci_sse_completed(dv->sse, final);
         module_pause(dv);
         set_notes(dv);
         flush_events(dv, 1);
         ap_remove_output_filter(dv->f);
+        ci_containers_finished(dv->r, finish);
         return dv->r->connection->aborted ? APR_ECONNABORTED : APR_SUCCESS;
     }
     body = ci_json_text(final, &len);
     module_pause(dv);
-    return send_body(dv, 200, "application/json", body, len);
+    rv = send_body(dv, 200, "application/json", body, len);
+    ci_containers_finished(dv->r, finish);
+    return rv;
 }
 
 ci_driver *ci_driver_create(ap_filter_t *f, int relayed)

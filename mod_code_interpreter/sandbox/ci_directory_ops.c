@@ -110,6 +110,7 @@ typedef struct op {
     const char *owner;
     apr_time_t now;
     apr_array_header_t *gone;
+    int missed;                 /* a lookup of what a finish records found nothing */
 } op;
 
 static void answer_status(op *o, ci_dir_status st)
@@ -275,6 +276,7 @@ static void op_response(op *o)
     const char *rid = ci_json_str(o->req, "response_id");
     const char *cid = rid ? ci_directory_response_container(o->d, rid, o->owner) : NULL;
     answer_status(o, cid ? CI_DIR_OK : CI_DIR_NOT_FOUND);
+    o->missed = !cid;
     if (!cid)
         return;
     add_str(o->ans, "container_id", cid);
@@ -328,6 +330,7 @@ static void op_recall(op *o)
     const char *text = ci_directory_our_item(id)
                            ? ci_directory_recall(o->d, id, o->owner) : NULL;
     answer_status(o, text ? CI_DIR_OK : CI_DIR_NOT_FOUND);
+    o->missed = !text;
     add_str(o->ans, "text", text);
     if (text)
         add_str(o->ans, "container_id", ci_directory_item_container(o->d, id, o->owner));
@@ -439,12 +442,41 @@ static const char *answer_text(op *o)
     return ci_json_text(o->ans, NULL);
 }
 
-const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
-                            apr_size_t len, apr_time_t now, apr_array_header_t *gone)
+/* Run the operation O->req names. */
+static void run_op(op *o)
 {
-    const char *perr = NULL, *name;
-    op o;
+    const char *name = ci_json_str(o->req, "op");
     unsigned i;
+    o->owner = ci_json_str(o->req, "owner");
+    if (name && !strcmp(name, "drop")) {          /* no owner: see op_drop */
+        op_drop(o);
+        return;
+    }
+    if (name && !strcmp(name, "shadows")) {
+        op_shadows(o);
+        return;
+    }
+    if (name && !strcmp(name, "claim_due")) {     /* no owner either */
+        op_claim_due(o);
+        return;
+    }
+    for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)
+        if (!strcmp(name, ops[i].name)) {
+            if (!o->owner || !*o->owner)
+                answer_status(o, CI_DIR_NO_OWNER);
+            else
+                ops[i].fn(o);
+            return;
+        }
+    add_str(o->ans, "status", "bad_request");
+}
+
+const char *ci_dirops_apply_lookup(ci_directory *d, apr_pool_t *p, const char *req,
+                                   apr_size_t len, apr_time_t now,
+                                   apr_array_header_t *gone, int *missed)
+{
+    const char *perr = NULL;
+    op o;
     memset(&o, 0, sizeof(o));
     o.d = d;
     o.p = p;
@@ -452,28 +484,14 @@ const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
     o.gone = gone;
     o.ans = ci_json_own(p, json_object_new_object());
     o.req = ci_json_parse(p, req, len, &perr);
-    name = ci_json_str(o.req, "op");
-    o.owner = ci_json_str(o.req, "owner");
-    if (name && !strcmp(name, "drop")) {          /* no owner: see op_drop */
-        op_drop(&o);
-        return answer_text(&o);
-    }
-    if (name && !strcmp(name, "shadows")) {
-        op_shadows(&o);
-        return answer_text(&o);
-    }
-    if (name && !strcmp(name, "claim_due")) {     /* no owner either */
-        op_claim_due(&o);
-        return answer_text(&o);
-    }
-    for (i = 0; name && i < sizeof(ops) / sizeof(*ops); i++)
-        if (!strcmp(name, ops[i].name)) {
-            if (!o.owner || !*o.owner)
-                answer_status(&o, CI_DIR_NO_OWNER);
-            else
-                ops[i].fn(&o);
-            return answer_text(&o);
-        }
-    add_str(o.ans, "status", "bad_request");
+    run_op(&o);
+    if (missed)
+        *missed = o.missed;
     return answer_text(&o);
+}
+
+const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
+                            apr_size_t len, apr_time_t now, apr_array_header_t *gone)
+{
+    return ci_dirops_apply_lookup(d, p, req, len, now, gone, NULL);
 }

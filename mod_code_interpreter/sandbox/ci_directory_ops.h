@@ -58,6 +58,13 @@
 const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
                             apr_size_t len, apr_time_t now, apr_array_header_t *gone);
 
+/* As ci_dirops_apply; *MISSED is 1 when REQ looked up what an earlier
+ * request's "finish" records (a response's container: "response"; an item:
+ * "recall") and found nothing. */
+const char *ci_dirops_apply_lookup(ci_directory *d, apr_pool_t *p, const char *req,
+                                   apr_size_t len, apr_time_t now,
+                                   apr_array_header_t *gone, int *missed);
+
 /* A container as JSON (owned by P). */
 json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c);
 /* ... and back, into *OUT (memory from P). 0, or -1 when it is not one. */

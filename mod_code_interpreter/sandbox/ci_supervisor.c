@@ -271,21 +271,33 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     }
 }
 
-static void conn_readable(conn *c)
+/* Read what C holds (one chunk) and handle its frames: the bytes read, 0
+ * when there was nothing (or C is gone). */
+static ssize_t conn_readable(conn *c)
 {
     char buf[READ_CHUNK];
     ci_sup_frame f;
     ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
-        return;
+        return 0;
     if (n <= 0 || ci_sup_reader_feed(c->reader, buf, (apr_size_t)n) < 0) {
         c->closing = 2;               /* gone: no answer can reach it */
-        return;
+        return 0;
     }
     while (!c->closing && ci_sup_reader_next(c->reader, &f))
         handle_frame(c, &f);
     if (ci_sup_reader_broken(c->reader))
         c->closing = 2;
+    return n;
+}
+
+void sup_read_others(conn *self)
+{
+    conn *c;
+    for (c = sup_state.conns; c; c = c->next)
+        while (c != self && !c->closing && !sup_uploading_ahead(c) &&
+               conn_readable(c) == READ_CHUNK)
+            ;                         /* a full chunk: there may be more */
 }
 
 /* ---- the loop ----------------------------------------------------------- */

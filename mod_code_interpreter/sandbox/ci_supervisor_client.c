@@ -190,6 +190,7 @@ typedef struct dir_conn {
     int fd;
     apr_pool_t *p;
     ci_sup_reader *reader;
+    int owed;                 /* a question sent whose answer is not read yet */
 } dir_conn;
 
 static pthread_key_t dir_key;
@@ -228,6 +229,7 @@ static dir_conn *dir_connection(apr_pool_t *p, const char **err)
     }
     if (c->fd >= 0)
         return c;
+    c->owed = 0;
     apr_pool_clear(c->p);
     c->reader = ci_sup_reader_create(c->p);
     if ((c->fd = dial(p, err)) < 0)
@@ -242,21 +244,41 @@ static dir_conn *dir_connection(apr_pool_t *p, const char **err)
     return c;
 }
 
-/* One question on this thread's connection: 0, or -1 (the connection is
+static void dir_drop(dir_conn *c)
+{
+    close(c->fd);
+    c->fd = -1;
+    c->owed = 0;
+}
+
+/* The answer owed on C: 0 with *ANSWER (from P), or -1 (the connection is
  * dropped: the next question makes a new one). */
-static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len,
-                        const char **answer)
+static int dir_read_answer(dir_conn *c, apr_pool_t *p, const char **answer)
 {
     ci_sup_frame f;
-    if (ci_sup_send(c->fd, CI_SUP_DIR, 0, req, len) == 0 &&
-        ci_supervisor_read_frame(c->fd, c->reader, apr_time_now() + CI_SUP_ANSWER_WAIT, &f) == 1 &&
-        f.type == CI_SUP_DIR_ANSWER) {
+    c->owed = 0;
+    if (ci_supervisor_read_frame(c->fd, c->reader, apr_time_now() + CI_SUP_ANSWER_WAIT,
+                                 &f) == 1 && f.type == CI_SUP_DIR_ANSWER) {
         *answer = apr_pstrmemdup(p, f.data, f.len);
         return 0;
     }
-    close(c->fd);
-    c->fd = -1;
+    dir_drop(c);
     return -1;
+}
+
+/* One question on this thread's connection: 0, or -1 (the connection is
+ * dropped). An answer still owed there is read first and let go. */
+static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len,
+                        const char **answer)
+{
+    const char *stale;
+    if (c->owed && dir_read_answer(c, p, &stale) < 0)
+        return -1;
+    if (ci_sup_send(c->fd, CI_SUP_DIR, 0, req, len) != 0) {
+        dir_drop(c);
+        return -1;
+    }
+    return dir_read_answer(c, p, answer);
 }
 
 int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
@@ -274,6 +296,37 @@ int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
     }
     *err = "the sandbox supervisor did not answer";
     return -1;
+}
+
+int ci_supervisor_dir_send(apr_pool_t *p, const char *req, apr_size_t len,
+                           const char **err)
+{
+    const char *stale;
+    dir_conn *c = dir_connection(p, err);
+    if (!c)
+        return -1;
+    if (c->owed && dir_read_answer(c, p, &stale) < 0)
+        return -1;
+    if (ci_sup_send(c->fd, CI_SUP_DIR, 0, req, len) != 0) {
+        dir_drop(c);
+        *err = "the sandbox supervisor went away";
+        return -1;
+    }
+    c->owed = 1;
+    return 0;
+}
+
+int ci_supervisor_dir_receive(apr_pool_t *p, const char *req, apr_size_t len,
+                              const char **answer, const char **err)
+{
+    dir_conn *c;
+    pthread_once(&dir_once, dir_key_make);
+    c = pthread_getspecific(dir_key);
+    if (c && c->fd >= 0 && c->owed && dir_read_answer(c, p, answer) == 0)
+        return 0;
+    /* Not sent, or its connection failed since: asked again (every
+     * operation sent this way may be applied twice). */
+    return ci_supervisor_dir(p, req, len, answer, err);
 }
 
 int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err)

@@ -26,6 +26,16 @@ int ci_supervisor_connect(apr_pool_t *p, const char **err);
 int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
                       const char **answer, const char **err);
 
+/* The same in two steps, on this thread's connection: REQ sent without
+ * waiting (0, or -1 with *ERR), then its answer read (0 with *ANSWER, or
+ * -1 with *ERR). When the send failed, or the connection did since, the
+ * receive asks REQ again: only for operations that may be applied twice.
+ * Nothing else may be asked on this thread in between. */
+int ci_supervisor_dir_send(apr_pool_t *p, const char *req, apr_size_t len,
+                           const char **err);
+int ci_supervisor_dir_receive(apr_pool_t *p, const char *req, apr_size_t len,
+                              const char **answer, const char **err);
+
 /* What the supervisor holds (STATUS, JSON): 0 with *ANSWER, or -1. */
 int ci_supervisor_status(apr_pool_t *p, const char **answer, const char **err);
 

@@ -126,16 +126,30 @@ static void mark_busy(void)
     }
 }
 
+/* A DIR question. A request sends its "finish" without waiting for the
+ * answer, and its client may then start the next turn on another
+ * connection at once: a lookup of what a finish records ("response",
+ * "recall") that finds nothing first lets every other connection's waiting
+ * frames be handled, then looks again. What the client saw was sent after
+ * its finish was written, so that finish is in its socket by now, even when
+ * this loop met the two connections in the other order. */
 void sup_handle_dir(conn *c, const ci_sup_frame *f)
 {
     apr_pool_t *p;
     apr_array_header_t *gone;
     const char *answer;
-    int i;
+    int i, missed = 0;
     mark_busy();
     apr_pool_create(&p, sup_state.p);
     gone = apr_array_make(p, 2, sizeof(const char *));
-    answer = ci_dirops_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
+    answer = ci_dirops_apply_lookup(sup_state.dir, p, f->data, f->len, apr_time_now(), gone,
+                                    &missed);
+    if (missed && !sup_state.reading_others) {
+        sup_state.reading_others = 1;
+        sup_read_others(c);
+        sup_state.reading_others = 0;
+        answer = ci_dirops_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
+    }
     sup_send_text(c, CI_SUP_DIR_ANSWER, 0, answer);
     for (i = 0; i < gone->nelts; i++)
         kill_container(APR_ARRAY_IDX(gone, i, const char *), "deleted or evicted");

@@ -153,6 +153,7 @@ typedef struct sup_daemon {
                                    cap refused a warm slot: retry each tick */
     ci_directory *dir;
     apr_time_t next_expiry_check;
+    int reading_others;         /* within sup_read_others (a lookup missed) */
 } sup_daemon;
 
 extern sup_daemon sup_state;
@@ -165,6 +166,8 @@ void sup_send_text(conn *c, int type, apr_uint32_t id, const char *text);
 void sup_send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
 /* The run ended with OUTCOME after an interrupt its interpreter survived. */
 void sup_send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
+/* Read and handle what the connections other than SELF hold already. */
+void sup_read_others(conn *self);
 
 /* ---- ci_supervisor_boxes.c: sandboxes ----------------------------------- */
 

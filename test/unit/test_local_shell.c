@@ -28,6 +28,7 @@
 #include "ci_supervisor.h"
 #include "ci_supervisor_client.h"
 #include "ci_supervisor_wire.h"
+#include "unit_supervisor.h"
 
 static apr_pool_t *pool;
 static pid_t supervisor = -1;
@@ -37,34 +38,6 @@ static int usable;                   /* a sandbox could be started here */
 
 /* ---- the supervisor, forked here ----------------------------------------- */
 
-static int next_slot;
-static int claim(const char *tool) { (void)tool; return next_slot++; }
-static void set_warm(int slot, int warm) { (void)slot; (void)warm; }
-static void release(int slot) { (void)slot; }
-static const ci_sup_hooks hooks = { claim, set_warm, release };
-
-static int listen_at(const char *at)
-{
-    struct sockaddr_un sa;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    strcpy(sa.sun_path, at);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(fd, 16) != 0)
-        return -1;
-    return fd;
-}
-
-static void run_supervisor(int fd)
-{
-    ci_sup_config cfg = { fd, getppid(), getuid(), &hooks, NULL, 0, NULL, -1 };
-    apr_pool_t *p;
-    signal(SIGPIPE, SIG_IGN);        /* as the real one: a kernel may go */
-    setsid();
-    apr_pool_create(&p, NULL);
-    ci_supervisor_run(p, &cfg);
-    _exit(0);
-}
 
 static ci_sandbox_def *tool(const char *timeout)
 {
@@ -98,10 +71,10 @@ static int group_setup(void **state)
     if (!mkdtemp(dir))
         return -1;
     snprintf(path, sizeof(path), "%s/sup.sock", dir);
-    if ((fd = listen_at(path)) < 0)
+    if ((fd = unit_listen_at(path)) < 0)
         return -1;
     if ((supervisor = fork()) == 0)
-        run_supervisor(fd);
+        unit_run_supervisor(fd);
     close(fd);
     ci_supervisor_set_path(path);
     usable = supervisor > 0 && sandbox_starts();
