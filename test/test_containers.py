@@ -359,6 +359,80 @@ def test_the_answer_leaves_before_the_directory_records_it(httpd, model, me):
     assert (call["container_id"], call["outputs"]) == (cid, [{"type": "logs", "logs": "42\n"}])
 
 
+# The question that follows a chain is sent before the request is parsed
+# (its previous_response_id found by a scan), looking the container up for
+# use and holding it; a request that then does not go on in it lets the
+# hold go, or the container could not be evicted for the hold's length.
+
+@pytest.fixture(scope="module")
+def two_each(model):
+    from conftest import Httpd, base_conf
+    extra = """
+CodeInterpreterMaxContainersPerOwner 2
+# a held container is not evicted: without the grace nor the wait for
+# room, only a hold keeps an idle one
+CodeInterpreterEvictionGrace 0
+CodeInterpreterCapacityWait 0
+"""
+    server = Httpd("containers-two", base_conf(model.port, extra)).start()
+    yield server
+    server.stop()
+
+
+def status_of(server, cid, headers):
+    return api(server, "GET", "/v1/containers/" + cid, headers=headers)[1]["status"]
+
+
+def refused_chained_turn(server, first, headers):
+    """A turn chained to FIRST that the module refuses after the parse."""
+    status, _, out = server.post("/v1/responses", ci_body(
+        [[{"text": "x"}]], previous_response_id=first["id"], stream="yes"), headers=headers)
+    assert (status, out["error"]) == (400, {
+        "message": "Invalid type for 'stream': expected a boolean.",
+        "type": "invalid_request_error", "param": "stream", "code": "invalid_type"})
+
+
+def test_a_chained_turns_question_goes_out_before_the_parse(two_each, model, me):
+    """The chain's question is asked before the body is parsed: even a turn
+    then refused is a use of the chain's container, which is then not the
+    least recently used one when a new conversation needs room."""
+    first = first_turn(two_each, headers=me)
+    chained = calls_of(first)[0]["container_id"]
+    other = make_container(two_each, headers=me)["id"]       # used after the chain's
+    refused_chained_turn(two_each, first, me)
+    turn(two_each, [[{"call": "print(1)"}], [{"text": "ok"}]], headers=me)
+    assert (status_of(two_each, chained, me), status_of(two_each, other, me)) == \
+        ("running", "expired")
+
+
+def test_a_refused_chained_turn_holds_nothing(two_each, model, me):
+    """Refused after its chain's question went out: the container the
+    chain led to is let go, and goes when it is the least recently used."""
+    first = first_turn(two_each, headers=me)
+    chained = calls_of(first)[0]["container_id"]
+    other = make_container(two_each, headers=me)["id"]
+    refused_chained_turn(two_each, first, me)
+    assert status_of(two_each, other, me) == "running"      # a use: now the later one
+    turn(two_each, [[{"call": "print(1)"}], [{"text": "ok"}]], headers=me)
+    assert (status_of(two_each, chained, me), status_of(two_each, other, me)) == \
+        ("expired", "running")
+
+
+def test_a_chained_turn_in_another_container_holds_only_its_own(two_each, model, me):
+    """A chained turn that names another container: the chain's container,
+    held by the question sent before the parse, is let go at once."""
+    first = first_turn(two_each, headers=me)
+    chained = calls_of(first)[0]["container_id"]
+    other = make_container(two_each, headers=me)["id"]
+    out = turn(two_each, [[{"call": "print(2)"}], [{"text": "ok"}]], headers=me,
+               tools=[{"type": "code_interpreter", "container": other}],
+               previous_response_id=first["id"])
+    assert calls_of(out)[0]["container_id"] == other
+    turn(two_each, [[{"call": "print(3)"}], [{"text": "ok"}]], headers=me)
+    assert (status_of(two_each, chained, me), status_of(two_each, other, me)) == \
+        ("expired", "running")
+
+
 # ------------------------------------------------------ one at a time
 
 def test_two_requests_on_one_container_take_turns(httpd, model):

@@ -484,3 +484,117 @@ const char *ci_json_with_array(apr_pool_t *p, json_object *root, const char *key
         json_object_object_del(root, key);
     return body;
 }
+
+/* ---- one top-level string, without a parse ------------------------------ */
+
+typedef struct scan {
+    const char *at, *end;
+} scan;
+
+static void scan_ws(scan *s)
+{
+    while (s->at < s->end && (*s->at == ' ' || *s->at == '\t' || *s->at == '\n' ||
+                              *s->at == '\r'))
+        s->at++;
+}
+
+/* Whether S is at C; past it when it is. */
+static int scan_take(scan *s, char c)
+{
+    if (s->at >= s->end || *s->at != c)
+        return 0;
+    s->at++;
+    return 1;
+}
+
+/* Past the string at S (at its opening quote): 0, or -1 when it does not
+ * end. *ESCAPED: whether it holds a backslash. */
+static int scan_string(scan *s, int *escaped)
+{
+    *escaped = 0;
+    for (s->at++; s->at < s->end; s->at++) {
+        if (*s->at == '"') {
+            s->at++;
+            return 0;
+        }
+        if (*s->at == '\\') {
+            *escaped = 1;
+            s->at++;
+        }
+    }
+    return -1;
+}
+
+/* To the end of the member value at S (the ',' or '}' after it, not
+ * taken), strings and nesting skipped, nothing else checked: 0, or -1. */
+static int scan_value(scan *s)
+{
+    int depth = 0, escaped;
+    while (s->at < s->end) {
+        char c = *s->at;
+        if (c == '"') {
+            if (scan_string(s, &escaped))
+                return -1;
+            continue;
+        }
+        if (!depth && (c == ',' || c == '}'))
+            return 0;
+        if (c == '{' || c == '[')
+            depth++;
+        else if (c == '}' || c == ']') {
+            if (!depth)
+                return -1;
+            depth--;
+        }
+        s->at++;
+    }
+    return -1;
+}
+
+const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
+                               const char *key)
+{
+    scan s = { body, body + len };
+    apr_size_t klen = strlen(key);
+    const char *found = NULL, *k, *v;
+    int escaped, is_key, plain_keys = 1;
+    scan_ws(&s);
+    if (!scan_take(&s, '{'))
+        return NULL;
+    scan_ws(&s);
+    if (scan_take(&s, '}'))
+        return NULL;
+    for (;;) {
+        scan_ws(&s);
+        if (s.at >= s.end || *s.at != '"')
+            return NULL;
+        k = s.at + 1;
+        if (scan_string(&s, &escaped))
+            return NULL;
+        plain_keys &= !escaped;              /* an escaped key may spell KEY */
+        is_key = !escaped && (apr_size_t)(s.at - 1 - k) == klen && !memcmp(k, key, klen);
+        scan_ws(&s);
+        if (!scan_take(&s, ':'))
+            return NULL;
+        scan_ws(&s);
+        if (is_key) {
+            if (found)
+                return NULL;                 /* twice: which one counts is the parser's */
+            found = "";
+            if (s.at < s.end && *s.at == '"') {
+                v = s.at + 1;
+                if (scan_string(&s, &escaped))
+                    return NULL;
+                if (!escaped)
+                    found = apr_pstrmemdup(p, v, (apr_size_t)(s.at - 1 - v));
+            }
+        }
+        if (scan_value(&s))
+            return NULL;
+        if (scan_take(&s, ','))
+            continue;
+        if (scan_take(&s, '}'))
+            return plain_keys && found && *found ? found : NULL;
+        return NULL;
+    }
+}

@@ -65,6 +65,15 @@ const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,
  * touch it). A conversation of a megabyte is not copied once more. */
 const char *ci_json_array_members(json_object *a, apr_size_t *len);
 
+/* The value of KEY in the top-level object of the JSON text BODY (LEN
+ * bytes), found without parsing it: a string without escapes, copied to P;
+ * NULL when it is absent, not such a string, KEY is there more than once,
+ * or the text is not an object as far as the scan reads. A hint to act on
+ * early, to be checked against the parsed request: the scan does not
+ * validate the text. */
+const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
+                               const char *key);
+
 /* NBYTES random bytes (from the system's generator) as 2 * NBYTES hex
  * digits and a NUL at OUT. */
 void ci_random_hex(char *out, apr_size_t nbytes);

@@ -162,6 +162,7 @@ static int expired(request_rec *r, const char *id, const char *param, ci_error *
 }
 
 static int hold_seconds(request_rec *r, const ci_req_state *st);
+static int hold_seconds_from(request_rec *r, apr_time_t started);
 static void held_by(request_rec *r, ci_req_state *st, const char *id);
 static ci_dir_status status_of(json_object *ans);
 
@@ -260,28 +261,121 @@ static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object
     return out;
 }
 
+/* ---- the chain's question, asked before the parse ------------------------- */
+
+struct ci_early_chain {
+    request_rec *r;
+    const char *owner;
+    const char *response_id;      /* the one the body named, by the scan */
+    ci_dir_sent *sent;            /* NULL once its answer was taken */
+};
+
+/* The chain's question: the container RESPONSE_ID led to and the outputs it
+ * is owed; with TOUCH, the same question looks the container up for use
+ * and holds it for HOLD seconds. */
+static json_object *chain_request(apr_pool_t *p, const char *owner, const char *response_id,
+                                  int touch, int hold)
+{
+    json_object *req = dir_request(p, "response", owner);
+    put_str(req, "response_id", response_id);
+    if (touch) {
+        json_object_object_add(req, "touch", json_object_new_boolean(1));
+        json_object_object_add(req, "hold", json_object_new_int(hold));
+    }
+    return req;
+}
+
+/* Let go of the hold an early answer ANS took for a request that does not
+ * go on in that container: a finish that records nothing. */
+static void let_go_early(request_rec *r, apr_pool_t *p, const char *owner, json_object *ans)
+{
+    const char *cid = ci_json_str(ans, "container_id");
+    const char *status = ci_json_str(ans, "container_status");
+    json_object *req;
+    if (!cid || !status || ci_dirops_status_of(status) != CI_DIR_OK)
+        return;
+    req = dir_request(p, "finish", owner);
+    put_str(req, "container_id", cid);
+    ci_dirclient_ask_and_end(r->server, p, req);
+}
+
+/* The request ended without taking the early answer (refused, passed
+ * through, or it named no such response after all): read it, and let go
+ * of what it held. */
+static apr_status_t early_left(void *data)
+{
+    struct ci_early_chain *e = data;
+    apr_pool_t *p;
+    json_object *ans;
+    if (!e->sent)
+        return APR_SUCCESS;
+    apr_pool_create(&p, NULL);
+    if ((ans = ci_dirclient_receive_and_end(e->r->server, p, e->sent)))
+        let_go_early(e->r, p, e->owner, ans);
+    e->sent = NULL;
+    apr_pool_destroy(p);
+    return APR_SUCCESS;
+}
+
+void ci_containers_ask_chain_early(ci_recall_baton *b, const char *body, apr_size_t len)
+{
+    request_rec *r = b->r;
+    struct ci_early_chain *e;
+    const char *rid;
+    if (!b->owner || !ci_dirclient_sends_ahead(r->server) ||
+        !(rid = ci_json_top_string(r->pool, body, len, "previous_response_id")))
+        return;
+    e = apr_pcalloc(r->pool, sizeof(*e));
+    e->r = r;
+    e->owner = b->owner;
+    e->response_id = rid;
+    e->sent = ci_dirclient_send(r->server, r->pool,
+                                chain_request(r->pool, b->owner, rid, 1,
+                                              hold_seconds_from(r, apr_time_now())));
+    b->early = e;
+    apr_pool_pre_cleanup_register(r->pool, e, early_left);
+}
+
+/* The early answer for ST's chain, when one was asked for this very
+ * response: taken (NULL otherwise, or when it could not be had). */
+static json_object *early_answer(request_rec *r, ci_req_state *st, int *asked)
+{
+    struct ci_early_chain *e = st->early_chain;
+    json_object *ans;
+    *asked = e && e->sent && !strcmp(e->response_id, st->req->previous_response_id);
+    if (!*asked)
+        return NULL;
+    ans = ci_dirclient_receive_and_end(r->server, r->pool, e->sent);
+    e->sent = NULL;
+    return ans;
+}
+
 /* The container the previous response led to, and the outputs it is owed.
  * When the turn goes on in that container (no other named), the same
- * question also looks it up for use (*FOUND, as lookup answers). */
+ * question also looks it up for use (*FOUND, as lookup answers). The
+ * question may have been sent before the parse (ci_containers_ask_chain_
+ * early), always looking up for use: a turn that names another container
+ * lets that hold go. */
 static int follow_chain(request_rec *r, ci_req_state *st, const char **container,
                         json_object **found, ci_error *err)
 {
-    json_object *req, *ans;
+    json_object *ans;
     const char *pending;
+    int goes_on = !st->req->container_id && !st->req->context_container, early;
     *container = NULL;
     *found = NULL;
     if (!st->req->previous_response_id || !st->owner)
         return OK;
-    req = dir_request(r->pool, "response", st->owner);
-    put_str(req, "response_id", st->req->previous_response_id);
-    if (!st->req->container_id && !st->req->context_container) {
-        json_object_object_add(req, "touch", json_object_new_boolean(1));
-        json_object_object_add(req, "hold", json_object_new_int(hold_seconds(r, st)));
-    }
-    if (!(ans = dir_ask(r, req)))
+    ans = early_answer(r, st, &early);
+    if (!early)
+        ans = dir_ask(r, chain_request(r->pool, st->owner, st->req->previous_response_id,
+                                       goes_on, hold_seconds(r, st)));
+    if (!ans)
         return unavailable(r, err);
+    if (early && !goes_on)
+        let_go_early(r, r->pool, st->owner, ans);
     *container = ci_json_str(ans, "container_id");
-    *found = *container ? chained_lookup(r, st, ans) : NULL;
+    *found = *container && goes_on ? chained_lookup(r, st, ans) : NULL;
     if ((pending = ci_json_str(ans, "pending")) &&
         ci_request_prepend_input(r->pool, st->req, pending) != 0)
         ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "CI0802: the outputs owed to "
@@ -456,11 +550,16 @@ json_object *ci_containers_create_request(request_rec *r, const char *owner,
 
 /* Seconds the request ST holds its container: what is left of its deadline
  * (and a minute more: its last answer is written after). */
-static int hold_seconds(request_rec *r, const ci_req_state *st)
+static int hold_seconds_from(request_rec *r, apr_time_t started)
 {
-    apr_time_t end = st->started + ci_loc_deadline(ci_loc_config(r));
+    apr_time_t end = started + ci_loc_deadline(ci_loc_config(r));
     apr_time_t now = apr_time_now();
     return (int)apr_time_sec(end > now ? end - now : 0) + 60;
+}
+
+static int hold_seconds(request_rec *r, const ci_req_state *st)
+{
+    return hold_seconds_from(r, st->started);
 }
 
 /* When a request waiting for room gives up: the capacity wait, within its

@@ -28,7 +28,15 @@ typedef struct ci_recall_baton {
     request_rec *r;
     const char *owner;
     int failed;                 /* the directory could not be asked */
+    struct ci_early_chain *early; /* the chain's question, asked ahead */
 } ci_recall_baton;
+
+/* Before the request is parsed: when its body names a previous response
+ * (ci_json_top_string) and the directory takes questions without waiting
+ * (the supervisor's), the question that follows the chain is sent now and
+ * its answer read at resolve, after the parse (B->early). Whatever the
+ * request becomes, its answer is read and any hold it took let go. */
+void ci_containers_ask_chain_early(ci_recall_baton *b, const char *body, apr_size_t len);
 const char *ci_containers_recall(void *baton, const char *item_id,
                                  const char **container);
 

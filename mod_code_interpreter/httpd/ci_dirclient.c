@@ -115,6 +115,11 @@ ci_dir_sent *ci_dirclient_send(server_rec *s, apr_pool_t *p, json_object *req)
     return q;
 }
 
+int ci_dirclient_sends_ahead(server_rec *s)
+{
+    return backend(s)->send != NULL;
+}
+
 json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_sent *q)
 {
     const ci_dirclient_backend *be = backend(s);

@@ -98,6 +98,9 @@ json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object 
  * directory on this thread in between), its answer, with what it says must
  * go ended: the answer, or NULL (logged). */
 ci_dir_sent *ci_dirclient_send(server_rec *s, apr_pool_t *p, json_object *req);
+/* Whether S's back end sends without waiting (ci_dirclient_send does not
+ * ask at once). */
+int ci_dirclient_sends_ahead(server_rec *s);
 json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_sent *q);
 /* End the sandboxes of GONE (ci_container) where they run, when this node
  * can reach them. */

@@ -279,7 +279,7 @@ static int misconfigured(request_rec *r, const char *name)
 }
 
 static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *req,
-                     const char *owner)
+                     const ci_recall_baton *recall)
 {
     ci_req_state *st;
     ci_error err;
@@ -308,7 +308,8 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
     st = ci_request_state_create(r);
     st->req = req;
     st->sandbox = sandbox;
-    st->owner = owner;
+    st->owner = recall->owner;
+    st->early_chain = recall->early;
     st->started = apr_time_now();
     if ((rc = ci_containers_resolve(r, st, &err)) != OK) {
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0106: refused (%d): %s",
@@ -365,6 +366,7 @@ static int ci_fixups(request_rec *r)
      * a body that names the tool. */
     recall.r = r;
     recall.owner = ci_owner_of(r);
+    ci_containers_ask_chain_early(&recall, body, len);
     opts.recall = ci_containers_recall;
     opts.recall_baton = &recall;
     switch (ci_request_rewrite(r->pool, body, len, &opts, &req, &err)) {
@@ -380,7 +382,7 @@ static int ci_fixups(request_rec *r)
     default:
         if (!sandbox)
             return misconfigured(r, d->sandbox);
-        rc = intercept(r, sandbox, req, recall.owner);
+        rc = intercept(r, sandbox, req, &recall);
         if (rc == OK)           /* (an error answer sets no state) */
             ci_request_state(r)->module_time += apr_time_now() - t0;
         return rc;

@@ -32,6 +32,8 @@ typedef struct ci_req_state {
     apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
                                   (ci_filesapi_file): put into the container
                                   when this request makes it */
+    struct ci_early_chain *early_chain; /* the chain's question, sent before
+                                  the parse (ci_containers_ask_chain_early) */
     apr_time_t started;
     apr_interval_time_t module_time;   /* time spent in the module's own work */
 } ci_req_state;

@@ -7,7 +7,9 @@
  *   ERROR      a 400 with a message, whose error body is valid JSON;
  *   INTERCEPT  a body that is valid JSON, streams nothing, carries exactly
  *              our function tool in place of the code_interpreter tool, and
- *              has an input array without code_interpreter_call items.
+ *              has an input array without code_interpreter_call items;
+ *              and previous_response_id, when ci_json_top_string finds it
+ *              without a parse, is the one the rewrite read.
  */
 #include "fuzz_common.h"
 #include "ci_error.h"
@@ -123,9 +125,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     switch (v) {
     case CI_REQ_PASS:
         break;
-    case CI_REQ_INTERCEPT:
+    case CI_REQ_INTERCEPT: {
+        /* The scan's hint, when it gives one, is what the parser read. */
+        const char *hint = ci_json_top_string(p, body, size, "previous_response_id");
         check_intercept(p, req, body, size);
+        FUZZ_CHECK(!hint || (req->previous_response_id &&
+                             !strcmp(hint, req->previous_response_id)),
+                   "the scan found previous_response_id \"%s\", the parser \"%s\"", hint,
+                   req->previous_response_id ? req->previous_response_id : "(none)");
         break;
+    }
     case CI_REQ_ERROR: {
         apr_size_t len;
         const char *eb;

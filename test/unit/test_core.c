@@ -159,6 +159,38 @@ static void test_json_parse_depth(void **state)
     }
 }
 
+/* The top-level string found without a parse: only where the parser would
+ * agree, NULL wherever it might not. */
+static const char *top(apr_pool_t *p, const char *body)
+{
+    return ci_json_top_string(p, body, strlen(body), "previous_response_id");
+}
+
+static void test_json_top_string(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *nested =
+        "{\"input\":[{\"role\":\"user\",\"content\":\"say \\\"hi\\\" {[\","
+        "\"previous_response_id\":\"inner\"}],\"tools\":[{\"type\":\"code_interpreter\","
+        "\"container\":{\"type\":\"auto\"}}],\"previous_response_id\" : \"resp_1\"}";
+    assert_str(top(p, nested), "resp_1");            /* the inner one is not top-level */
+    assert_str(top(p, " {\"previous_response_id\":\"resp_2\",\"n\":[1,{}],\"b\":true} "),
+               "resp_2");
+    assert_null(top(p, "{\"input\":\"previous_response_id\"}"));   /* a value, not a key */
+    assert_null(top(p, "{\"previous_response_id\":null}"));
+    assert_null(top(p, "{\"previous_response_id\":7}"));
+    assert_null(top(p, "{\"previous_response_id\":\"\"}"));
+    assert_null(top(p, "{\"previous_response_id\":\"re\\u0073p\"}"));  /* escaped value */
+    assert_null(top(p, "{\"previous_response_id\":\"a\",\"previous_response_id\":\"b\"}"));
+    assert_null(top(p, "{\"previous_respons\\u0065_id\":\"a\",\"x\":1}"));  /* escaped key */
+    assert_null(top(p, "{\"previous_response_id\":\"a\""));          /* cut short */
+    assert_null(top(p, "{\"previous_response_id\":\"a\"]"));
+    assert_null(top(p, "[{\"previous_response_id\":\"a\"}]"));
+    assert_null(top(p, "{}"));
+    assert_null(top(p, ""));
+    assert_null(top(p, "{\"a\":[}"));
+}
+
 /* BUG: a NUL byte after the value passes the trailing-whitespace check,
  * because strchr(" \t\r\n", '\0') finds the terminator of the set. */
 static void test_json_parse_trailing_nul_bug(void **state)
@@ -2793,6 +2825,7 @@ int main(void)
     const struct CMUnitTest json_tests[] = {
         TEST(test_json_parse_strict),
         TEST(test_json_parse_depth),
+        TEST(test_json_top_string),
         TEST(test_json_parse_trailing_nul_bug),
         TEST(test_json_parse_top_level_scalar_bug),
         TEST(test_json_parse_non_rfc_numbers_bug),
