@@ -272,10 +272,12 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
 }
 
 /* Read what C holds (one chunk) and handle its frames: the bytes read, 0
- * when there was nothing (or C is gone). */
+ * when there was nothing (or C is gone). The buffer is not on the stack:
+ * handling a frame may read other connections in turn (sup_read_others),
+ * and each level has fed its reader before it handles anything. */
 static ssize_t conn_readable(conn *c)
 {
-    char buf[READ_CHUNK];
+    static char buf[READ_CHUNK];
     ci_sup_frame f;
     ssize_t n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
@@ -284,20 +286,48 @@ static ssize_t conn_readable(conn *c)
         c->closing = 2;               /* gone: no answer can reach it */
         return 0;
     }
+    c->handling = 1;
     while (!c->closing && ci_sup_reader_next(c->reader, &f))
         handle_frame(c, &f);
+    c->handling = 0;
     if (ci_sup_reader_broken(c->reader))
         c->closing = 2;
     return n;
 }
 
-void sup_read_others(conn *self)
+/* Whether C may be read by sup_read_others. */
+static int readable_now(const conn *c)
 {
-    conn *c;
+    return !c->handling && !c->closing && !sup_uploading_ahead(c);
+}
+
+void sup_read_others(void)
+{
+    apr_pool_t *p;
+    struct pollfd *pfds;
+    conn *c, **which;
+    int n = 0, i;
     for (c = sup_state.conns; c; c = c->next)
-        while (c != self && !c->closing && !sup_uploading_ahead(c) &&
-               conn_readable(c) == READ_CHUNK)
-            ;                         /* a full chunk: there may be more */
+        n += readable_now(c);
+    if (!n)
+        return;
+    apr_pool_create(&p, sup_state.p);
+    pfds = apr_palloc(p, n * sizeof(*pfds));
+    which = apr_palloc(p, n * sizeof(*which));
+    for (n = 0, c = sup_state.conns; c; c = c->next)
+        if (readable_now(c)) {
+            pfds[n].fd = c->fd;
+            pfds[n].events = POLLIN;
+            pfds[n].revents = 0;
+            which[n++] = c;
+        }
+    /* one system call for all; only those with something are read */
+    if (poll(pfds, (nfds_t)n, 0) > 0)
+        for (i = 0; i < n; i++)
+            while ((pfds[i].revents & (POLLIN | POLLHUP | POLLERR)) &&
+                   readable_now(which[i]) && conn_readable(which[i]) == READ_CHUNK)
+                ;                     /* a full chunk: there may be more */
+    apr_pool_destroy(p);
 }
 
 /* ---- the loop ----------------------------------------------------------- */

@@ -132,7 +132,10 @@ static void mark_busy(void)
  * "recall") that finds nothing first lets every other connection's waiting
  * frames be handled, then looks again. What the client saw was sent after
  * its finish was written, so that finish is in its socket by now, even when
- * this loop met the two connections in the other order. */
+ * this loop met the two connections in the other order. A connection has
+ * one question at a time waiting for its answer (its client reads each
+ * answer before it asks again), so no finish waits behind a lookup on the
+ * connection being handled. */
 void sup_handle_dir(conn *c, const ci_sup_frame *f)
 {
     apr_pool_t *p;
@@ -144,10 +147,11 @@ void sup_handle_dir(conn *c, const ci_sup_frame *f)
     gone = apr_array_make(p, 2, sizeof(const char *));
     answer = ci_dirops_apply_lookup(sup_state.dir, p, f->data, f->len, apr_time_now(), gone,
                                     &missed);
-    if (missed && !sup_state.reading_others) {
-        sup_state.reading_others = 1;
-        sup_read_others(c);
-        sup_state.reading_others = 0;
+    if (missed) {
+        /* Another lookup among those read may miss in turn: it reads the
+         * rest likewise. C's frames are being handled, so it is not read
+         * again; each level adds one such connection, so this ends. */
+        sup_read_others();
         answer = ci_dirops_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
     }
     sup_send_text(c, CI_SUP_DIR_ANSWER, 0, answer);

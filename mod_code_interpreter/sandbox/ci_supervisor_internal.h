@@ -134,6 +134,8 @@ struct conn {
     int fd;
     pid_t pid;
     int helloed, is_parent, closing;
+    int handling;               /* its frames are being handled (a lookup
+                                   that missed may read the others meanwhile) */
     ci_sup_reader *reader;
     apr_pool_t *pool;
     outq out;
@@ -153,7 +155,6 @@ typedef struct sup_daemon {
                                    cap refused a warm slot: retry each tick */
     ci_directory *dir;
     apr_time_t next_expiry_check;
-    int reading_others;         /* within sup_read_others (a lookup missed) */
 } sup_daemon;
 
 extern sup_daemon sup_state;
@@ -166,8 +167,10 @@ void sup_send_text(conn *c, int type, apr_uint32_t id, const char *text);
 void sup_send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
 /* The run ended with OUTCOME after an interrupt its interpreter survived. */
 void sup_send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
-/* Read and handle what the connections other than SELF hold already. */
-void sup_read_others(conn *self);
+/* Read and handle what the other connections hold already: those whose
+ * frames are not being handled now (a lookup that missed, on one of them,
+ * may ask this again, for the rest). */
+void sup_read_others(void);
 
 /* ---- ci_supervisor_boxes.c: sandboxes ----------------------------------- */
 

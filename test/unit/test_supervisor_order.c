@@ -52,6 +52,7 @@ typedef struct fixture {
     char path[64];
     int a, b;
     ci_sup_reader *ra, *rb;
+    int more[2];                 /* C and D, newer still, when a test makes them */
 } fixture;
 
 /* ---- the supervisor, forked here ----------------------------------------- */
@@ -87,6 +88,10 @@ static int teardown(void **state)
         close(f->a);
     if (f->b >= 0)
         close(f->b);
+    if (f->more[0] > 0)
+        close(f->more[0]);
+    if (f->more[1] > 0)
+        close(f->more[1]);
     if (f->supervisor > 0) {
         kill(f->supervisor, SIGKILL);           /* stopped or not */
         waitpid(f->supervisor, NULL, 0);
@@ -254,6 +259,46 @@ static void test_recall_sees_an_earlier_finish_on_another_connection(void **stat
     expect(o, text, "container_id", CNTR);
 }
 
+#define FINISH(resp) "{\"op\":\"finish\",\"owner\":\"" OWNER "\",\"container_id\":\"" \
+    CNTR "\",\"response_id\":\"" resp "\",\"items\":[]}"
+#define LOOKUP(resp) "{\"op\":\"response\",\"owner\":\"" OWNER "\",\"response_id\":\"" \
+    resp "\",\"touch\":true}"
+
+/* Two races at once, one met while the supervisor reads for the other. In
+ * the order the supervisor meets them (the newest connection first): D
+ * asks for response 1, whose finish waits on A; reading the others for
+ * it, it meets C's lookup of response 2 before B's finish of it. C's
+ * lookup reads on in turn (all but D and C), and both are found. */
+static void test_a_lookup_met_while_another_missed_reads_on(void **state)
+{
+    fixture *f = *state;
+    const char *err = NULL, *text;
+    ci_sup_reader *rc, *rd;
+    json_object *o;
+    connect_both(f);
+    assert_true((f->more[0] = ci_supervisor_connect(f->p, &err)) >= 0);     /* C */
+    assert_true((f->more[1] = ci_supervisor_connect(f->p, &err)) >= 0);     /* D */
+    rc = ci_sup_reader_create(f->p);
+    rd = ci_sup_reader_create(f->p);
+    create_container(f);
+    stop_supervisor(f);
+    ask(f->a, FINISH("resp_one"));
+    ask(f->b, FINISH("resp_two"));
+    ask(f->more[0], LOOKUP("resp_two"));
+    ask(f->more[1], LOOKUP("resp_one"));
+    continue_supervisor(f);
+    o = answer(f, f->more[1], rd, &text);
+    expect(o, text, "status", "ok");
+    expect(o, text, "container_id", CNTR);
+    o = answer(f, f->more[0], rc, &text);
+    expect(o, text, "status", "ok");
+    expect(o, text, "container_id", CNTR);
+    o = answer(f, f->a, f->ra, &text);
+    expect(o, text, "status", "ok");
+    o = answer(f, f->b, f->rb, &text);
+    expect(o, text, "status", "ok");
+}
+
 /* Lookups that miss for real still answer not_found, and at once, while
  * the other connection has sent nothing: hearing out the others does not
  * wait on an idle one, and takes nothing from it (A is answered after). */
@@ -285,6 +330,8 @@ int main(void)
             test_response_sees_an_earlier_finish_on_another_connection, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_recall_sees_an_earlier_finish_on_another_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_a_lookup_met_while_another_missed_reads_on, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_a_real_miss_answers_not_found_with_the_other_idle, setup, teardown),
     };
