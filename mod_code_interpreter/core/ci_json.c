@@ -508,21 +508,23 @@ static int scan_take(scan *s, char c)
 }
 
 /* Past the string at S (at its opening quote): 0, or -1 when it does not
- * end. *ESCAPED: whether it holds a backslash. */
+ * end. *ESCAPED: whether it holds a backslash. The quotes are found with
+ * memchr: a conversation's text is mostly long strings. */
 static int scan_string(scan *s, int *escaped)
 {
-    *escaped = 0;
-    for (s->at++; s->at < s->end; s->at++) {
-        if (*s->at == '"') {
-            s->at++;
-            return 0;
-        }
-        if (*s->at == '\\') {
-            *escaped = 1;
-            s->at++;
-        }
+    const char *open = s->at + 1, *from = open, *q, *b;
+    for (;;) {
+        if (!(q = memchr(from, '"', (apr_size_t)(s->end - from))))
+            return -1;
+        for (b = q; b > open && b[-1] == '\\'; b--)
+            ;
+        if (!((q - b) & 1))               /* an even run of backslashes: the end */
+            break;
+        from = q + 1;
     }
-    return -1;
+    *escaped = memchr(open, '\\', (apr_size_t)(q - open)) != NULL;
+    s->at = q + 1;
+    return 0;
 }
 
 /* To the end of the member value at S (the ',' or '}' after it, not
@@ -558,6 +560,10 @@ const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
     apr_size_t klen = strlen(key);
     const char *found = NULL, *k, *v;
     int escaped, is_key, plain_keys = 1;
+    char *quoted = apr_pstrcat(p, "\"", key, "\"", NULL);
+    /* most bodies do not name KEY at all: one fast search says so */
+    if (!memmem(body, len, quoted, klen + 2))
+        return NULL;
     scan_ws(&s);
     if (!scan_take(&s, '{'))
         return NULL;

@@ -177,6 +177,11 @@ static void test_json_top_string(void **state)
     assert_str(top(p, " {\"previous_response_id\":\"resp_2\",\"n\":[1,{}],\"b\":true} "),
                "resp_2");
     assert_null(top(p, "{\"input\":\"previous_response_id\"}"));   /* a value, not a key */
+    /* escaped quotes and backslashes inside strings */
+    assert_str(top(p, "{\"x\":\"a\\\\\",\"previous_response_id\":\"r\"}"), "r");
+    assert_str(top(p, "{\"x\":\"a\\\",\\\"previous_response_id\\\":\\\"no\\\"\","
+                      "\"previous_response_id\":\"yes\"}"), "yes");
+    assert_null(top(p, "{\"x\":\"a\\\"}"));                      /* never ends */
     assert_null(top(p, "{\"previous_response_id\":null}"));
     assert_null(top(p, "{\"previous_response_id\":7}"));
     assert_null(top(p, "{\"previous_response_id\":\"\"}"));
