@@ -462,6 +462,16 @@ MUTANTS = [
      "        n++;",
      "a citation's offsets count bytes, not characters",
      ["test/test_citations.py::test_generated_file_cited_listed_and_downloaded"]),
+    ("input-encoded-again", "mod_code_interpreter/core/ci_request.c",
+     "    if (kept->nelts && !ci_json_top_value(body, len, \"input\", &at, &vlen) &&",
+     "    if (0 && kept->nelts && !ci_json_top_value(body, len, \"input\", &at, &vlen) &&",
+     "the conversation is encoded again instead of kept as the client wrote it",
+     ["test/test_loop.py::test_the_clients_items_go_upstream_as_written"]),
+    ("raw-control-byte-kept", "mod_code_interpreter/core/ci_request.c",
+     "    return !ci_json_has_control_byte(span->at, span->len);",
+     "    return 1;",
+     "an item with a raw control character goes upstream as it came, not strict JSON",
+     ["unit:test_core"]),
 ]
 
 TOP = os.getcwd()

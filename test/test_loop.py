@@ -548,6 +548,26 @@ def test_upstream_never_sees_code_interpreter(httpd, model):
         assert req["json"]["stream"] is False
 
 
+def test_the_clients_items_go_upstream_as_written(httpd, model):
+    """The items that pass unchanged reach the upstream in every round as
+    the client wrote them (its escapes, spacing and numbers), not encoded
+    again; an item with a raw control character is encoded (strict JSON)."""
+    kept = b'{"role": "user",  "content": "caf\\u00e9 \\/ 1.50e+1"}'
+    raw_tab = b'{"role":"user","content":"a\tb"}'
+    script = json.dumps({"role": "user", "content": script_input(
+        [[{"call": "print(1)"}], [{"text": "done"}]])}).encode()
+    body = (b'{"model": "m", "tools": [' + json.dumps(TOOL).encode() + b'], "input": [ ' +
+            kept + b' , ' + raw_tab + b', ' + script + b']}')
+    status, _, data = httpd.request("POST", "/v1/responses", body)
+    assert status == 200, data
+    seen = model.requests()
+    assert len(seen) == 2
+    for req in seen:
+        sent = base64.b64decode(req["body_b64"])
+        assert b'"input":[' + kept + b',{"role":"user","content":"a\\tb"},' + script in sent
+        assert req["json"]["input"][0] == {"role": "user", "content": "caf\u00e9 / 1.50e+1"}
+
+
 def test_replayed_code_interpreter_calls_translated(httpd, model):
     history = [
         {"role": "user", "content": "earlier"},

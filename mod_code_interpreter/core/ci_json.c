@@ -527,9 +527,10 @@ static int scan_string(scan *s, int *escaped)
     return 0;
 }
 
-/* To the end of the member value at S (the ',' or '}' after it, not
- * taken), strings and nesting skipped, nothing else checked: 0, or -1. */
-static int scan_value(scan *s)
+/* To the end of the value at S (the ',' or CLOSE after it at its own
+ * depth, not taken), strings and nesting skipped, nothing else checked:
+ * 0, or -1. */
+static int scan_value(scan *s, char close)
 {
     int depth = 0, escaped;
     while (s->at < s->end) {
@@ -539,7 +540,7 @@ static int scan_value(scan *s)
                 return -1;
             continue;
         }
-        if (!depth && (c == ',' || c == '}'))
+        if (!depth && (c == ',' || c == close))
             return 0;
         if (c == '{' || c == '[')
             depth++;
@@ -553,54 +554,134 @@ static int scan_value(scan *s)
     return -1;
 }
 
-const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
-                               const char *key)
+/* The end of the value that starts at FROM and runs to TO, its trailing
+ * whitespace left out. */
+static const char *trimmed_end(const char *from, const char *to)
+{
+    while (to > from && (to[-1] == ' ' || to[-1] == '\t' || to[-1] == '\n' ||
+                         to[-1] == '\r'))
+        to--;
+    return to;
+}
+
+/* The value of KEY in the top-level object of BODY: 1 with its span in
+ * *AT and *END, when KEY is there once and no key is escaped (an escaped
+ * key may spell KEY); 0 otherwise, or when the scan cannot read the text. */
+static int top_member(const char *body, apr_size_t len, const char *key,
+                      const char **at, const char **end)
 {
     scan s = { body, body + len };
     apr_size_t klen = strlen(key);
-    const char *found = NULL, *k, *v;
-    int escaped, is_key, plain_keys = 1;
-    char *quoted = apr_pstrcat(p, "\"", key, "\"", NULL);
-    /* most bodies do not name KEY at all: one fast search says so */
-    if (!memmem(body, len, quoted, klen + 2))
-        return NULL;
+    const char *k;
+    int escaped, found = 0;
     scan_ws(&s);
     if (!scan_take(&s, '{'))
-        return NULL;
+        return 0;
     scan_ws(&s);
     if (scan_take(&s, '}'))
-        return NULL;
+        return 0;
     for (;;) {
+        int is_key;
         scan_ws(&s);
         if (s.at >= s.end || *s.at != '"')
-            return NULL;
+            return 0;
         k = s.at + 1;
-        if (scan_string(&s, &escaped))
-            return NULL;
-        plain_keys &= !escaped;              /* an escaped key may spell KEY */
-        is_key = !escaped && (apr_size_t)(s.at - 1 - k) == klen && !memcmp(k, key, klen);
+        if (scan_string(&s, &escaped) || escaped)
+            return 0;
+        is_key = (apr_size_t)(s.at - 1 - k) == klen && !memcmp(k, key, klen);
         scan_ws(&s);
         if (!scan_take(&s, ':'))
-            return NULL;
+            return 0;
         scan_ws(&s);
-        if (is_key) {
-            if (found)
-                return NULL;                 /* twice: which one counts is the parser's */
-            found = "";
-            if (s.at < s.end && *s.at == '"') {
-                v = s.at + 1;
-                if (scan_string(&s, &escaped))
-                    return NULL;
-                if (!escaped)
-                    found = apr_pstrmemdup(p, v, (apr_size_t)(s.at - 1 - v));
-            }
-        }
-        if (scan_value(&s))
-            return NULL;
+        if (is_key && found++)
+            return 0;                /* twice: which one counts is the parser's */
+        if (is_key)
+            *at = s.at;
+        if (scan_value(&s, '}'))
+            return 0;
+        if (is_key)
+            *end = trimmed_end(*at, s.at);
         if (scan_take(&s, ','))
             continue;
-        if (scan_take(&s, '}'))
-            return plain_keys && found && *found ? found : NULL;
-        return NULL;
+        return scan_take(&s, '}') && found;
     }
+}
+
+const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
+                               const char *key)
+{
+    const char *at, *end;
+    char *quoted = apr_pstrcat(p, "\"", key, "\"", NULL);
+    scan s;
+    int escaped;
+    /* most bodies do not name KEY at all: one fast search says so */
+    if (!memmem(body, len, quoted, strlen(quoted)))
+        return NULL;
+    if (!top_member(body, len, key, &at, &end) || *at != '"')
+        return NULL;
+    s.at = at;
+    s.end = end;
+    if (scan_string(&s, &escaped) || escaped || s.at != end || end - at == 2)
+        return NULL;
+    return apr_pstrmemdup(p, at + 1, (apr_size_t)(end - at - 2));
+}
+
+int ci_json_top_value(const char *body, apr_size_t len, const char *key,
+                      const char **at, apr_size_t *vlen)
+{
+    const char *end;
+    if (!top_member(body, len, key, at, &end))
+        return -1;
+    *vlen = (apr_size_t)(end - *at);
+    return 0;
+}
+
+int ci_json_array_spans(apr_pool_t *p, const char *text, apr_size_t len,
+                        int n, ci_json_span **spans)
+{
+    scan s = { text, text + len };
+    ci_json_span *out = apr_palloc(p, sizeof(*out) * (apr_size_t)(n ? n : 1));
+    int i = 0;
+    if (!scan_take(&s, '['))
+        return -1;
+    scan_ws(&s);
+    if (scan_take(&s, ']')) {
+        *spans = out;
+        return n == 0 && s.at == s.end ? 0 : -1;
+    }
+    for (;;) {
+        const char *from;
+        if (i == n)
+            return -1;
+        scan_ws(&s);
+        from = s.at;
+        if (scan_value(&s, ']') || s.at == from)
+            return -1;
+        out[i].at = from;
+        out[i].len = (apr_size_t)(trimmed_end(from, s.at) - from);
+        i++;
+        if (scan_take(&s, ','))
+            continue;
+        if (!scan_take(&s, ']') || s.at != s.end || i != n)
+            return -1;
+        *spans = out;
+        return 0;
+    }
+}
+
+int ci_json_has_control_byte(const char *s, apr_size_t n)
+{
+    /* eight bytes at a time: a word has a byte below 0x20 exactly when
+     * (w - 0x20 in each byte) & ~w sets some byte's high bit */
+    const apr_uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    for (; n >= 8; s += 8, n -= 8) {
+        apr_uint64_t w;
+        memcpy(&w, s, 8);
+        if ((w - 0x20 * ones) & ~w & highs)
+            return 1;
+    }
+    for (; n; s++, n--)
+        if ((unsigned char)*s < 0x20)
+            return 1;
+    return 0;
 }

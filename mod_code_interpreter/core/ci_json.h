@@ -74,6 +74,32 @@ const char *ci_json_array_members(json_object *a, apr_size_t *len);
 const char *ci_json_top_string(apr_pool_t *p, const char *body, apr_size_t len,
                                const char *key);
 
+/* A piece of a JSON text: LEN bytes at AT, not NUL-terminated. */
+typedef struct ci_json_span {
+    const char *at;
+    apr_size_t len;
+} ci_json_span;
+
+/* The text of the value of KEY in the top-level object of BODY (LEN
+ * bytes), found without parsing it, its surrounding whitespace left out:
+ * 0 with *AT and *VLEN, or -1 when KEY is absent or there more than once,
+ * a key is escaped, or the text is not an object as far as the scan reads.
+ * The scan does not validate: for a text the parser has accepted, it is
+ * the value the parser read. */
+int ci_json_top_value(const char *body, apr_size_t len, const char *key,
+                      const char **at, apr_size_t *vlen);
+
+/* The texts of the N members of the JSON array TEXT (LEN bytes, from its
+ * '[' to its ']'), each without surrounding whitespace, into *SPANS (from
+ * P): 0, or -1 when the scan does not find exactly N members. Like
+ * ci_json_top_value, it does not validate. */
+int ci_json_array_spans(apr_pool_t *p, const char *text, apr_size_t len,
+                        int n, ci_json_span **spans);
+
+/* Whether the N bytes at S hold one below 0x20: a raw control character,
+ * which strict JSON allows only as whitespace between tokens. */
+int ci_json_has_control_byte(const char *s, apr_size_t n);
+
 /* NBYTES random bytes (from the system's generator) as 2 * NBYTES hex
  * digits and a NUL at OUT. */
 void ci_random_hex(char *out, apr_size_t nbytes);

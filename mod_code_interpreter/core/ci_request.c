@@ -978,12 +978,20 @@ static int translate_item(apr_pool_t *p, json_object *item, int i,
     return 0;
 }
 
+/* An item of the translated input that is the client's own, unchanged:
+ * its index there (OUT) and in the client's input (IN). */
+typedef struct ci_kept_item {
+    int out, in;
+} ci_kept_item;
+
 /* INPUT as an array of items with code_interpreter_call history translated
  * into function_call + function_call_output pairs, and the hosted shell's
- * shell_call and shell_call_output into a function call and its output. */
+ * shell_call and shell_call_output into a function call and its output.
+ * The items that pass as they are go into KEPT. */
 static json_object *translate_input(apr_pool_t *p, json_object *input,
                                     const ci_rewrite_opts *o, const char *fname,
-                                    ci_request *req, ci_error *err)
+                                    ci_request *req, apr_array_header_t *kept,
+                                    ci_error *err)
 {
     json_object *items = json_object_new_array();
     apr_hash_t *shell_calls;
@@ -1002,14 +1010,22 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
     shell_calls = apr_hash_make(p);
     for (i = 0; i < n; i++) {
         json_object *item = json_object_array_get_idx(input, i);
+        int before;
         if (!json_object_is_type(item, json_type_object)) {
             bad_type(p, err, apr_psprintf(p, "input[%d]", i), "an object");
             json_object_put(items);
             return NULL;
         }
+        before = (int)json_object_array_length(items);
         if (translate_item(p, item, i, o, fname, items, req, shell_calls, err)) {
             json_object_put(items);
             return NULL;
+        }
+        if ((int)json_object_array_length(items) == before + 1 &&
+            json_object_array_get_idx(items, before) == item) {
+            ci_kept_item *k = apr_array_push(kept);
+            k->out = before;
+            k->in = i;
         }
     }
     return items;
@@ -1073,13 +1089,75 @@ static int read_flags(apr_pool_t *p, json_object *root, ci_request *req,
     return 0;
 }
 
-/* The input (most of a long conversation) is encoded once; round 1 and
- * every follow-up splice that text in. */
-static void encode_input(apr_pool_t *p, ci_request *req)
+/* Round 1's body: the request with the input's text in place; every
+ * follow-up splices the same text in. */
+static void encode_body(apr_pool_t *p, ci_request *req)
 {
-    req->input_text = ci_json_array_members(req->input, &req->input_len);
     req->body = ci_json_with_array(p, req->root, "input", req->input_text,
                                    req->input_len, "", 0, &req->body_len);
+}
+
+/* SPAN as it goes upstream unchanged: strict JSON, whatever the parser
+ * let through (a raw control character in a string is re-encoded). */
+static int span_passes(const ci_json_span *span)
+{
+    return !ci_json_has_control_byte(span->at, span->len);
+}
+
+/* The members of the translated input as text, the items the client sent
+ * that pass unchanged (KEPT, at SPANS in the client's body) copied as the
+ * client wrote them: a long conversation is not encoded again, only the
+ * items the rewrite made. */
+static const char *splice_input(apr_pool_t *p, json_object *input,
+                                const ci_json_span *spans,
+                                const apr_array_header_t *kept, apr_size_t *len)
+{
+    int n = (int)json_object_array_length(input), k, next = 0;
+    ci_json_span *piece = apr_palloc(p, sizeof(*piece) * (apr_size_t)(n ? n : 1));
+    apr_size_t total = 0;
+    char *text, *w;
+    for (k = 0; k < n; k++) {
+        const ci_kept_item *kk = next < kept->nelts
+                                     ? &APR_ARRAY_IDX(kept, next, ci_kept_item) : NULL;
+        if (kk && kk->out == k) {
+            next++;
+            if (span_passes(&spans[kk->in])) {
+                piece[k] = spans[kk->in];
+                total += piece[k].len + 1;
+                continue;
+            }
+        }
+        /* (each item's text is its own: encoding the next leaves it be) */
+        piece[k].at = ci_json_text(json_object_array_get_idx(input, k), &piece[k].len);
+        total += piece[k].len + 1;
+    }
+    w = text = apr_palloc(p, total + 1);
+    for (k = 0; k < n; k++) {
+        if (k)
+            *w++ = ',';
+        memcpy(w, piece[k].at, piece[k].len);
+        w += piece[k].len;
+    }
+    *w = '\0';
+    *len = (apr_size_t)(w - text);
+    return text;
+}
+
+/* The input's text (most of a long conversation), made once: the client's
+ * own bytes where BODY's input array can be read without a parse and its
+ * items pass unchanged, else encoded. */
+static void encode_input(apr_pool_t *p, ci_request *req, const char *body,
+                         apr_size_t len, int sent, const apr_array_header_t *kept)
+{
+    const char *at;
+    apr_size_t vlen;
+    ci_json_span *spans;
+    if (kept->nelts && !ci_json_top_value(body, len, "input", &at, &vlen) &&
+        !ci_json_array_spans(p, at, vlen, sent, &spans))
+        req->input_text = splice_input(p, req->input, spans, kept, &req->input_len);
+    else
+        req->input_text = ci_json_array_members(req->input, &req->input_len);
+    encode_body(p, req);
 }
 
 /* A function of a container with an allowlist: its description says what
@@ -1116,11 +1194,13 @@ static json_object *with_network_note(apr_pool_t *p, json_object *tool,
     return tool;
 }
 
-static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts,
-                   ci_request *req, ci_error *err)
+static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object *root,
+                   const ci_rewrite_opts *opts, ci_request *req, ci_error *err)
 {
     json_object *tools = ci_json_get(root, "tools", json_type_array);
     json_object *input = NULL;
+    apr_array_header_t *kept = apr_array_make(p, 8, sizeof(ci_kept_item));
+    int sent;
 
     req->client_tools = ci_json_own(p, ci_json_copy(tools));
     if (req->secrets)
@@ -1137,9 +1217,11 @@ static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts
         return -1;
     json_object_object_get_ex(root, "input", &input);
     req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name,
-                                                req, err));
+                                                req, kept, err));
     if (!req->input)
         return -1;
+    sent = json_object_is_type(input, json_type_array)
+               ? (int)json_object_array_length(input) : -1;
     json_object_object_add(root, "input", json_object_get(req->input));
     strip_include(root, req);
     /* A streaming client's rounds stream too (relayed as they come,
@@ -1148,7 +1230,7 @@ static int rewrite(apr_pool_t *p, json_object *root, const ci_rewrite_opts *opts
         json_object_object_add(root, "stream", json_object_new_boolean(0));
         json_object_object_del(root, "stream_options");
     }
-    encode_input(p, req);
+    encode_input(p, req, body, len, sent, kept);
     return 0;
 }
 
@@ -1157,6 +1239,8 @@ int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items)
     const char *perr = NULL;
     json_object *add = ci_json_parse(p, items, strlen(items), &perr);
     json_object *input;
+    const char *text;
+    apr_size_t len;
     int i, n;
     if (!json_object_is_type(add, json_type_array))
         return -1;
@@ -1170,7 +1254,17 @@ int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items)
                               json_object_get(json_object_array_get_idx(req->input, i)));
     req->input = input;
     json_object_object_add(req->root, "input", json_object_get(input));
-    encode_input(p, req);
+    /* the items owed first, then the input's text as it was made */
+    text = ci_json_array_members(add, &len);
+    if (len && req->input_len)
+        text = apr_pstrcat(p, apr_pstrmemdup(p, text, len), ",", req->input_text, NULL);
+    else if (len)
+        text = apr_pstrmemdup(p, text, len);
+    else
+        text = req->input_text;
+    req->input_text = text;
+    req->input_len = strlen(text);
+    encode_body(p, req);
     return 0;
 }
 
@@ -1217,7 +1311,7 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
     if (req->shell_index < 0)
         req->shell_function = NULL;
     req->root = root;
-    if (rewrite(p, root, opts, req, err))
+    if (rewrite(p, body, len, root, opts, req, err))
         return CI_REQ_ERROR;
     *out = req;
     return CI_REQ_INTERCEPT;

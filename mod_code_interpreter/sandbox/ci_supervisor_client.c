@@ -266,10 +266,9 @@ static int dir_read_answer(dir_conn *c, apr_pool_t *p, const char **answer)
     return -1;
 }
 
-/* One question on this thread's connection: 0, or -1 (the connection is
+/* REQ sent on C, its answer then owed: 0, or -1 (the connection is
  * dropped). An answer still owed there is read first and let go. */
-static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len,
-                        const char **answer)
+static int dir_send_on(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len)
 {
     const char *stale;
     if (c->owed && dir_read_answer(c, p, &stale) < 0)
@@ -278,6 +277,17 @@ static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t 
         dir_drop(c);
         return -1;
     }
+    c->owed = 1;
+    return 0;
+}
+
+/* One question on this thread's connection: 0, or -1 (the connection is
+ * dropped). */
+static int dir_exchange(dir_conn *c, apr_pool_t *p, const char *req, apr_size_t len,
+                        const char **answer)
+{
+    if (dir_send_on(c, p, req, len) < 0)
+        return -1;
     return dir_read_answer(c, p, answer);
 }
 
@@ -301,18 +311,13 @@ int ci_supervisor_dir(apr_pool_t *p, const char *req, apr_size_t len,
 int ci_supervisor_dir_send(apr_pool_t *p, const char *req, apr_size_t len,
                            const char **err)
 {
-    const char *stale;
     dir_conn *c = dir_connection(p, err);
     if (!c)
         return -1;
-    if (c->owed && dir_read_answer(c, p, &stale) < 0)
-        return -1;
-    if (ci_sup_send(c->fd, CI_SUP_DIR, 0, req, len) != 0) {
-        dir_drop(c);
+    if (dir_send_on(c, p, req, len) < 0) {
         *err = "the sandbox supervisor went away";
         return -1;
     }
-    c->owed = 1;
     return 0;
 }
 

@@ -8,8 +8,11 @@
  *   INTERCEPT  a body that is valid JSON, streams nothing, carries exactly
  *              our function tool in place of the code_interpreter tool, and
  *              has an input array without code_interpreter_call items;
- *              and previous_response_id, when ci_json_top_string finds it
- *              without a parse, is the one the rewrite read.
+ *              the input items the client sent kept as it wrote them or
+ *              encoded, either way the tree the rewrite holds, with no raw
+ *              control character; and previous_response_id, when
+ *              ci_json_top_string finds it without a parse, is the one the
+ *              rewrite read.
  */
 #include "fuzz_common.h"
 #include "ci_error.h"
@@ -96,13 +99,17 @@ static void check_intercept(apr_pool_t *p, const ci_request *req,
     fuzz_check_object(p, "client tools", req->client_tools);
     if (req->client_tool_choice)
         fuzz_check_object(p, "client tool_choice", req->client_tool_choice);
-    /* The kept root serialises to the same body. */
-    {
-        apr_size_t len;
-        const char *again = ci_json_text(req->root, &len);
-        FUZZ_CHECK(len == req->body_len && !memcmp(again, req->body, len),
-                   "root changed after serialisation");
-    }
+    /* The kept root is the body sent (the input's items kept as the
+     * client wrote them, the rest encoded), and the body is strict JSON:
+     * no raw control character, whatever the parser let through. */
+    FUZZ_CHECK(json_object_equal(req->root, root), "the body sent is not the kept root");
+    FUZZ_CHECK(json_object_equal(input, req->input), "the input sent is not req->input");
+    FUZZ_CHECK(!ci_json_has_control_byte(req->body, req->body_len),
+               "a raw control character in the body sent");
+    FUZZ_CHECK(req->input_len == 0 ||
+                   (req->body_len > req->input_len &&
+                    memmem(req->body, req->body_len, req->input_text, req->input_len)),
+               "the input's text is not in the body");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -196,6 +196,67 @@ static void test_json_top_string(void **state)
     assert_null(top(p, "{\"a\":[}"));
 }
 
+/* The text of a top-level member and of an array's members, as the
+ * client wrote them. */
+static void test_json_spans(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *body = "{\"tools\":[],\"input\" :  [ {\"a\":\"x]},\\\"[\"} ,\"s\\\\\",[1,[2]] ,3 ]\n}";
+    const char *at;
+    apr_size_t vlen;
+    ci_json_span *sp;
+    assert_int_equal(ci_json_top_value(body, strlen(body), "input", &at, &vlen), 0);
+    assert_int_equal(vlen, strlen("[ {\"a\":\"x]},\\\"[\"} ,\"s\\\\\",[1,[2]] ,3 ]"));
+    assert_memory_equal(at, "[ {\"a\"", 6);
+    assert_int_equal(ci_json_array_spans(p, at, vlen, 4, &sp), 0);
+    assert_int_equal(sp[0].len, strlen("{\"a\":\"x]},\\\"[\"}"));
+    assert_memory_equal(sp[0].at, "{\"a\":\"x]},\\\"[\"}", sp[0].len);
+    assert_int_equal(sp[1].len, 5);
+    assert_memory_equal(sp[1].at, "\"s\\\\\"", 5);
+    assert_int_equal(sp[2].len, 7);
+    assert_memory_equal(sp[2].at, "[1,[2]]", 7);
+    assert_int_equal(sp[3].len, 1);
+    assert_memory_equal(sp[3].at, "3", 1);
+    /* a count the scan does not find is refused */
+    assert_int_equal(ci_json_array_spans(p, at, vlen, 3, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, at, vlen, 5, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, "[ ]", 3, 0, &sp), 0);
+    assert_int_equal(ci_json_array_spans(p, "[ ]", 3, 1, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, "[1]", 3, 0, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, "[1,]", 4, 1, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, "[1] ", 4, 1, &sp), -1);
+    assert_int_equal(ci_json_array_spans(p, "{}", 2, 0, &sp), -1);
+    /* a key the scan cannot be sure of */
+    assert_int_equal(ci_json_top_value("{\"input\":1,\"input\":2}", 21, "input", &at, &vlen), -1);
+    assert_int_equal(ci_json_top_value("{\"inpu\\u0074\":1,\"input\":2}", 27, "input",
+                                       &at, &vlen), -1);
+    assert_int_equal(ci_json_top_value("{\"x\":{\"input\":1}}", 17, "input", &at, &vlen), -1);
+    assert_int_equal(ci_json_top_value("{\"input\":[1}", 12, "input", &at, &vlen), -1);
+}
+
+static void test_json_has_control_byte(void **state)
+{
+    char buf[24];
+    int i;
+    (void)state;
+    memset(buf, 'a', sizeof(buf));
+    assert_false(ci_json_has_control_byte(buf, sizeof(buf)));
+    for (i = 0; i < (int)sizeof(buf); i++) {          /* in a word and in the tail */
+        buf[i] = 0x1f;
+        assert_true(ci_json_has_control_byte(buf, sizeof(buf) - 1) == (i < 23));
+        buf[i] = '\t';
+        assert_true(ci_json_has_control_byte(buf, sizeof(buf)));
+        buf[i] = ' ';
+        assert_false(ci_json_has_control_byte(buf, sizeof(buf)));
+        buf[i] = (char)0x80;                           /* UTF-8's bytes, DEL: not control */
+        assert_false(ci_json_has_control_byte(buf, sizeof(buf)));
+        buf[i] = 0x7f;
+        assert_false(ci_json_has_control_byte(buf, sizeof(buf)));
+        buf[i] = 'a';
+    }
+    assert_false(ci_json_has_control_byte(buf, 0));
+}
+
 /* BUG: a NUL byte after the value passes the trailing-whitespace check,
  * because strchr(" \t\r\n", '\0') finds the terminator of the set. */
 static void test_json_parse_trailing_nul_bug(void **state)
@@ -729,6 +790,69 @@ static void replayed_(apr_pool_t *p, json_object *call, json_object *out,
 }
 #define assert_replayed(p, call, out, id, code, output) \
     replayed_((p), (call), (out), (id), (code), (output), __FILE__, __LINE__)
+
+/* The items that pass unchanged reach the upstream as the client wrote
+ * them (its escapes, numbers and spacing); only what the rewrite makes is
+ * encoded. */
+static void test_rewrite_keeps_the_clients_bytes(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *body =
+        "{\"input\": [ {\"role\": \"user\", \"content\": \"caf\\u00e9 \\/ 1\"} ,"
+        "{\"type\":\"code_interpreter_call\",\"id\":\"ci_a\",\"code\":\"x\","
+        "\"container_id\":\"cntr_x\",\"outputs\":[]},"
+        "{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": 1.50e+1}],"
+        "\"tools\":[" "{\"type\":\"code_interpreter\",\"container\":{\"type\":\"auto\"}}" "]}";
+    ci_request *req;
+    ci_error err;
+    assert_int_equal(rewrite_raw(p, body, strlen(body), NULL, &req, &err), CI_REQ_INTERCEPT);
+    assert_string_equal(req->input_text,
+        "{\"role\": \"user\", \"content\": \"caf\\u00e9 \\/ 1\"},"
+        "{\"type\":\"function_call\",\"call_id\":\"ci_a\",\"name\":\"python\","
+        "\"arguments\":\"{\\\"code\\\":\\\"x\\\"}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"ci_a\",\"output\":\"(no output)\"},"
+        "{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": 1.50e+1}");
+    assert_int_equal(req->input_len, strlen(req->input_text));
+    assert_non_null(strstr(req->body, req->input_text));
+    assert_json_same(member(PARSE_RAW(p, req->body), "input"), req->input);
+}
+
+/* What the scan cannot vouch for is encoded, as the parser read it: a raw
+ * control character in a string (strict JSON has none), a duplicated or
+ * escaped key, a string input. */
+static void test_rewrite_encodes_what_it_cannot_keep(void **state)
+{
+    apr_pool_t *p = *state;
+    static const struct {
+        const char *body, *input_text;
+    } cases[] = {
+        { "{\"input\":[{\"role\":\"user\",\"content\":\"a\tb\"},{\"role\":\"user\",\"content\":\"c\"}],"
+          "\"tools\":[" "{\"type\":\"code_interpreter\"}" "]}",
+          "{\"role\":\"user\",\"content\":\"a\\tb\"},{\"role\":\"user\",\"content\":\"c\"}" },
+        { "{\"input\":[{\"role\" : \"user\",\n\"content\":\"c\"}],"
+          "\"tools\":[" "{\"type\":\"code_interpreter\"}" "]}",
+          "{\"role\":\"user\",\"content\":\"c\"}" },
+        { "{\"input\":[{\"role\" : \"user\",\"content\":\"a\"}],\"input\":[{\"role\" : \"user\","
+          "\"content\":\"b\"}],\"tools\":[" "{\"type\":\"code_interpreter\"}" "]}",
+          "{\"role\":\"user\",\"content\":\"b\"}" },
+        { "{\"input\":[{\"role\" : \"user\",\"content\":\"a\"}],\"\\u0074ools\":["
+          "{\"type\":\"code_interpreter\"}" "]}",
+          "{\"role\":\"user\",\"content\":\"a\"}" },
+        { "{\"input\":\"hi \\/\",\"tools\":[" "{\"type\":\"code_interpreter\"}" "]}",
+          "{\"role\":\"user\",\"content\":\"hi /\"}" },
+    };
+    unsigned i;
+    for (i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        ci_request *req;
+        ci_error err;
+        assert_int_equal(rewrite_raw(p, cases[i].body, strlen(cases[i].body), NULL, &req,
+                                     &err), CI_REQ_INTERCEPT);
+        /* (the encoded text is the array's own, the ']' after it) */
+        assert_string_equal(apr_pstrmemdup(p, req->input_text, req->input_len),
+                            cases[i].input_text);
+        assert_false(ci_json_has_control_byte(req->body, req->body_len));
+    }
+}
 
 static void test_rewrite_input_history(void **state)
 {
@@ -2831,6 +2955,8 @@ int main(void)
         TEST(test_json_parse_strict),
         TEST(test_json_parse_depth),
         TEST(test_json_top_string),
+        TEST(test_json_spans),
+        TEST(test_json_has_control_byte),
         TEST(test_json_parse_trailing_nul_bug),
         TEST(test_json_parse_top_level_scalar_bug),
         TEST(test_json_parse_non_rfc_numbers_bug),
@@ -2853,6 +2979,8 @@ int main(void)
         TEST(test_rewrite_tool_choice_absent),
         TEST(test_rewrite_input_string),
         TEST(test_rewrite_input_history),
+        TEST(test_rewrite_keeps_the_clients_bytes),
+        TEST(test_rewrite_encodes_what_it_cannot_keep),
         TEST(test_reject_json),
         TEST(test_reject_trailing_nul_bug),
         TEST(test_reject_scalar_body_bug),
