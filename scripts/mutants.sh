@@ -472,6 +472,21 @@ MUTANTS = [
      "    return 1;",
      "an item with a raw control character goes upstream as it came, not strict JSON",
      ["unit:test_core"]),
+    ("input-parsed-anyway", "mod_code_interpreter/core/ci_request.c",
+     "    int passes = !passing_input(p, body, len, &in, &text);",
+     "    int passes = 0 && !passing_input(p, body, len, &in, &text);",
+     "an input the rewrite leaves alone is parsed and encoded, not sent as written",
+     ["test/test_loop.py::test_a_string_input_goes_upstream_as_written", "unit:test_core"]),
+    ("translated-type-passes-unparsed", "mod_code_interpreter/core/ci_request.c",
+     "            !memcmp(type->at + 1, translated[i], type->len - 2))",
+     "            !memcmp(type->at + 1, translated[i], type->len - 2) && 0)",
+     "a code_interpreter_call in the history reaches the model untranslated",
+     ["test/test_loop.py::test_replayed_code_interpreter_calls_translated"]),
+    ("strict-check-takes-surrogates", "mod_code_interpreter/core/ci_json.c",
+     "                 !((b[2] == 'd' || b[2] == 'D') && strchr(\"89abcdefABCDEF\", b[3])))",
+     "                 1)",
+     "a lone surrogate escape goes upstream as written, where the parser would make U+FFFD of it",
+     ["unit:test_core"]),
 ]
 
 TOP = os.getcwd()

@@ -568,6 +568,24 @@ def test_the_clients_items_go_upstream_as_written(httpd, model):
         assert req["json"]["input"][0] == {"role": "user", "content": "caf\u00e9 / 1.50e+1"}
 
 
+def test_a_string_input_goes_upstream_as_written(httpd, model):
+    """A string input becomes one user message whose content is the
+    client's own string, its escapes as written, in every round."""
+    literal = json.dumps("caf\u00e9 / " + script_input([[{"call": "print(1)"}],
+                                                      [{"text": "done"}]]))
+    literal = literal.replace(" / ", " \\/ ").encode()
+    assert b"\\u00e9 \\/ " in literal
+    body = (b'{"model": "m", "tools": [' + json.dumps(TOOL).encode() +
+            b'], "input": ' + literal + b'}')
+    status, _, data = httpd.request("POST", "/v1/responses", body)
+    assert status == 200, data
+    seen = model.requests()
+    assert len(seen) == 2
+    for req in seen:
+        assert (b'"input":[{"role":"user","content":' + literal + b'}' in
+                base64.b64decode(req["body_b64"]))
+
+
 def test_replayed_code_interpreter_calls_translated(httpd, model):
     history = [
         {"role": "user", "content": "earlier"},

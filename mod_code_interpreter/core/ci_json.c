@@ -3,6 +3,8 @@
 #include <stdint.h>
 #include <string.h>
 #include <apr_general.h>
+#include <apr_lib.h>
+#include <apr_tables.h>
 #include <apr_strings.h>
 #include "ci_json.h"
 
@@ -640,32 +642,239 @@ int ci_json_array_spans(apr_pool_t *p, const char *text, apr_size_t len,
                         int n, ci_json_span **spans)
 {
     scan s = { text, text + len };
-    ci_json_span *out = apr_palloc(p, sizeof(*out) * (apr_size_t)(n ? n : 1));
-    int i = 0;
+    apr_array_header_t *out = apr_array_make(p, n > 0 ? n : 4, sizeof(ci_json_span));
     if (!scan_take(&s, '['))
         return -1;
     scan_ws(&s);
-    if (scan_take(&s, ']')) {
-        *spans = out;
-        return n == 0 && s.at == s.end ? 0 : -1;
+    if (!scan_take(&s, ']')) {
+        for (;;) {
+            ci_json_span *sp;
+            const char *from;
+            if (n >= 0 && out->nelts == n)
+                return -1;
+            scan_ws(&s);
+            from = s.at;
+            if (scan_value(&s, ']') || s.at == from)
+                return -1;
+            sp = apr_array_push(out);
+            sp->at = from;
+            sp->len = (apr_size_t)(trimmed_end(from, s.at) - from);
+            if (!scan_take(&s, ','))
+                break;
+        }
+        if (!scan_take(&s, ']'))
+            return -1;
+    }
+    if (s.at != s.end || (n >= 0 && out->nelts != n))
+        return -1;
+    *spans = (ci_json_span *)out->elts;
+    return out->nelts;
+}
+
+/* ---- a strict check of one value, without a parse ----------------------
+ * It accepts only what the parser accepts (ci_json_parse: json-c's strict
+ * mode, RFC numbers, valid UTF-8, integers of 64 bits), and it gives up
+ * (-1) on whatever it is not sure of: a raw control character (json-c lets
+ * one through in a string), a lone surrogate escape (json-c makes U+FFFD of
+ * it), an integer of more than 18 digits, deep nesting. */
+
+#define CHECK_MAX_DEPTH 64        /* well within CI_JSON_MAX_DEPTH, where it sits */
+
+static int check_value(scan *s, int depth);
+
+static void check_ws(scan *s)
+{
+    while (s->at < s->end && *s->at == ' ')  /* (the other whitespace is control) */
+        s->at++;
+}
+
+static int hex4(const char *h)
+{
+    int i;
+    for (i = 0; i < 4; i++)
+        if (!apr_isxdigit(h[i]))
+            return 0;
+    return 1;
+}
+
+/* Past the string at S (at its quote), its escapes checked: 0, or -1.
+ * *ESCAPED: whether it holds one. */
+static int check_string(scan *s, int *escaped)
+{
+    const char *at = s->at + 1, *q = NULL, *b;
+    *escaped = 0;
+    for (;;) {
+        if (!q || q < at) {
+            if (!(q = memchr(at, '"', (apr_size_t)(s->end - at))))
+                return -1;
+        }
+        if (!(b = memchr(at, '\\', (apr_size_t)(q - at)))) {
+            s->at = q + 1;
+            return 0;
+        }
+        *escaped = 1;
+        if (s->end - b < 2)
+            return -1;
+        if (strchr("\"\\/bfnrt", b[1]) && b[1])
+            at = b + 2;
+        else if (b[1] == 'u' && s->end - b >= 6 && hex4(b + 2) &&
+                 !((b[2] == 'd' || b[2] == 'D') && strchr("89abcdefABCDEF", b[3])))
+            at = b + 6;
+        else
+            return -1;
+    }
+}
+
+static int digits(scan *s)
+{
+    const char *from = s->at;
+    while (s->at < s->end && *s->at >= '0' && *s->at <= '9')
+        s->at++;
+    return (int)(s->at - from);
+}
+
+static int check_number(scan *s)
+{
+    int whole, more = 0;
+    if (*s->at == '-')
+        s->at++;
+    if (s->at < s->end && *s->at == '0') {
+        s->at++;
+        whole = 1;
+        if (s->at < s->end && *s->at >= '0' && *s->at <= '9')
+            return -1;                       /* a leading zero */
+    }
+    else if (!(whole = digits(s)))
+        return -1;
+    if (s->at < s->end && *s->at == '.') {
+        s->at++;
+        if (!digits(s))
+            return -1;
+        more = 1;
+    }
+    if (s->at < s->end && (*s->at == 'e' || *s->at == 'E')) {
+        s->at++;
+        if (s->at < s->end && (*s->at == '+' || *s->at == '-'))
+            s->at++;
+        if (!digits(s))
+            return -1;
+        more = 1;
+    }
+    return more || whole <= 18 ? 0 : -1;     /* (within 64 bits for sure) */
+}
+
+static int check_word(scan *s, const char *w)
+{
+    apr_size_t n = strlen(w);
+    if ((apr_size_t)(s->end - s->at) < n || memcmp(s->at, w, n))
+        return -1;
+    s->at += n;
+    return 0;
+}
+
+/* The members of the object or array at S, to its closing CLOSE. */
+static int check_members(scan *s, char close, int depth)
+{
+    int escaped;
+    s->at++;
+    check_ws(s);
+    if (s->at < s->end && *s->at == close) {
+        s->at++;
+        return 0;
     }
     for (;;) {
-        const char *from;
-        if (i == n)
+        if (close == '}') {
+            if (s->at >= s->end || *s->at != '"' || check_string(s, &escaped))
+                return -1;
+            check_ws(s);
+            if (!scan_take(s, ':'))
+                return -1;
+            check_ws(s);
+        }
+        if (check_value(s, depth))
             return -1;
-        scan_ws(&s);
-        from = s.at;
-        if (scan_value(&s, ']') || s.at == from)
+        check_ws(s);
+        if (scan_take(s, ','))
+            check_ws(s);
+        else
+            return scan_take(s, close) ? 0 : -1;
+    }
+}
+
+static int check_value(scan *s, int depth)
+{
+    int escaped;
+    if (s->at >= s->end)
+        return -1;
+    switch (*s->at) {
+    case '{':
+    case '[':
+        return depth >= CHECK_MAX_DEPTH ? -1
+                                        : check_members(s, *s->at == '{' ? '}' : ']',
+                                                        depth + 1);
+    case '"':
+        return check_string(s, &escaped);
+    case 't':
+        return check_word(s, "true");
+    case 'f':
+        return check_word(s, "false");
+    case 'n':
+        return check_word(s, "null");
+    default:
+        return (*s->at == '-' || (*s->at >= '0' && *s->at <= '9')) ? check_number(s) : -1;
+    }
+}
+
+/* The bytes the parser reads as they are: valid UTF-8, no control byte. */
+static int plain_bytes(const char *text, apr_size_t len)
+{
+    return !ci_json_has_control_byte(text, len) && ci_utf8_valid_prefix(text, len) == len;
+}
+
+int ci_json_strict_value(const char *text, apr_size_t len)
+{
+    scan s = { text, text + len };
+    return plain_bytes(text, len) && !check_value(&s, 0) && s.at == s.end ? 0 : -1;
+}
+
+int ci_json_strict_object(const char *text, apr_size_t len, const char *key,
+                          ci_json_span *value)
+{
+    scan s = { text, text + len };
+    apr_size_t klen = strlen(key);
+    int escaped;
+    value->at = NULL;
+    value->len = 0;
+    if (!plain_bytes(text, len) || s.at >= s.end || *s.at != '{')
+        return -1;
+    s.at++;
+    check_ws(&s);
+    if (scan_take(&s, '}'))
+        return s.at == s.end ? 0 : -1;
+    for (;;) {
+        const char *k = s.at + 1, *v;
+        int is_key;
+        if (s.at >= s.end || *s.at != '"' || check_string(&s, &escaped) || escaped)
+            return -1;                     /* an escaped key may spell KEY */
+        is_key = (apr_size_t)(s.at - 1 - k) == klen && !memcmp(k, key, klen);
+        check_ws(&s);
+        if (!scan_take(&s, ':'))
             return -1;
-        out[i].at = from;
-        out[i].len = (apr_size_t)(trimmed_end(from, s.at) - from);
-        i++;
+        check_ws(&s);
+        v = s.at;
+        if (check_value(&s, 1))
+            return -1;
+        if (is_key) {
+            if (value->at)
+                return -1;                 /* twice: which one counts is the parser's */
+            value->at = v;
+            value->len = (apr_size_t)(s.at - v);
+        }
+        check_ws(&s);
         if (scan_take(&s, ','))
-            continue;
-        if (!scan_take(&s, ']') || s.at != s.end || i != n)
-            return -1;
-        *spans = out;
-        return 0;
+            check_ws(&s);
+        else
+            return scan_take(&s, '}') && s.at == s.end ? 0 : -1;
     }
 }
 

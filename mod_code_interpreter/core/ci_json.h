@@ -89,12 +89,25 @@ typedef struct ci_json_span {
 int ci_json_top_value(const char *body, apr_size_t len, const char *key,
                       const char **at, apr_size_t *vlen);
 
-/* The texts of the N members of the JSON array TEXT (LEN bytes, from its
+/* The texts of the members of the JSON array TEXT (LEN bytes, from its
  * '[' to its ']'), each without surrounding whitespace, into *SPANS (from
- * P): 0, or -1 when the scan does not find exactly N members. Like
- * ci_json_top_value, it does not validate. */
+ * P): how many, or -1 when the scan cannot read them or, N not negative,
+ * does not find exactly N. Like ci_json_top_value, it does not validate. */
 int ci_json_array_spans(apr_pool_t *p, const char *text, apr_size_t len,
                         int n, ci_json_span **spans);
+
+/* Whether the text of one value (LEN bytes at TEXT, no surrounding
+ * whitespace) is JSON that ci_json_parse accepts and reads as it is
+ * written: 0, or -1 when it is not or the check is not sure (a raw control
+ * character, a lone surrogate escape, an integer of more than 18 digits,
+ * nesting deeper than 64). Nothing is built. */
+int ci_json_strict_value(const char *text, apr_size_t len);
+
+/* The same check for an object, with the text of the value of its member
+ * KEY in *VALUE (at NULL when there is none): -1 also when a key is
+ * escaped or KEY is there twice. */
+int ci_json_strict_object(const char *text, apr_size_t len, const char *key,
+                          ci_json_span *value);
 
 /* Whether the N bytes at S hold one below 0x20: a raw control character,
  * which strict JSON allows only as whitespace between tokens. */

@@ -1153,7 +1153,7 @@ static void encode_input(apr_pool_t *p, ci_request *req, const char *body,
     apr_size_t vlen;
     ci_json_span *spans;
     if (kept->nelts && !ci_json_top_value(body, len, "input", &at, &vlen) &&
-        !ci_json_array_spans(p, at, vlen, sent, &spans))
+        ci_json_array_spans(p, at, vlen, sent, &spans) == sent)
         req->input_text = splice_input(p, req->input, spans, kept, &req->input_len);
     else
         req->input_text = ci_json_array_members(req->input, &req->input_len);
@@ -1194,13 +1194,91 @@ static json_object *with_network_note(apr_pool_t *p, json_object *tool,
     return tool;
 }
 
+/* ---- an input that passes as the client wrote it ------------------------ */
+
+/* Whether an input item of type TYPE (its value's text; at NULL: none) is
+ * one the rewrite leaves alone, as far as the scan can tell. */
+static int type_passes(const ci_json_span *type)
+{
+    static const char *const translated[] = {
+        "item_reference", "code_interpreter_call", "shell_call", "shell_call_output"
+    };
+    unsigned i;
+    if (!type->at)
+        return 1;
+    if (type->len < 2 || type->at[0] != '"' || memchr(type->at, '\\', type->len))
+        return 0;
+    for (i = 0; i < sizeof(translated) / sizeof(*translated); i++)
+        if (type->len - 2 == strlen(translated[i]) &&
+            !memcmp(type->at + 1, translated[i], type->len - 2))
+            return 0;
+    return 1;
+}
+
+/* BODY's input when it can go upstream exactly as the client wrote it: a
+ * string (one user message), or an array of objects the scan reads as
+ * strict JSON, none of a type the rewrite translates. 0 with its place in
+ * BODY (*IN) and the text of its members as they go upstream (*TEXT, from
+ * P); -1 when it is to be parsed and translated. */
+static int passing_input(apr_pool_t *p, const char *body, apr_size_t len,
+                         ci_json_span *in, ci_json_span *text)
+{
+    ci_json_span *items, type;
+    apr_size_t total = 0;
+    char *w;
+    int n, i;
+    if (ci_json_top_value(body, len, "input", &in->at, &in->len))
+        return -1;
+    if (*in->at == '"') {
+        if (ci_json_strict_value(in->at, in->len))
+            return -1;
+        text->at = apr_pstrcat(p, "{\"role\":\"user\",\"content\":",
+                               apr_pstrmemdup(p, in->at, in->len), "}", NULL);
+        text->len = strlen(text->at);
+        return 0;
+    }
+    if ((n = ci_json_array_spans(p, in->at, in->len, -1, &items)) < 0)
+        return -1;
+    for (i = 0; i < n; i++) {
+        if (ci_json_strict_object(items[i].at, items[i].len, "type", &type) ||
+            !type_passes(&type))
+            return -1;
+        total += items[i].len + 1;
+    }
+    text->at = w = apr_palloc(p, total + 1);
+    for (i = 0; i < n; i++) {
+        if (i)
+            *w++ = ',';
+        memcpy(w, items[i].at, items[i].len);
+        w += items[i].len;
+    }
+    *w = '\0';
+    text->len = (apr_size_t)(w - text->at);
+    return 0;
+}
+
+/* BODY with the text IN (a part of it) replaced by an empty array. */
+static const char *without(apr_pool_t *p, const char *body, apr_size_t len,
+                           const ci_json_span *in, apr_size_t *out_len)
+{
+    apr_size_t head = (apr_size_t)(in->at - body), tail = len - head - in->len;
+    char *out = apr_palloc(p, head + 2 + tail + 1);
+    memcpy(out, body, head);
+    memcpy(out + head, "[]", 2);
+    memcpy(out + head + 2, in->at + in->len, tail);
+    out[head + 2 + tail] = '\0';
+    *out_len = head + 2 + tail;
+    return out;
+}
+
 static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object *root,
-                   const ci_rewrite_opts *opts, ci_request *req, ci_error *err)
+                   const ci_json_span *passing, const ci_rewrite_opts *opts,
+                   ci_request *req, ci_error *err)
 {
     json_object *tools = ci_json_get(root, "tools", json_type_array);
     json_object *input = NULL;
     apr_array_header_t *kept = apr_array_make(p, 8, sizeof(ci_kept_item));
-    int sent;
+    int sent = -1;
 
     req->client_tools = ci_json_own(p, ci_json_copy(tools));
     if (req->secrets)
@@ -1215,14 +1293,21 @@ static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object 
                                       req->allowed_domains, req->secrets));
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
-    json_object_object_get_ex(root, "input", &input);
-    req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name,
-                                                req, kept, err));
-    if (!req->input)
-        return -1;
-    sent = json_object_is_type(input, json_type_array)
-               ? (int)json_object_array_length(input) : -1;
-    json_object_object_add(root, "input", json_object_get(req->input));
+    if (passing) {
+        /* (root's input is an empty stand-in: the text is the input) */
+        req->input_text = passing->at;
+        req->input_len = passing->len;
+    }
+    else {
+        json_object_object_get_ex(root, "input", &input);
+        req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name,
+                                                    req, kept, err));
+        if (!req->input)
+            return -1;
+        sent = json_object_is_type(input, json_type_array)
+                   ? (int)json_object_array_length(input) : -1;
+        json_object_object_add(root, "input", json_object_get(req->input));
+    }
     strip_include(root, req);
     /* A streaming client's rounds stream too (relayed as they come,
      * ci_relay.c); a JSON client's rounds come whole. */
@@ -1230,7 +1315,10 @@ static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object 
         json_object_object_add(root, "stream", json_object_new_boolean(0));
         json_object_object_del(root, "stream_options");
     }
-    encode_input(p, req, body, len, sent, kept);
+    if (passing)
+        encode_body(p, req);
+    else
+        encode_input(p, req, body, len, sent, kept);
     return 0;
 }
 
@@ -1238,45 +1326,70 @@ int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items)
 {
     const char *perr = NULL;
     json_object *add = ci_json_parse(p, items, strlen(items), &perr);
-    json_object *input;
     const char *text;
     apr_size_t len;
     int i, n;
     if (!json_object_is_type(add, json_type_array))
         return -1;
-    input = ci_json_own(p, json_object_new_array());
-    n = (int)json_object_array_length(add);
-    for (i = 0; i < n; i++)
-        json_object_array_add(input, json_object_get(json_object_array_get_idx(add, i)));
-    n = (int)json_object_array_length(req->input);
-    for (i = 0; i < n; i++)
-        json_object_array_add(input,
-                              json_object_get(json_object_array_get_idx(req->input, i)));
-    req->input = input;
-    json_object_object_add(req->root, "input", json_object_get(input));
+    if (req->input) {
+        json_object *input = ci_json_own(p, json_object_new_array());
+        n = (int)json_object_array_length(add);
+        for (i = 0; i < n; i++)
+            json_object_array_add(input,
+                                  json_object_get(json_object_array_get_idx(add, i)));
+        n = (int)json_object_array_length(req->input);
+        for (i = 0; i < n; i++)
+            json_object_array_add(input, json_object_get(
+                                             json_object_array_get_idx(req->input, i)));
+        req->input = input;
+        json_object_object_add(req->root, "input", json_object_get(input));
+    }
     /* the items owed first, then the input's text as it was made */
     text = ci_json_array_members(add, &len);
     if (len && req->input_len)
-        text = apr_pstrcat(p, apr_pstrmemdup(p, text, len), ",", req->input_text, NULL);
+        text = apr_pstrcat(p, apr_pstrmemdup(p, text, len), ",",
+                           apr_pstrmemdup(p, req->input_text, req->input_len), NULL);
     else if (len)
         text = apr_pstrmemdup(p, text, len);
     else
-        text = req->input_text;
+        text = apr_pstrmemdup(p, req->input_text, req->input_len);
     req->input_text = text;
     req->input_len = strlen(text);
     encode_body(p, req);
     return 0;
 }
 
+json_object *ci_request_input(apr_pool_t *p, ci_request *req)
+{
+    const char *perr = NULL;
+    if (!req->input)
+        req->input = ci_json_parse(p, apr_pstrcat(p, "[", apr_pstrmemdup(p, req->input_text,
+                                                                          req->input_len),
+                                                  "]", NULL),
+                                   req->input_len + 2, &perr);
+    return req->input;
+}
+
 ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
                                   apr_size_t len, const ci_rewrite_opts *opts,
                                   ci_request **out, ci_error *err)
 {
-    const char *perr = NULL;
-    json_object *root = ci_json_parse(p, body, len, &perr);
-    json_object *tools;
+    const char *perr = NULL, *parsed = body;
+    apr_size_t parsed_len = len;
+    ci_json_span in, text;
+    json_object *root, *tools;
     ci_request *req;
+    /* An input that goes upstream as it is is checked by a scan, not
+     * parsed: most of a long conversation. */
+    int passes = !passing_input(p, body, len, &in, &text);
 
+    if (passes)
+        parsed = without(p, body, len, &in, &parsed_len);
+    root = ci_json_parse(p, parsed, parsed_len, &perr);
+    if (!root && passes) {
+        passes = 0;             /* the error as the whole body has it */
+        root = ci_json_parse(p, body, len, &perr);
+    }
     if (!root) {
         ci_error_set(err, 400, CI_INVALID, NULL, "invalid_json", p,
                      "We could not parse the JSON body of your request: %s.", perr);
@@ -1311,7 +1424,7 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
     if (req->shell_index < 0)
         req->shell_function = NULL;
     req->root = root;
-    if (rewrite(p, body, len, root, opts, req, err))
+    if (rewrite(p, body, len, root, passes ? &text : NULL, opts, req, err))
         return CI_REQ_ERROR;
     *out = req;
     return CI_REQ_INTERCEPT;

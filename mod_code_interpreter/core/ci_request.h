@@ -44,7 +44,10 @@ typedef enum {
 
 typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
-    json_object *input;         /* root's input as an array, history translated */
+    json_object *input;         /* root's input as an array, history translated;
+                                   NULL when it goes upstream as the client
+                                   wrote it (input_text; root's is a stand-in):
+                                   see ci_request_input */
     json_object *client_tools;  /* tools exactly as the client sent them */
     int tool_index;             /* where the code_interpreter tool was, or -1 */
     int shell_index;            /* where the hosted shell tool was, or -1 */
@@ -94,6 +97,10 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
  * upstream is owed for calls of a previous response. 0, or -1 when ITEMS
  * is not an array. */
 int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items);
+
+/* The request's input as it goes upstream, as a tree: req->input, parsed
+ * from input_text (into P, kept) when the rewrite did not need one. */
+json_object *ci_request_input(apr_pool_t *p, ci_request *req);
 
 /* The hosted shell's function when none is named. */
 #define CI_SHELL_FUNCTION "shell"

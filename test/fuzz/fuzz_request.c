@@ -10,7 +10,9 @@
  *              has an input array without code_interpreter_call items;
  *              the input items the client sent kept as it wrote them or
  *              encoded, either way the tree the rewrite holds, with no raw
- *              control character; and previous_response_id, when
+ *              control character, and an input it leaves alone sent as the
+ *              parser reads it (the scan that skips its parse agrees); a
+ *              body the parser refuses refused in its words; and previous_response_id, when
  *              ci_json_top_string finds it without a parse, is the one the
  *              rewrite read.
  */
@@ -26,7 +28,7 @@ static int is_type(json_object *o, const char *type)
     return t && !strcmp(t, type);
 }
 
-static void check_intercept(apr_pool_t *p, const ci_request *req,
+static void check_intercept(apr_pool_t *p, ci_request *req,
                             const char *body, size_t size)
 {
     const char *err = NULL;
@@ -77,8 +79,9 @@ static void check_intercept(apr_pool_t *p, const ci_request *req,
         FUZZ_CHECK(!is_type(json_object_array_get_idx(input, i),
                             "code_interpreter_call"),
                    "input[%d] untranslated", i);
-    FUZZ_CHECK(req->input && json_object_is_type(req->input, json_type_array) &&
-                   (int)json_object_array_length(req->input) == n,
+    FUZZ_CHECK(ci_request_input(p, req) &&
+                   json_object_is_type(ci_request_input(p, req), json_type_array) &&
+                   (int)json_object_array_length(ci_request_input(p, req)) == n,
                "req->input differs from the body's input");
 
     /* The include value we answer ourselves is not forwarded. */
@@ -102,14 +105,73 @@ static void check_intercept(apr_pool_t *p, const ci_request *req,
     /* The kept root is the body sent (the input's items kept as the
      * client wrote them, the rest encoded), and the body is strict JSON:
      * no raw control character, whatever the parser let through. */
-    FUZZ_CHECK(json_object_equal(req->root, root), "the body sent is not the kept root");
-    FUZZ_CHECK(json_object_equal(input, req->input), "the input sent is not req->input");
+    {
+        json_object *kept = ci_json_own(p, ci_json_copy(req->root));
+        json_object_object_add(kept, "input", json_object_get(ci_request_input(p, req)));
+        FUZZ_CHECK(json_object_equal(kept, root), "the body sent is not the kept root");
+    }
     FUZZ_CHECK(!ci_json_has_control_byte(req->body, req->body_len),
                "a raw control character in the body sent");
     FUZZ_CHECK(req->input_len == 0 ||
                    (req->body_len > req->input_len &&
                     memmem(req->body, req->body_len, req->input_text, req->input_len)),
                "the input's text is not in the body");
+}
+
+/* Whether the client's input IN (as the parser reads it) passes the
+ * rewrite untouched: items none of a type it translates. */
+static int untouched_input(json_object *in)
+{
+    static const char *const translated[] = {
+        "item_reference", "code_interpreter_call", "shell_call", "shell_call_output"
+    };
+    int i, n;
+    unsigned k;
+    if (!json_object_is_type(in, json_type_array))
+        return 0;
+    n = (int)json_object_array_length(in);
+    for (i = 0; i < n; i++) {
+        json_object *item = json_object_array_get_idx(in, i);
+        if (!json_object_is_type(item, json_type_object))
+            return 0;
+        for (k = 0; k < sizeof(translated) / sizeof(*translated); k++)
+            if (is_type(item, translated[k]))
+                return 0;
+    }
+    return 1;
+}
+
+/* The rewrite against the parser alone: a body it cannot parse is refused
+ * in its words; an input the rewrite leaves alone is sent as the parser
+ * reads it (the scan that skips the parse of such an input must agree). */
+static void check_against_the_parser(apr_pool_t *p, const char *body, size_t size,
+                                     ci_req_verdict v, ci_request *req, const ci_error *err)
+{
+    const char *perr = NULL;
+    json_object *orig = ci_json_parse(p, body, size, &perr), *in = NULL;
+    if (!orig) {
+        FUZZ_CHECK(v == CI_REQ_ERROR && err->code && !strcmp(err->code, "invalid_json") &&
+                       !strcmp(err->message, apr_psprintf(
+                           p, "We could not parse the JSON body of your request: %s.",
+                           perr)),
+                   "a body the parser refuses (%s) was not refused in its words", perr);
+        return;
+    }
+    if (v != CI_REQ_INTERCEPT)
+        return;
+    json_object_object_get_ex(orig, "input", &in);
+    if (json_object_is_type(in, json_type_string)) {
+        json_object *msg = json_object_new_object(), *want = json_object_new_array();
+        json_object_object_add(msg, "role", json_object_new_string("user"));
+        json_object_object_add(msg, "content", json_object_get(in));
+        json_object_array_add(want, msg);
+        FUZZ_CHECK(json_object_equal(ci_request_input(p, req), want),
+                   "a string input was not sent as one user message");
+        json_object_put(want);
+    }
+    else if (untouched_input(in))
+        FUZZ_CHECK(json_object_equal(ci_request_input(p, req), in),
+                   "an input the rewrite leaves alone was sent changed");
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -129,6 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     (void)ci_body_mentions_tool(body, size);
     v = ci_request_rewrite(p, body, size, &opts, &req, &err);
+    check_against_the_parser(p, body, size, v, req, &err);
     switch (v) {
     case CI_REQ_PASS:
         break;

@@ -208,7 +208,8 @@ static void test_json_spans(void **state)
     assert_int_equal(ci_json_top_value(body, strlen(body), "input", &at, &vlen), 0);
     assert_int_equal(vlen, strlen("[ {\"a\":\"x]},\\\"[\"} ,\"s\\\\\",[1,[2]] ,3 ]"));
     assert_memory_equal(at, "[ {\"a\"", 6);
-    assert_int_equal(ci_json_array_spans(p, at, vlen, 4, &sp), 0);
+    assert_int_equal(ci_json_array_spans(p, at, vlen, 4, &sp), 4);
+    assert_int_equal(ci_json_array_spans(p, at, vlen, -1, &sp), 4);
     assert_int_equal(sp[0].len, strlen("{\"a\":\"x]},\\\"[\"}"));
     assert_memory_equal(sp[0].at, "{\"a\":\"x]},\\\"[\"}", sp[0].len);
     assert_int_equal(sp[1].len, 5);
@@ -221,6 +222,8 @@ static void test_json_spans(void **state)
     assert_int_equal(ci_json_array_spans(p, at, vlen, 3, &sp), -1);
     assert_int_equal(ci_json_array_spans(p, at, vlen, 5, &sp), -1);
     assert_int_equal(ci_json_array_spans(p, "[ ]", 3, 0, &sp), 0);
+    assert_int_equal(ci_json_array_spans(p, "[ ]", 3, -1, &sp), 0);
+    assert_int_equal(ci_json_array_spans(p, "[1,]", 4, -1, &sp), -1);
     assert_int_equal(ci_json_array_spans(p, "[ ]", 3, 1, &sp), -1);
     assert_int_equal(ci_json_array_spans(p, "[1]", 3, 0, &sp), -1);
     assert_int_equal(ci_json_array_spans(p, "[1,]", 4, 1, &sp), -1);
@@ -232,6 +235,54 @@ static void test_json_spans(void **state)
                                        &at, &vlen), -1);
     assert_int_equal(ci_json_top_value("{\"x\":{\"input\":1}}", 17, "input", &at, &vlen), -1);
     assert_int_equal(ci_json_top_value("{\"input\":[1}", 12, "input", &at, &vlen), -1);
+}
+
+/* The strict check accepts what the parser reads as written, and gives up
+ * on the rest. */
+static void test_json_strict_value(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char *const good[] = {
+        "0", "-0", "1.5", "-1.5e+10", "2E-3", "123456789012345678", "true", "false",
+        "null", "\"\"", "\"a \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\uFFFF\"", "[]",
+        "{}", "[ 1 , [2] , {\"a\" : {}} ]", "\"caf\xc3\xa9\"", "1e400",
+    };
+    static const char *const unsure[] = {
+        "01", "-", "1.", ".5", "1e", "+1", "1234567890123456789", "tru", "True", "nul",
+        "\"\\a\"", "\"\\u12G4\"", "\"\\ud800\"", "\"\\uDC00\"", "\"a\tb\"", "[1,]", "[1 2]",
+        "{\"a\"}", "{\"a\":1,}", "{1:2}", "[1]]", "\"x", "\"caf\xc3\"", "[\n1]", "NaN",
+        "\"\\u00e\"", "[1] ",
+    };
+    char deep[200];
+    unsigned i;
+    ci_json_span v;
+    for (i = 0; i < sizeof(good) / sizeof(*good); i++) {
+        const char *err = NULL;
+        if (ci_json_strict_value(good[i], strlen(good[i])))
+            fail_msg("refused %s", good[i]);
+        assert_non_null(ci_json_parse(p, apr_pstrcat(p, "[", good[i], "]", NULL),
+                                      strlen(good[i]) + 2, &err));
+    }
+    for (i = 0; i < sizeof(unsure) / sizeof(*unsure); i++)
+        if (!ci_json_strict_value(unsure[i], strlen(unsure[i])))
+            fail_msg("accepted %s", unsure[i]);
+    memset(deep, '[', 64);
+    memset(deep + 64, ']', 64);
+    assert_int_equal(ci_json_strict_value(deep, 128), 0);
+    memset(deep, '[', 65);
+    memset(deep + 65, ']', 65);
+    assert_int_equal(ci_json_strict_value(deep, 130), -1);
+    /* an object's member, found once behind plain keys */
+    assert_int_equal(ci_json_strict_object("{\"role\":\"x\",\"type\" : \"m\"}", 25, "type",
+                                           &v), 0);
+    assert_int_equal(v.len, 3);
+    assert_memory_equal(v.at, "\"m\"", 3);
+    assert_int_equal(ci_json_strict_object("{\"role\":\"x\"}", 12, "type", &v), 0);
+    assert_null(v.at);
+    assert_int_equal(ci_json_strict_object("{\"type\":1,\"type\":2}", 19, "type", &v), -1);
+    assert_int_equal(ci_json_strict_object("{\"t\\u0079pe\":1}", 15, "type", &v), -1);
+    assert_int_equal(ci_json_strict_object("[]", 2, "type", &v), -1);
+    assert_int_equal(ci_json_strict_object("{}", 2, "type", &v), 0);
 }
 
 static void test_json_has_control_byte(void **state)
@@ -456,7 +507,7 @@ static void test_rewrite_replaces_tool(void **state)
 
     /* the body to send is the rewritten root */
     assert_int_equal(strlen(req->body), req->body_len);
-    assert_json_same(PARSE_RAW(p, req->body), req->root);
+    assert_json_same(PARSE_RAW(p, req->body), root_as_sent(p, req));
     /* the whole body, the description aside (checked above) */
     {
         json_object *sent = PARSE_RAW(p, req->body);
@@ -491,7 +542,7 @@ static void test_rewrite_opts(void **state)
                 "{'type':'function','name':'python','parameters':{}}");
     assert_json(p, member(req->root, "tool_choice"),
                 "{'type':'function','name':'run_code'}");
-    assert_str(ci_json_str(idx(req->input, 0), "name"), "run_code");
+    assert_str(ci_json_str(idx(ci_request_input(p, req), 0), "name"), "run_code");
 }
 
 static void test_rewrite_stream(void **state)
@@ -551,7 +602,7 @@ static void test_rewrite_item_references(void **state)
                             "{'type':'item_reference','id':'msg_1'},"
                             "{'type':'item_reference','id':'ci_known'},"
                             "{'role':'user','content':'go on'}]}", &o);
-    in = req->input;
+    in = ci_request_input(p, req);
     assert_int_equal(json_object_array_length(in), 4);
     assert_string_equal(ci_json_str(json_object_array_get_idx(in, 0), "id"), "msg_1");
     assert_string_equal(ci_json_str(json_object_array_get_idx(in, 1), "type"),
@@ -574,7 +625,7 @@ static void test_rewrite_item_references(void **state)
 
     /* without a directory, references pass through untouched */
     req = INTERCEPT(p, "{'tools':[" CI_TOOL "],'input':[{'type':'item_reference','id':'ci_x'}]}");
-    assert_string_equal(ci_json_str(json_object_array_get_idx(req->input, 0), "id"), "ci_x");
+    assert_string_equal(ci_json_str(json_object_array_get_idx(ci_request_input(p, req), 0), "id"), "ci_x");
 }
 
 static void test_rewrite_container_context(void **state)
@@ -611,8 +662,8 @@ static void test_rewrite_container_context(void **state)
     assert_int_equal(ci_request_prepend_input(p, req, "[{\"type\":\"function_call_output\","
                                               "\"call_id\":\"c1\",\"output\":\"42\"}]"),
                      0);
-    assert_int_equal(json_object_array_length(req->input), 2);
-    assert_string_equal(ci_json_str(json_object_array_get_idx(req->input, 0), "call_id"),
+    assert_int_equal(json_object_array_length(ci_request_input(p, req)), 2);
+    assert_string_equal(ci_json_str(json_object_array_get_idx(ci_request_input(p, req), 0), "call_id"),
                         "c1");
     assert_non_null(strstr(req->body, "\"call_id\":\"c1\""));
     assert_true(strstr(req->body, "c1") < strstr(req->body, "\"go\""));
@@ -755,13 +806,12 @@ static void test_rewrite_input_string(void **state)
 {
     apr_pool_t *p = *state;
     ci_request *req = INTERCEPT(p, "{'input':'hello','tools':[" CI_TOOL "]}");
-    assert_json(p, req->input, "[{'role':'user','content':'hello'}]");
-    assert_json(p, member(req->root, "input"), "[{'role':'user','content':'hello'}]");
+    assert_json(p, ci_request_input(p, req), "[{'role':'user','content':'hello'}]");
     assert_json(p, member(PARSE_RAW(p, req->body), "input"),
                 "[{'role':'user','content':'hello'}]");
 
     req = INTERCEPT(p, "{'tools':[" CI_TOOL "]}");
-    assert_json(p, req->input, "[]");
+    assert_json(p, ci_request_input(p, req), "[]");
     assert_json(p, member(req->root, "input"), "[]");
 }
 
@@ -814,7 +864,77 @@ static void test_rewrite_keeps_the_clients_bytes(void **state)
         "{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": 1.50e+1}");
     assert_int_equal(req->input_len, strlen(req->input_text));
     assert_non_null(strstr(req->body, req->input_text));
-    assert_json_same(member(PARSE_RAW(p, req->body), "input"), req->input);
+    assert_json_same(member(PARSE_RAW(p, req->body), "input"), ci_request_input(p, req));
+}
+
+/* An input of items the rewrite leaves alone (or a string) is not parsed
+ * at all: checked by a scan and sent as written. */
+static void test_rewrite_passes_an_input_unparsed(void **state)
+{
+    apr_pool_t *p = *state;
+    static const struct {
+        const char *input, *input_text;
+    } cases[] = {
+        { "[ {\"role\": \"user\", \"content\": \"caf\\u00e9 \\/ \\\"q\\\" \\\\\"} , "
+          "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\","
+          "\"text\":\"ok\",\"annotations\":[]}],\"n\":[-0.5e+10,0,-1,123456789012345678,true,"
+          "false,null,{}]}]",
+          "{\"role\": \"user\", \"content\": \"caf\\u00e9 \\/ \\\"q\\\" \\\\\"},"
+          "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\","
+          "\"text\":\"ok\",\"annotations\":[]}],\"n\":[-0.5e+10,0,-1,123456789012345678,true,"
+          "false,null,{}]}" },
+        { "\"hi \\/\"", "{\"role\":\"user\",\"content\":\"hi \\/\"}" },
+        { "[]", "" },
+        { "[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":\"\\ud83d\"}]", NULL },
+        { "[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":1234567890123456789}]",
+          NULL },
+        { "[{\"role\":\"user\",\"content\":\"a\"},{\"typ\\u0065\":\"code_interpreter_call\","
+          "\"id\":\"ci_1\"}]", NULL },
+        { "[{\"type\":\"message\",\"type\":\"code_interpreter_call\",\"id\":\"ci_1\"}]", NULL },
+        { "[{\"type\":\"code_interpreter_c\\u0061ll\",\"id\":\"ci_1\"}]", NULL },
+        { "[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]", NULL },
+        { "[{\"role\":\"user\",\"content\":\"a\"}, \n {\"role\":\"user\",\"content\":\"b\"}]",
+          "{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}" },
+    };
+    unsigned i;
+    for (i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+        const char *body = apr_pstrcat(p, "{\"input\": ", cases[i].input,
+                                       " ,\"tools\":[{\"type\":\"code_interpreter\"}]}", NULL);
+        ci_request *req;
+        ci_error err;
+        assert_int_equal(rewrite_raw(p, body, strlen(body), NULL, &req, &err),
+                         CI_REQ_INTERCEPT);
+        if (cases[i].input_text) {
+            assert_null(req->input);                    /* nothing parsed */
+            assert_string_equal(apr_pstrmemdup(p, req->input_text, req->input_len),
+                                cases[i].input_text);
+        }
+        else
+            assert_non_null(req->input);                /* parsed, as the parser reads it */
+        assert_non_null(strstr(req->body, apr_pstrmemdup(p, req->input_text,
+                                                          req->input_len)));
+        assert_json_same(PARSE_RAW(p, req->body), root_as_sent(p, req));
+        assert_false(ci_json_has_control_byte(req->body, req->body_len));
+    }
+}
+
+/* A body the parser refuses is refused with the parser's words, its byte
+ * counted in the whole body, however plain its input. */
+static void test_rewrite_passing_input_bad_body(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *body = "{\"input\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                       "\"tools\":[{\"type\":\"code_interpreter\"}],\"a\":tru}";
+    const char *perr = NULL;
+    assert_null(ci_json_parse(p, body, strlen(body), &perr));
+    assert_rejected_raw(p, body, strlen(body), NULL, "invalid_json",
+                        apr_psprintf(p, "We could not parse the JSON body of your request: "
+                                        "%s.", perr));
+    assert_string_equal(perr, "boolean expected at byte 86");   /* the whole body's */
+    body = "{\"input\":\"caf\xc3\",\"tools\":[{\"type\":\"code_interpreter\"}]}";
+    assert_rejected_raw(p, body, strlen(body), NULL, "invalid_json",
+                        "We could not parse the JSON body of your request: invalid UTF-8 "
+                        "at byte 13.");
 }
 
 /* What the scan cannot vouch for is encoded, as the parser read it: a raw
@@ -838,8 +958,6 @@ static void test_rewrite_encodes_what_it_cannot_keep(void **state)
         { "{\"input\":[{\"role\" : \"user\",\"content\":\"a\"}],\"\\u0074ools\":["
           "{\"type\":\"code_interpreter\"}" "]}",
           "{\"role\":\"user\",\"content\":\"a\"}" },
-        { "{\"input\":\"hi \\/\",\"tools\":[" "{\"type\":\"code_interpreter\"}" "]}",
-          "{\"role\":\"user\",\"content\":\"hi /\"}" },
     };
     unsigned i;
     for (i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
@@ -873,7 +991,7 @@ static void test_rewrite_input_history(void **state)
         "{'type':'function_call_output','call_id':'call_9','output':'ok'},"
         "{'type':'message','role':'assistant','content':'done'}],"
         "'tools':[" F_TOOL "," CI_TOOL "]}");
-    json_object *in = req->input;
+    json_object *in = ci_request_input(p, req);
 
     assert_int_equal(json_object_array_length(in), 13);
     assert_json(p, idx(in, 0), "{'role':'user','content':'plot it'}");
@@ -2340,7 +2458,7 @@ static void test_loop_root_restored(void **state)
     assert_int_equal(ci_loop_next(l), CI_NEXT_FOLLOWUP);
     followup(l, p, CI_NEXT_FOLLOWUP);
     assert_string_equal(root_text(p, req), before);
-    assert_int_equal(json_object_array_length(req->input), 1);
+    assert_int_equal(json_object_array_length(ci_request_input(p, req)), 1);
 
     r = resp_new(p, "resp_2");
     add_call(r, "call_2", "python", "2");
@@ -2351,7 +2469,7 @@ static void test_loop_root_restored(void **state)
     assert_string_equal(root_text(p, req), before);
     assert_string_equal(req->body, body_before);
     assert_json(p, member(req->root, "tool_choice"), "'required'");
-    assert_json(p, member(req->root, "input"), "[{'role':'user','content':'hi'}]");
+    assert_json(p, ci_request_input(p, req), "[{'role':'user','content':'hi'}]");
 }
 
 static void test_mint_id(void **state)
@@ -2957,6 +3075,7 @@ int main(void)
         TEST(test_json_top_string),
         TEST(test_json_spans),
         TEST(test_json_has_control_byte),
+        TEST(test_json_strict_value),
         TEST(test_json_parse_trailing_nul_bug),
         TEST(test_json_parse_top_level_scalar_bug),
         TEST(test_json_parse_non_rfc_numbers_bug),
@@ -2980,6 +3099,8 @@ int main(void)
         TEST(test_rewrite_input_string),
         TEST(test_rewrite_input_history),
         TEST(test_rewrite_keeps_the_clients_bytes),
+        TEST(test_rewrite_passes_an_input_unparsed),
+        TEST(test_rewrite_passing_input_bad_body),
         TEST(test_rewrite_encodes_what_it_cannot_keep),
         TEST(test_reject_json),
         TEST(test_reject_trailing_nul_bug),

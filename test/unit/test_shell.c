@@ -407,7 +407,7 @@ static void rewrite_shell_history(void **state)
         "{'type':'shell_call','call_id':'call_c','action':{'commands':[]}},"
         "{'type':'shell_call_output','call_id':'call_c','output':null}],"
         "'tools':[" SHELL_AUTO "]}");
-    json_object *in = req->input;
+    json_object *in = ci_request_input(p, req);
 
     assert_int_equal(json_object_array_length(in), 10);
     assert_json(p, idx(in, 0), "{'role':'user','content':'list'}");
@@ -441,7 +441,7 @@ static void rewrite_shell_history(void **state)
     req = INTERCEPT(p, "{'input':[{'type':'shell_call','call_id':'call_l','action':"
                        "{'commands':['pwd']},'environment':{'type':'local'}}],"
                        "'tools':[" CI_TOOL "," SHELL_LOCAL "]}");
-    assert_json(p, idx(req->input, 0), "{'type':'shell_call','call_id':'call_l','action':"
+    assert_json(p, idx(ci_request_input(p, req), 0), "{'type':'shell_call','call_id':'call_l','action':"
                                        "{'commands':['pwd']},'environment':{'type':'local'}}");
     assert_null(req->context_container);
 }
@@ -1246,11 +1246,11 @@ static void loop_memory_recalled(void **state)
                                         "{'type':'item_reference','id':'sho_1'},"
                                         "{'type':'item_reference','id':'sh_other'}],"
                                         "'tools':[" SHELL_AUTO "]}", &o);
-    assert_int_equal(json_object_array_length(req->input), 3);
-    assert_function_call(idx(req->input, 0), "c1", "shell", "{}");
-    assert_function_output(idx(req->input, 1), "c1", "[]");
+    assert_int_equal(json_object_array_length(ci_request_input(p, req)), 3);
+    assert_function_call(idx(ci_request_input(p, req), 0), "c1", "shell", "{}");
+    assert_function_output(idx(ci_request_input(p, req), 1), "c1", "[]");
     /* one we never returned may be a local shell's: the upstream's */
-    assert_json(p, idx(req->input, 2), "{'type':'item_reference','id':'sh_other'}");
+    assert_json(p, idx(ci_request_input(p, req), 2), "{'type':'item_reference','id':'sh_other'}");
     assert_str(req->context_container, "cntr_m");
 }
 

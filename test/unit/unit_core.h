@@ -142,6 +142,15 @@ UNIT_HELPER json_object *member(json_object *o, const char *key)
 
 static const ci_rewrite_opts OPTS = { .function_name = "python" };
 
+/* The request's root as its body has it: the input in place of the
+ * stand-in the rewrite keeps when the input goes as the client wrote it. */
+UNIT_HELPER json_object *root_as_sent(apr_pool_t *p, ci_request *req)
+{
+    json_object *root = ci_json_own(p, ci_json_copy(req->root));
+    json_object_object_add(root, "input", json_object_get(ci_request_input(p, req)));
+    return root;
+}
+
 UNIT_HELPER ci_req_verdict rewrite_raw(apr_pool_t *p, const char *body, apr_size_t len,
                                   const ci_rewrite_opts *o, ci_request **req,
                                   ci_error *err)
