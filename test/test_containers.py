@@ -277,26 +277,27 @@ GONE = ("Not run: this container no longer runs (it was deleted, or it expired);
         "container.")
 
 
-def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(httpd, model, me):
-    """The turn found its container; the caller deletes it before the
-    turn's first call (the model still thinking): the call is not run, the
-    model is told so, and no sandbox is started for the deleted container."""
-    first = first_turn(httpd, headers=me)
+def gone_for_its_call(server, model, first, headers):
+    """The turn after FIRST (on SERVER, as HEADERS) found FIRST's container;
+    the caller deletes it before the turn's first call (the model still
+    thinking): the call is not run, the model is told so, and no sandbox
+    is started for the deleted container."""
     cid = calls_of(first)[0]["container_id"]
-    before = httpd.sandbox_processes()
+    before = server.sandbox_processes()
+    assert before, "the container's sandbox runs"
     model.reset()
     result = {}
 
     def second_turn():
-        result["answer"] = httpd.post("/v1/responses", ci_body(
+        result["answer"] = server.post("/v1/responses", ci_body(
             [[{"hold": "deleted"}, {"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]],
-            include=True, previous_response_id=first["id"]), headers=me)
+            include=True, previous_response_id=first["id"]), headers=headers)
 
     t = threading.Thread(target=second_turn)
     t.start()
     wait_until(lambda: model.holds()["waiting"] == ["deleted"], "the turn to wait for the model")
-    assert api(httpd, "DELETE", "/v1/containers/" + cid, headers=me)[0] == 200
-    wait_until(lambda: before - httpd.sandbox_processes(), "the container's sandbox to go")
+    assert api(server, "DELETE", "/v1/containers/" + cid, headers=headers)[0] == 200
+    wait_until(lambda: before - server.sandbox_processes(), "the container's sandbox to go")
     model.release("deleted")
     t.join()
     status, _, out = result["answer"]
@@ -305,7 +306,11 @@ def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(httpd, mo
     assert (call["container_id"], call["status"], call["outputs"]) == \
         (cid, "completed", [{"type": "logs", "logs": GONE}])
     assert text_of(out["output"][-1]) == GONE
-    assert httpd.sandbox_processes() - before == set()
+    assert server.sandbox_processes() - before == set()
+
+
+def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(httpd, model, me):
+    gone_for_its_call(httpd, model, first_turn(httpd, headers=me), me)
 
 
 def process_state(pid):

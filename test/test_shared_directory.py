@@ -24,6 +24,7 @@ import pytest
 
 from conftest import (ANONYMOUS, FakeE2B, Httpd, base_conf, require, script_input,
                       start_helper, wait_until)
+from test_containers import gone_for_its_call
 from test_loop import calls_of
 from test_redisdir_unit import SERVER, start_redis
 
@@ -544,12 +545,14 @@ def directory_ops(cluster, monitor, what):
     return monitor.ops_until(marker)
 
 
-def test_a_chained_turn_asks_the_directory_three_times(nodes, cluster):
+def test_a_chained_turn_asks_the_directory_twice(nodes, cluster):
     """A new conversation asks twice (make the container at the first call,
-    record the response); a chained turn three times (the response's
-    container, found and held in one question; its check at the first call;
-    the response's record), whatever the number of executions: a request
-    that holds its container marks no run busy."""
+    record the response), and so does a chained turn in a local container
+    (the response's container, found and held in one question; the
+    response's record), whatever the number of executions: a request that
+    holds its container marks no run busy, and its first call uses what the
+    first question found. An E2B container is checked again at the first
+    call (its sandbox may still answer while its deletion is on its way)."""
     node1 = nodes[0]
     mon = Monitor(cluster["redis_port"])
     try:
@@ -565,8 +568,20 @@ def test_a_chained_turn_asks_the_directory_three_times(nodes, cluster):
             assert status == 200, second
             assert calls_of(second)[1]["outputs"] == [{"type": "logs", "logs": "3\n"}]
             chained = directory_ops(cluster, mon, "the chained turn")
-            handle = ["set_handle"] if path.startswith("/e2b") else []
-            assert (path, new, chained) == (path, ["create"] + handle + ["finish"],
-                                            ["response", "get", "finish"])
+            remote = path.startswith("/e2b")
+            assert (path, new, chained) == (
+                path, ["create"] + ["set_handle"] * remote + ["finish"],
+                ["response"] + ["get"] * remote + ["finish"])
     finally:
         mon.close()
+
+
+def test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call(nodes, model):
+    """As with one node's directory (test_containers.gone_for_its_call): the
+    turn found its local container and holds it; the caller deletes it on
+    its node before the turn's first call. The first call does not ask
+    Redis again, yet the call is not run: the node's supervisor dropped the
+    container's shadow and does not take it on again."""
+    status, _, first = turn(nodes[0], [[{"call": "x = 41"}], [{"text": "set"}]])
+    assert status == 200, first
+    gone_for_its_call(nodes[0], model, first, ME)

@@ -573,22 +573,23 @@ static apr_time_t wait_until(request_rec *r, const ci_req_state *st)
 }
 
 /* The answer that found ST's container at resolve, when the first call may
- * use it rather than ask again: a local sandbox's, with the supervisor's
- * directory. A container deleted in between is then found gone where its
- * sandbox is, since the supervisor's ATTACH checks that the container
- * still runs, and the call is answered so (ci_session's container_gone).
- * Otherwise the directory is asked again: with a shared one, a node's
- * supervisor learns of the container from the answer (ci_dirclient_adopt)
- * and would start a sandbox for one deleted since; a remote sandbox may
- * still answer while its deletion is on its way. */
+ * use it rather than ask again: a local sandbox's. A container deleted in
+ * between is then found gone where its sandbox is, since the supervisor's
+ * ATTACH checks that the container still runs, and the call is answered so
+ * (ci_session's container_gone). With a shared directory too: a local
+ * container is deleted on its own node only (ci_containers_api), or
+ * expired by that node's claim, either of which drops its shadow in this
+ * node's supervisor, which does not take a dropped shadow on again
+ * (ci_dirclient_adopt; a held container is neither evicted nor expired
+ * meanwhile). A remote sandbox's is asked again: it may still answer
+ * while its deletion is on its way. */
 static json_object *found_at_resolve(request_rec *r, ci_req_state *st)
 {
     json_object *ans = st->container_found;
     const ci_sandbox_def *def;
     ci_container c;
     st->container_found = NULL;
-    if (!ans || ci_server_directory(r->server) ||
-        ci_dirclient_container(r->pool, ans, "container", &c) ||
+    if (!ans || ci_dirclient_container(r->pool, ans, "container", &c) ||
         !(def = ci_containers_tool(r, &c)) || (def->provider->caps & CI_CAP_REMOTE))
         return NULL;
     return ans;

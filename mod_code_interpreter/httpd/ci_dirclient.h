@@ -161,6 +161,10 @@ void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s);
 /* A shadow request OP (with ID when not NULL) for this node's supervisor
  * (ci_directory_ops's adopt, drop, shadows), owned by P. */
 json_object *ci_dirclient_shadow_request(apr_pool_t *p, const char *op, const char *id);
+/* REQ asked of this node's supervisor: its answer whatever its status, or
+ * NULL with *ERR. */
+json_object *ci_dirclient_supervisor_answer(apr_pool_t *p, json_object *req,
+                                            const char **err);
 /* REQ asked of this node's supervisor: its answer with status "ok", or
  * NULL with *ERR. */
 json_object *ci_dirclient_ask_supervisor(apr_pool_t *p, json_object *req,

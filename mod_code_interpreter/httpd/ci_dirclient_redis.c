@@ -146,7 +146,7 @@ static json_object *redis_ask(server_rec *s, apr_pool_t *p, json_object *req,
 static int redis_adopt(request_rec *r, const char *owner, const ci_container *c,
                     const ci_sandbox_def *def)
 {
-    json_object *req;
+    json_object *req, *ans;
     const char *err = NULL;
     int idle = c->idle_seconds > 0 ? c->idle_seconds : def->idle;
     if (def->provider->caps & CI_CAP_REMOTE)
@@ -159,10 +159,17 @@ static int redis_adopt(request_rec *r, const char *owner, const ci_container *c,
         json_object_object_add(req, "memory_limit",
                                json_object_new_string(c->memory_limit));
     json_object_object_add(req, "idle", json_object_new_int(idle + SHADOW_GRACE));
-    if (!ci_dirclient_ask_supervisor(r->pool, req, &err)) {
+    ans = ci_dirclient_supervisor_answer(r->pool, req, &err);
+    /* dropped since the request found it (deleted on this node): not taken
+     * on again; the supervisor's ATTACH then finds it gone, and the call is
+     * answered so (ci_session's container_gone) */
+    if (ans && ci_dirclient_status_of(ans) == CI_DIR_EXPIRED)
+        return 0;
+    if (!ans || ci_dirclient_status_of(ans) != CI_DIR_OK) {
         ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0837: container %s could not be "
                       "taken on by this node's sandbox supervisor: %s", c->id,
-                      err ? err : "");
+                      ans ? apr_psprintf(r->pool, "it answered %s", ci_json_text(ans, NULL))
+                          : err ? err : "");
         return -1;
     }
     return 0;

@@ -35,6 +35,12 @@ static json_object *ask_text(apr_pool_t *p, json_object *req, const char **err)
                                                               : NULL;
 }
 
+json_object *ci_dirclient_supervisor_answer(apr_pool_t *p, json_object *req,
+                                            const char **err)
+{
+    return ask_text(p, req, err);
+}
+
 json_object *ci_dirclient_ask_supervisor(apr_pool_t *p, json_object *req,
                                          const char **err)
 {

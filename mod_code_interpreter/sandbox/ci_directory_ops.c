@@ -342,7 +342,12 @@ static void op_recall(op *o)
  * or touched, for IDLE seconds (the child gives the shared expiry some
  * grace, so that the shared directory's claim normally comes first; the
  * shadow's own expiry is the safety net that leaves nothing running when
- * that claim never comes). Its memory is counted in the shared directory. */
+ * that claim never comes). Its memory is counted in the shared directory.
+ * A shadow the node dropped is not made running again: the shared
+ * directory deleted its container, expired it or lost it (op_drop), and a
+ * request that found it before that and adopts it at its first call must
+ * find it gone, as with one node's directory (ci_containers' found_at_
+ * resolve does not ask the shared directory again). */
 static void op_adopt(op *o)
 {
     const char *id = ci_json_str(o->req, "id"), *tool = ci_json_str(o->req, "tool");
@@ -355,6 +360,8 @@ static void op_adopt(op *o)
     }
     if (c && strcmp(c->owner, o->owner))
         st = CI_DIR_NOT_FOUND;
+    else if (c && c->status == CI_CNTR_DELETED)
+        st = CI_DIR_EXPIRED;
     else if (!c)
         st = ci_directory_create_container(o->d, o->owner, id, NULL, tool,
                                            ci_json_str(o->req, "memory_limit"), 0, idle,
@@ -380,7 +387,8 @@ static void op_drop(op *o)
     if (c->busy && c->status == CI_CNTR_RUNNING &&
         json_object_get_boolean(ci_json_get(o->req, "if_idle", json_type_boolean)))
         return;
-    if (c->status == CI_CNTR_RUNNING)
+    /* deleted even when its own expiry came first: adopt never revives it */
+    if (c->status != CI_CNTR_DELETED)
         ci_directory_delete(o->d, c, o->now);
     *(const char **)apr_array_push(o->gone) = apr_pstrdup(o->p, c->id);
 }

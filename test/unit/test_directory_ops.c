@@ -320,12 +320,40 @@ static void test_shadows_of_shared_containers(void **state)
     assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"id\":\"cntr_none\"}",
                                    T0, &gone)), "not_found");
     assert_int_equal(gone->nelts, 0);
+    /* a request that found it before the drop adopts it at its first call:
+     * not taken on again (its ATTACH finds it gone) */
+    assert_string_equal(status(ask(d, p, adopt, T0 + apr_time_from_sec(72), NULL)), "expired");
+    assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_EXPIRED);
+    assert_int_equal(c->status, CI_CNTR_DELETED);
+    assert_int_equal(ci_directory_live(d), 0);
+}
+
+/* A shadow that expired by its own clock, then dropped (the shared
+ * directory's claim came after it): dropped for good all the same. */
+static void test_a_dropped_shadow_stays_dropped(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    const char *adopt = "{\"op\":\"adopt\",\"owner\":\"own_a\",\"id\":\"" ID_A
+                        "\",\"tool\":\"local\",\"idle\":60}";
+    apr_array_header_t *gone;
+    ci_container *c;
+    assert_string_equal(status(ask(d, p, adopt, T0, NULL)), "ok");
+    ci_directory_expire(d, T0 + apr_time_from_sec(61), p);
+    assert_int_equal(ci_directory_get(d, ID_A, "own_a", &c), CI_DIR_EXPIRED);
+    assert_string_equal(status(ask(d, p, "{\"op\":\"drop\",\"id\":\"" ID_A "\"}",
+                                   T0 + apr_time_from_sec(62), &gone)), "ok");
+    assert_int_equal(gone->nelts, 1);
+    assert_int_equal(c->status, CI_CNTR_DELETED);
+    assert_string_equal(status(ask(d, p, adopt, T0 + apr_time_from_sec(63), NULL)), "expired");
+    assert_int_equal(ci_directory_live(d), 0);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         TEST(test_shadows_of_shared_containers),
+        TEST(test_a_dropped_shadow_stays_dropped),
         TEST(test_create_get_owners_apart),
         TEST(test_touch_and_expiry),
         TEST(test_delete_names_what_goes),
