@@ -488,6 +488,11 @@ MUTANTS = [
      ["unit:test_directory_ops",
       "test/test_shared_directory.py::"
       "test_a_container_deleted_while_its_turn_waits_is_gone_for_its_call"]),
+    ("create-reads-every-record", "mod_code_interpreter/sandbox/ci_directory.lua",
+     "  local owned, n, used = index_counts(owner, node, lim)",
+     "  local owned, n, used = 1e9, 1e9, 1e18",
+     "every create in Redis reads the record of each container the node and the owner run",
+     ["test/test_redisdir_unit.py::test_redis_directory[test_a_create_reads_records_only_near_a_cap]"]),
     ("chained-turn-asks-redis-again", "mod_code_interpreter/httpd/ci_containers.c",
      "    if (!ans || ci_dirclient_container(r->pool, ans, \"container\", &c) ||",
      "    if (!ans || ci_server_directory(r->server) ||\n"

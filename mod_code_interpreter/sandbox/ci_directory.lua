@@ -446,14 +446,38 @@ local function node_full_for(n, owned, lim)
          owned >= lim.reserve
 end
 
+-- Which caps a container of MEMORY bytes would pass, for an owner
+-- running OWNED on a node running N that use USED bytes.
+local function full_for(owned, n, used, memory, lim)
+  return lim.owner > 0 and owned >= lim.owner, node_full_for(n, owned, lim),
+         lim.budget > 0 and used + memory > lim.budget
+end
+
+-- What the indexes say the owner and the node run, without reading a
+-- record: every running container is in them (an index outlives what it
+-- holds), but an entry may outlive its record (a TTL ran out, a node
+-- died), so these are upper bounds. Far from every cap they decide alone,
+-- and a create costs the same whether the node runs two containers or
+-- thousands; near one, admit reads the records.
+local function index_counts(owner, node, lim)
+  local used = 0
+  if lim.budget > 0 then
+    for _, bytes in ipairs(redis.call('HVALS', k_node(node))) do
+      used = used + (tonumber(bytes) or 0)
+    end
+  end
+  return redis.call('ZCARD', k_live(owner)), redis.call('HLEN', k_node(node)), used
+end
+
 -- Room under the caps and the budget, from the owner's own containers only:
 -- returns a status and the evicted record (nil when none).
 local function admit(owner, node, lim, memory)
+  local owned, n, used = index_counts(owner, node, lim)
+  local owner_full, node_full, budget_full = full_for(owned, n, used, memory, lim)
+  if not owner_full and not node_full and not budget_full then return 'ok' end
   local live = owner_live(owner)
-  local n, used = node_live(node)
-  local owner_full = lim.owner > 0 and #live >= lim.owner
-  local node_full = node_full_for(n, #live, lim)
-  local budget_full = lim.budget > 0 and used + memory > lim.budget
+  n, used = node_live(node)
+  owner_full, node_full, budget_full = full_for(#live, n, used, memory, lim)
   if not owner_full and not node_full and not budget_full then return 'ok' end
   local victim = idlest(live, node, node_full or budget_full, lim)
   if not victim then

@@ -790,6 +790,38 @@ static void test_nodes_count_apart(void **state)
                         id_of(f->p, 1));
 }
 
+/* A create far from every cap costs Redis as many commands with 42
+ * containers running as with 2: the indexes' counts decide, no record is
+ * read. Near a cap the records are read, and an index entry whose record
+ * is gone (its TTL ran out) takes no room and leaves the index. */
+static void test_a_create_reads_records_only_near_a_cap(void **state)
+{
+    fx *f = *state;
+    const char *port = env_port("REDIS_PORT");
+    const char *roomy = "{\"node\":100,\"owner\":100,\"budget\":1000000}";
+    long long before, few, many;
+    json_object *o;
+    int i;
+    for (i = 1; i <= 2; i++)
+        assert_string_equal(status(create_on(f, "n1", "own_a", i, roomy)), "ok");
+    before = commands_run(port);
+    assert_string_equal(status(create_on(f, "n1", "own_a", 3, roomy)), "ok");
+    few = commands_run(port) - before;
+    for (i = 4; i <= 42; i++)
+        assert_string_equal(status(create_on(f, "n1", "own_a", i, roomy)), "ok");
+    before = commands_run(port);
+    assert_string_equal(status(create_on(f, "n1", "own_a", 43, roomy)), "ok");
+    many = commands_run(port) - before;
+    assert_int_equal(many, few);
+    /* 43 entries, 42 records: at a cap of 43 there is room, nothing evicted */
+    admin(port, "DEL ci:c:%s", id_of(f->p, 1));
+    o = create_on(f, "n1", "own_b", 44, "{\"node\":43}");
+    assert_string_equal(status(o), "ok");
+    assert_null(member(o, "evicted"));
+    assert_int_equal(admin(port, "HEXISTS ci:n:n1 %s", id_of(f->p, 1)), 0);
+    assert_int_equal(admin(port, "HLEN ci:n:n1"), 43);
+}
+
 typedef struct claimer {
     const ci_redis_conf *conf;
     const char *node;
@@ -1163,6 +1195,7 @@ int main(int argc, char **argv)
         TEST(test_a_chained_turn_costs_few_commands),
         TEST(test_an_older_response_memo_still_finds_pending),
         TEST(test_nodes_count_apart),
+        TEST(test_a_create_reads_records_only_near_a_cap),
         TEST(test_claim_due_exactly_once),
         TEST(test_busy_lease_runs_out),
         TEST(test_which_gone),
