@@ -22,6 +22,7 @@
 #include "ci_json.h"
 #include "ci_loop.h"
 #include "ci_request.h"
+#include "bench_common.h"
 
 enum { S_SCAN, S_REWRITE, S_TAKE1, S_RECORD, S_FOLLOWUP, S_TAKE2, S_ANSWER,
        S_CLEANUP, S_PARSE_ONLY, S_PRINT_ONLY, S_COUNT };
@@ -37,45 +38,6 @@ static const char *const names[S_COUNT] = {
     "reference: json-c parse of the request alone",
     "reference: json-c serialise of the parsed request alone",
 };
-
-static char *slurp(const char *path, apr_size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f || fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(2);
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(2);
-    }
-    buf[n] = '\0';
-    fclose(f);
-    *len = (apr_size_t)n;
-    return buf;
-}
-
-static double now_us(clockid_t c)
-{
-    struct timespec ts;
-    clock_gettime(c, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static double *cpu[S_COUNT], *wall[S_COUNT];
 static double t_cpu, t_wall;
@@ -98,14 +60,14 @@ static void evict(void)
 
 static void start(void)
 {
-    t_cpu = now_us(CLOCK_THREAD_CPUTIME_ID);
-    t_wall = now_us(CLOCK_MONOTONIC);
+    t_cpu = bench_now_us(CLOCK_THREAD_CPUTIME_ID);
+    t_wall = bench_now_us(CLOCK_MONOTONIC);
 }
 
 static void stop(int step, int i)
 {
-    cpu[step][i] = now_us(CLOCK_THREAD_CPUTIME_ID) - t_cpu;
-    wall[step][i] = now_us(CLOCK_MONOTONIC) - t_wall;
+    cpu[step][i] = bench_now_us(CLOCK_THREAD_CPUTIME_ID) - t_cpu;
+    wall[step][i] = bench_now_us(CLOCK_MONOTONIC) - t_wall;
 }
 
 static void fail(const char *what, const ci_error *err)
@@ -125,9 +87,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s REQUEST ANSWER1 ANSWER2 [ITERATIONS]\n", argv[0]);
         return 2;
     }
-    body = slurp(argv[1], &len);
-    a1 = slurp(argv[2], &len1);
-    a2 = slurp(argv[3], &len2);
+    body = bench_slurp(argv[1], &len);
+    a1 = bench_slurp(argv[2], &len1);
+    a2 = bench_slurp(argv[3], &len2);
     iters = argc > 4 ? atoi(argv[4]) : 200;
     if (iters < 1)
         iters = 1;
@@ -231,7 +193,7 @@ int main(int argc, char **argv)
     {
         double total_cpu = 0, total_wall = 0;
         for (s = 0; s < S_COUNT; s++) {
-            double c = median(cpu[s], iters), w = median(wall[s], iters);
+            double c = bench_median(cpu[s], iters), w = bench_median(wall[s], iters);
             if (s <= S_ANSWER) {
                 total_cpu += c;
                 total_wall += w;

@@ -17,45 +17,13 @@
 #include <time.h>
 #include "ci_request.h"
 #include "ci_scan.h"
+#include "bench_common.h"
 
 #define EVICT_BYTES (64u << 20)          /* larger than the last-level cache */
 
-static char *slurp(const char *path, size_t *len)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f || fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET)) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(2);
-    }
-    buf = malloc((size_t)n + 1);
-    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        fprintf(stderr, "cannot read %s\n", path);
-        exit(2);
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 static double cpu_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-
-static int cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(double), cmp);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return bench_now_us(CLOCK_THREAD_CPUTIME_ID);
 }
 
 /* Feed BODY in PIECE-byte pieces; the CPU time it took. */
@@ -80,7 +48,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s BODY [PIECE [ITERATIONS]]\n", argv[0]);
         return 2;
     }
-    body = slurp(argv[1], &len);
+    body = bench_slurp(argv[1], &len);
     piece = argc > 2 ? (size_t)atol(argv[2]) : 8000;
     iters = argc > 3 ? atoi(argv[3]) : 200;
     if (!piece || iters < 1)
@@ -92,20 +60,20 @@ int main(int argc, char **argv)
     for (i = 0; i < iters; i++)
         v[i] = scan_once(body, len, piece, &found);
     printf("{\"step\": \"scan in pieces, warm\", \"bytes\": %zu, \"piece\": %zu, "
-           "\"found\": %d, \"cpu_us\": %.2f}\n", len, piece, found, median(v, iters));
+           "\"found\": %d, \"cpu_us\": %.2f}\n", len, piece, found, bench_median(v, iters));
     for (i = 0; i < iters && i < 40; i++) {
         memset(evict, i, EVICT_BYTES);
         v[i] = scan_once(body, len, piece, &found);
     }
     printf("{\"step\": \"scan in pieces, cold\", \"bytes\": %zu, \"piece\": %zu, "
-           "\"found\": %d, \"cpu_us\": %.2f}\n", len, piece, found, median(v, i));
+           "\"found\": %d, \"cpu_us\": %.2f}\n", len, piece, found, bench_median(v, i));
     for (i = 0; i < iters; i++) {
         double t0 = cpu_us();
         found |= ci_body_mentions_tool(body, len);
         v[i] = cpu_us() - t0;
     }
     printf("{\"step\": \"whole-body scan (before)\", \"bytes\": %zu, \"found\": %d, "
-           "\"cpu_us\": %.2f}\n", len, found, median(v, iters));
+           "\"cpu_us\": %.2f}\n", len, found, bench_median(v, iters));
     free(evict);
     free(v);
     free(body);

@@ -772,8 +772,28 @@ static int check_word(scan *s, const char *w)
     return 0;
 }
 
-/* The members of the object or array at S, to its closing CLOSE. */
-static int check_members(scan *s, char close, int depth)
+/* What an object's check finds of one key: the text of its value. */
+typedef struct key_capture {
+    const char *key;
+    apr_size_t klen;
+    ci_json_span *value;          /* at NULL until found */
+} key_capture;
+
+/* CAP's key found again (its value the text from V to END): 0, or -1 when
+ * it was found before (which one counts is the parser's). */
+static int capture_value(key_capture *cap, const char *v, const char *end)
+{
+    if (cap->value->at)
+        return -1;
+    cap->value->at = v;
+    cap->value->len = (apr_size_t)(end - v);
+    return 0;
+}
+
+/* The members of the object or array at S, to its closing CLOSE. With CAP
+ * (an object's): no key escaped (an escaped one may spell CAP's key), and
+ * the value of CAP's key captured. */
+static int check_members(scan *s, char close, int depth, key_capture *cap)
 {
     int escaped;
     s->at++;
@@ -783,15 +803,21 @@ static int check_members(scan *s, char close, int depth)
         return 0;
     }
     for (;;) {
+        const char *k = s->at + 1, *v;
+        int is_key = 0;
         if (close == '}') {
-            if (s->at >= s->end || *s->at != '"' || check_string(s, &escaped))
+            if (s->at >= s->end || *s->at != '"' || check_string(s, &escaped) ||
+                (cap && escaped))
                 return -1;
+            is_key = cap && (apr_size_t)(s->at - 1 - k) == cap->klen &&
+                     !memcmp(k, cap->key, cap->klen);
             check_ws(s);
             if (!scan_take(s, ':'))
                 return -1;
             check_ws(s);
         }
-        if (check_value(s, depth))
+        v = s->at;
+        if (check_value(s, depth) || (is_key && capture_value(cap, v, s->at)))
             return -1;
         check_ws(s);
         if (scan_take(s, ','))
@@ -811,7 +837,7 @@ static int check_value(scan *s, int depth)
     case '[':
         return depth >= CHECK_MAX_DEPTH ? -1
                                         : check_members(s, *s->at == '{' ? '}' : ']',
-                                                        depth + 1);
+                                                        depth + 1, NULL);
     case '"':
         return check_string(s, &escaped);
     case 't':
@@ -841,41 +867,11 @@ int ci_json_strict_object(const char *text, apr_size_t len, const char *key,
                           ci_json_span *value)
 {
     scan s = { text, text + len };
-    apr_size_t klen = strlen(key);
-    int escaped;
+    key_capture cap = { key, strlen(key), value };
     value->at = NULL;
     value->len = 0;
-    if (!plain_bytes(text, len) || s.at >= s.end || *s.at != '{')
-        return -1;
-    s.at++;
-    check_ws(&s);
-    if (scan_take(&s, '}'))
-        return s.at == s.end ? 0 : -1;
-    for (;;) {
-        const char *k = s.at + 1, *v;
-        int is_key;
-        if (s.at >= s.end || *s.at != '"' || check_string(&s, &escaped) || escaped)
-            return -1;                     /* an escaped key may spell KEY */
-        is_key = (apr_size_t)(s.at - 1 - k) == klen && !memcmp(k, key, klen);
-        check_ws(&s);
-        if (!scan_take(&s, ':'))
-            return -1;
-        check_ws(&s);
-        v = s.at;
-        if (check_value(&s, 1))
-            return -1;
-        if (is_key) {
-            if (value->at)
-                return -1;                 /* twice: which one counts is the parser's */
-            value->at = v;
-            value->len = (apr_size_t)(s.at - v);
-        }
-        check_ws(&s);
-        if (scan_take(&s, ','))
-            check_ws(&s);
-        else
-            return scan_take(&s, '}') && s.at == s.end ? 0 : -1;
-    }
+    return plain_bytes(text, len) && s.at < s.end && *s.at == '{' &&
+           !check_members(&s, '}', 1, &cap) && s.at == s.end ? 0 : -1;
 }
 
 int ci_json_has_control_byte(const char *s, apr_size_t n)

@@ -1143,18 +1143,33 @@ static const char *splice_input(apr_pool_t *p, json_object *input,
     return text;
 }
 
+/* What the scan makes of a body's input (scan_input). */
+typedef enum {
+    INPUT_PARSED = 0,            /* parsed whole: the scan is not sure of it */
+    INPUT_PASSES,                /* goes upstream as the client wrote it */
+    INPUT_MIXED                  /* objects, some of a type the rewrite translates */
+} input_way;
+
+typedef struct input_scan {
+    input_way way;
+    ci_json_span in;             /* the input's text in the body */
+    ci_json_span text;           /* INPUT_PASSES: its members as they go upstream */
+    ci_json_span *items;         /* each member's text (n < 0: not found) */
+    int n;
+    json_object *mixed;          /* INPUT_MIXED: the input as translate_input
+                                    takes it, the translated items parsed, a
+                                    stand-in for each other (an empty object,
+                                    which translates to itself) */
+} input_scan;
+
 /* The input's text (most of a long conversation), made once: the client's
- * own bytes where BODY's input array can be read without a parse and its
- * items pass unchanged, else encoded. */
-static void encode_input(apr_pool_t *p, ci_request *req, const char *body,
-                         apr_size_t len, int sent, const apr_array_header_t *kept)
+ * own bytes where the scan found its SENT members and they pass unchanged,
+ * else encoded. */
+static void encode_input(apr_pool_t *p, ci_request *req, const input_scan *scan,
+                         int sent, const apr_array_header_t *kept)
 {
-    const char *at;
-    apr_size_t vlen;
-    ci_json_span *spans;
-    if (kept->nelts && !ci_json_top_value(body, len, "input", &at, &vlen) &&
-        ci_json_array_spans(p, at, vlen, sent, &spans) == sent)
-        req->input_text = splice_input(p, req->input, spans, kept, &req->input_len);
+    if (kept->nelts && scan->n >= 0 && scan->n == sent)
+        req->input_text = splice_input(p, req->input, scan->items, kept, &req->input_len);
     else
         req->input_text = ci_json_array_members(req->input, &req->input_len);
     encode_body(p, req);
@@ -1215,46 +1230,103 @@ static int type_passes(const ci_json_span *type)
     return 1;
 }
 
-/* BODY's input when it can go upstream exactly as the client wrote it: a
- * string (one user message), or an array of objects the scan reads as
- * strict JSON, none of a type the rewrite translates. 0 with its place in
- * BODY (*IN) and the text of its members as they go upstream (*TEXT, from
- * P); -1 when it is to be parsed and translated. */
-static int passing_input(apr_pool_t *p, const char *body, apr_size_t len,
-                         ci_json_span *in, ci_json_span *text)
+/* The members at SCAN's items, joined as they go upstream. */
+static void join_members(apr_pool_t *p, input_scan *scan)
 {
-    ci_json_span *items, type;
     apr_size_t total = 0;
     char *w;
-    int n, i;
-    if (ci_json_top_value(body, len, "input", &in->at, &in->len))
-        return -1;
-    if (*in->at == '"') {
-        if (ci_json_strict_value(in->at, in->len))
-            return -1;
-        text->at = apr_pstrcat(p, "{\"role\":\"user\",\"content\":",
-                               apr_pstrmemdup(p, in->at, in->len), "}", NULL);
-        text->len = strlen(text->at);
-        return 0;
-    }
-    if ((n = ci_json_array_spans(p, in->at, in->len, -1, &items)) < 0)
-        return -1;
-    for (i = 0; i < n; i++) {
-        if (ci_json_strict_object(items[i].at, items[i].len, "type", &type) ||
-            !type_passes(&type))
-            return -1;
-        total += items[i].len + 1;
-    }
-    text->at = w = apr_palloc(p, total + 1);
-    for (i = 0; i < n; i++) {
+    int i;
+    for (i = 0; i < scan->n; i++)
+        total += scan->items[i].len + 1;
+    scan->text.at = w = apr_palloc(p, total + 1);
+    for (i = 0; i < scan->n; i++) {
         if (i)
             *w++ = ',';
-        memcpy(w, items[i].at, items[i].len);
-        w += items[i].len;
+        memcpy(w, scan->items[i].at, scan->items[i].len);
+        w += scan->items[i].len;
     }
     *w = '\0';
-    text->len = (apr_size_t)(w - text->at);
-    return 0;
+    scan->text.len = (apr_size_t)(w - scan->text.at);
+}
+
+/* SCAN's input for translate_input, its items of TRANSLATED (one flag per
+ * member) parsed, in one parse of their texts joined (a parse each would
+ * cost a tokenizer each): 0, or -1 when they do not parse after all. */
+static int parse_mixed(apr_pool_t *p, input_scan *scan, const char *translated)
+{
+    const char *perr = NULL;
+    apr_size_t total = 2;
+    json_object *parsed;
+    char *text, *w;
+    int i, k = 0;
+    for (i = 0; i < scan->n; i++)
+        total += translated[i] ? scan->items[i].len + 1 : 0;
+    w = text = apr_palloc(p, total + 1);
+    *w++ = '[';
+    for (i = 0; i < scan->n; i++)
+        if (translated[i]) {
+            if (w > text + 1)
+                *w++ = ',';
+            memcpy(w, scan->items[i].at, scan->items[i].len);
+            w += scan->items[i].len;
+        }
+    *w++ = ']';
+    if (!(parsed = ci_json_parse(p, text, (apr_size_t)(w - text), &perr)) ||
+        !json_object_is_type(parsed, json_type_array))
+        return -1;
+    scan->mixed = ci_json_own(p, json_object_new_array());
+    for (i = 0; i < scan->n; i++) {
+        json_object *item = translated[i] ? json_object_array_get_idx(parsed, k++) : NULL;
+        if (translated[i] && !item)
+            return -1;
+        json_object_array_add(scan->mixed, item ? json_object_get(item)
+                                                : json_object_new_object());
+    }
+    return (apr_size_t)k == json_object_array_length(parsed) ? 0 : -1;
+}
+
+/* What BODY's input is to the rewrite, read by a scan (*SCAN):
+ * - INPUT_PASSES: it goes upstream exactly as the client wrote it, not
+ *   parsed: a string (one user message), or an array of objects the scan
+ *   reads as strict JSON, none of a type the rewrite translates;
+ * - INPUT_MIXED: such an array with items the rewrite translates: only
+ *   those are parsed, the others go upstream as written;
+ * - INPUT_PARSED: anything else, parsed whole (the members' text found,
+ *   when it can be, for the items that pass unchanged). */
+static void scan_input(apr_pool_t *p, const char *body, apr_size_t len, input_scan *scan)
+{
+    ci_json_span type;
+    char *translated;
+    int i, mixed = 0;
+    memset(scan, 0, sizeof(*scan));
+    scan->n = -1;
+    if (ci_json_top_value(body, len, "input", &scan->in.at, &scan->in.len))
+        return;
+    if (*scan->in.at == '"') {
+        if (ci_json_strict_value(scan->in.at, scan->in.len))
+            return;
+        scan->text.at = apr_pstrcat(p, "{\"role\":\"user\",\"content\":",
+                                    apr_pstrmemdup(p, scan->in.at, scan->in.len), "}",
+                                    NULL);
+        scan->text.len = strlen(scan->text.at);
+        scan->way = INPUT_PASSES;
+        return;
+    }
+    if ((scan->n = ci_json_array_spans(p, scan->in.at, scan->in.len, -1,
+                                       &scan->items)) < 0)
+        return;
+    translated = apr_pcalloc(p, (apr_size_t)scan->n + 1);
+    for (i = 0; i < scan->n; i++) {
+        if (ci_json_strict_object(scan->items[i].at, scan->items[i].len, "type", &type))
+            return;
+        mixed |= translated[i] = !type_passes(&type);
+    }
+    if (!mixed) {
+        join_members(p, scan);
+        scan->way = INPUT_PASSES;
+    }
+    else if (!parse_mixed(p, scan, translated))
+        scan->way = INPUT_MIXED;
 }
 
 /* BODY with the text IN (a part of it) replaced by an empty array. */
@@ -1271,9 +1343,8 @@ static const char *without(apr_pool_t *p, const char *body, apr_size_t len,
     return out;
 }
 
-static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object *root,
-                   const ci_json_span *passing, const ci_rewrite_opts *opts,
-                   ci_request *req, ci_error *err)
+static int rewrite(apr_pool_t *p, json_object *root, const input_scan *scan,
+                   const ci_rewrite_opts *opts, ci_request *req, ci_error *err)
 {
     json_object *tools = ci_json_get(root, "tools", json_type_array);
     json_object *input = NULL;
@@ -1293,13 +1364,16 @@ static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object 
                                       req->allowed_domains, req->secrets));
     if (read_flags(p, root, req, err) || rewrite_tool_choice(p, root, req, err))
         return -1;
-    if (passing) {
+    if (scan->way == INPUT_PASSES) {
         /* (root's input is an empty stand-in: the text is the input) */
-        req->input_text = passing->at;
-        req->input_len = passing->len;
+        req->input_text = scan->text.at;
+        req->input_len = scan->text.len;
     }
     else {
-        json_object_object_get_ex(root, "input", &input);
+        if (scan->way == INPUT_MIXED)
+            input = scan->mixed;
+        else
+            json_object_object_get_ex(root, "input", &input);
         req->input = ci_json_own(p, translate_input(p, input, opts, req->function_name,
                                                     req, kept, err));
         if (!req->input)
@@ -1315,10 +1389,15 @@ static int rewrite(apr_pool_t *p, const char *body, apr_size_t len, json_object 
         json_object_object_add(root, "stream", json_object_new_boolean(0));
         json_object_object_del(root, "stream_options");
     }
-    if (passing)
+    if (scan->way == INPUT_PASSES)
         encode_body(p, req);
     else
-        encode_input(p, req, body, len, sent, kept);
+        encode_input(p, req, scan, sent, kept);
+    if (scan->way == INPUT_MIXED) {
+        /* its stand-ins are no input: the text is (ci_request_input) */
+        req->input = NULL;
+        json_object_object_add(root, "input", json_object_new_array());
+    }
     return 0;
 }
 
@@ -1376,18 +1455,18 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
 {
     const char *perr = NULL, *parsed = body;
     apr_size_t parsed_len = len;
-    ci_json_span in, text;
+    input_scan scan;
     json_object *root, *tools;
     ci_request *req;
-    /* An input that goes upstream as it is is checked by a scan, not
-     * parsed: most of a long conversation. */
-    int passes = !passing_input(p, body, len, &in, &text);
 
-    if (passes)
-        parsed = without(p, body, len, &in, &parsed_len);
+    /* The input's items that go upstream as they are are checked by a
+     * scan, not parsed: most of a long conversation. */
+    scan_input(p, body, len, &scan);
+    if (scan.way != INPUT_PARSED)
+        parsed = without(p, body, len, &scan.in, &parsed_len);
     root = ci_json_parse(p, parsed, parsed_len, &perr);
-    if (!root && passes) {
-        passes = 0;             /* the error as the whole body has it */
+    if (!root && scan.way != INPUT_PARSED) {
+        scan.way = INPUT_PARSED;        /* the error as the whole body has it */
         root = ci_json_parse(p, body, len, &perr);
     }
     if (!root) {
@@ -1424,7 +1503,7 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
     if (req->shell_index < 0)
         req->shell_function = NULL;
     req->root = root;
-    if (rewrite(p, body, len, root, passes ? &text : NULL, opts, req, err))
+    if (rewrite(p, root, &scan, opts, req, err))
         return CI_REQ_ERROR;
     *out = req;
     return CI_REQ_INTERCEPT;

@@ -174,6 +174,51 @@ static void check_against_the_parser(apr_pool_t *p, const char *body, size_t siz
                    "an input the rewrite leaves alone was sent changed");
 }
 
+static int same_text(const char *a, const char *b)
+{
+    return a == b || (a && b && !strcmp(a, b));
+}
+
+/* BODY (rewritten as V, REQ, ERR) rewritten once more with the input scan
+ * made to give up (an escaped top-level key first, "\u0078", which the
+ * rewrite does not read), so that the parser reads the whole input: the
+ * same verdict, the same error, the same input sent, whether the scan read
+ * the input (passing it as written, or parsing only what it translates) or
+ * the parser did. */
+static void check_against_a_whole_parse(apr_pool_t *p, const char *body, size_t size,
+                                        ci_req_verdict v, ci_request *req,
+                                        const ci_error *err)
+{
+    static const char key[] = "\"\\u0078\":0,";
+    const char *brace = memchr(body, '{', size);
+    ci_rewrite_opts opts = { FNAME, NULL };
+    ci_request *whole = NULL;
+    ci_error werr;
+    ci_req_verdict wv;
+    size_t head, n;
+    char *other;
+    if (v == CI_REQ_PASS || !brace || (err->code && !strcmp(err->code, "invalid_json")))
+        return;                  /* (a parser's error names a byte offset) */
+    head = (size_t)(brace - body) + 1;
+    n = size + sizeof(key) - 1;
+    other = malloc(n);
+    memcpy(other, body, head);
+    memcpy(other + head, key, sizeof(key) - 1);
+    memcpy(other + head + sizeof(key) - 1, body + head, size - head);
+    memset(&werr, 0, sizeof(werr));
+    wv = ci_request_rewrite(p, other, n, &opts, &whole, &werr);
+    free(other);
+    FUZZ_CHECK(wv == v, "verdict %d, %d when the input is parsed whole", v, wv);
+    if (v == CI_REQ_ERROR)
+        FUZZ_CHECK(werr.status == err->status && !strcmp(werr.message, err->message),
+                   "refused with \"%s\", with \"%s\" when the input is parsed whole",
+                   err->message, werr.message);
+    else
+        FUZZ_CHECK(json_object_equal(ci_request_input(p, req), ci_request_input(p, whole)) &&
+                       same_text(req->context_container, whole->context_container),
+                   "the input sent differs from the one sent when it is parsed whole");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     apr_pool_t *p = fuzz_pool_create();
@@ -192,6 +237,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     (void)ci_body_mentions_tool(body, size);
     v = ci_request_rewrite(p, body, size, &opts, &req, &err);
     check_against_the_parser(p, body, size, v, req, &err);
+    check_against_a_whole_parse(p, body, size, v, req, &err);
     switch (v) {
     case CI_REQ_PASS:
         break;

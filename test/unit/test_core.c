@@ -864,6 +864,7 @@ static void test_rewrite_keeps_the_clients_bytes(void **state)
         "{\"type\": \"function_call_output\", \"call_id\": \"c\", \"output\": 1.50e+1}");
     assert_int_equal(req->input_len, strlen(req->input_text));
     assert_non_null(strstr(req->body, req->input_text));
+    assert_null(req->input);            /* only the code_interpreter_call was parsed */
     assert_json_same(member(PARSE_RAW(p, req->body), "input"), ci_request_input(p, req));
 }
 
@@ -891,8 +892,6 @@ static void test_rewrite_passes_an_input_unparsed(void **state)
         { "[{\"role\":\"user\",\"content\":\"a\"},{\"typ\\u0065\":\"code_interpreter_call\","
           "\"id\":\"ci_1\"}]", NULL },
         { "[{\"type\":\"message\",\"type\":\"code_interpreter_call\",\"id\":\"ci_1\"}]", NULL },
-        { "[{\"type\":\"code_interpreter_c\\u0061ll\",\"id\":\"ci_1\"}]", NULL },
-        { "[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]", NULL },
         { "[{\"role\":\"user\",\"content\":\"a\"}, \n {\"role\":\"user\",\"content\":\"b\"}]",
           "{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"user\",\"content\":\"b\"}" },
     };
@@ -916,6 +915,34 @@ static void test_rewrite_passes_an_input_unparsed(void **state)
         assert_json_same(PARSE_RAW(p, req->body), root_as_sent(p, req));
         assert_false(ci_json_has_control_byte(req->body, req->body_len));
     }
+}
+
+/* An input with items the rewrite translates: only those are parsed
+ * (req->input stays NULL), the others go upstream as written. A type the
+ * scan reads with an escape counts as one it translates: the parser reads
+ * "code_interpreter_c\u0061ll" as code_interpreter_call. */
+static void test_rewrite_parses_only_the_items_it_translates(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *body =
+        "{\"input\":[{\"type\":\"code_interpreter_c\\u0061ll\",\"id\":\"ci_a\","
+        "\"code\":\"x\",\"container_id\":\"cntr_x\",\"outputs\":[]},"
+        "{\"role\": \"user\", \"content\": \"a \\/ b\"},"
+        "{\"type\":\"item_reference\", \"id\":\"msg_1\"}],"
+        "\"tools\":[{\"type\":\"code_interpreter\",\"container\":{\"type\":\"auto\"}}]}";
+    ci_request *req;
+    ci_error err;
+    assert_int_equal(rewrite_raw(p, body, strlen(body), NULL, &req, &err), CI_REQ_INTERCEPT);
+    assert_null(req->input);
+    assert_string_equal(apr_pstrmemdup(p, req->input_text, req->input_len),
+        "{\"type\":\"function_call\",\"call_id\":\"ci_a\",\"name\":\"python\","
+        "\"arguments\":\"{\\\"code\\\":\\\"x\\\"}\"},"
+        "{\"type\":\"function_call_output\",\"call_id\":\"ci_a\",\"output\":\"(no output)\"},"
+        "{\"role\": \"user\", \"content\": \"a \\/ b\"},"
+        "{\"type\":\"item_reference\", \"id\":\"msg_1\"}");
+    assert_string_equal(req->context_container, "cntr_x");
+    assert_json_same(PARSE_RAW(p, req->body), root_as_sent(p, req));
+    assert_json_same(member(req->root, "input"), PARSE(p, "[]"));
 }
 
 /* A body the parser refuses is refused with the parser's words, its byte
@@ -1009,7 +1036,7 @@ static void test_rewrite_input_history(void **state)
                                 "'output':'ok'}");
     assert_json(p, idx(in, 12), "{'type':'message','role':'assistant',"
                                 "'content':'done'}");
-    assert_json_same(member(req->root, "input"), in);
+    assert_json_same(member(root_as_sent(p, req), "input"), in);
     assert_json_same(member(PARSE_RAW(p, req->body), "input"), in);
 }
 
@@ -3100,6 +3127,7 @@ int main(void)
         TEST(test_rewrite_input_history),
         TEST(test_rewrite_keeps_the_clients_bytes),
         TEST(test_rewrite_passes_an_input_unparsed),
+        TEST(test_rewrite_parses_only_the_items_it_translates),
         TEST(test_rewrite_passing_input_bad_body),
         TEST(test_rewrite_encodes_what_it_cannot_keep),
         TEST(test_reject_json),
