@@ -97,7 +97,7 @@ def main():
     shapes = [("new turn", intercepted_body), ("stateless history", stateless_history)]
     print("| body | size | " + " | ".join("%s (CPU, median)" % b for b in progs)
           + (" | now/before |" if "before" in progs else " |"))
-    print("|---" * (3 + len(progs) + ("before" in progs)) + "|")
+    print("|---" * (2 + len(progs) + ("before" in progs)) + "|")
     for name, make in shapes:
         for label, size in (("10 KB", KB10), ("1 MB", MB1)):
             path = os.path.join(work, "%s-%d.json" % (name.replace(" ", "-"), size))
