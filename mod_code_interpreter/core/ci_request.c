@@ -1230,23 +1230,29 @@ static int type_passes(const ci_json_span *type)
     return 1;
 }
 
-/* The members at SCAN's items, joined as they go upstream. */
-static void join_members(apr_pool_t *p, input_scan *scan)
+/* The texts of SCAN's members (those PICK flags; all when NULL), joined
+ * with commas between OPEN and CLOSE (each "" or one character): into
+ * *OUT, from P. */
+static void join_members(apr_pool_t *p, const input_scan *scan, const char *pick,
+                         const char *open, const char *close, ci_json_span *out)
 {
-    apr_size_t total = 0;
+    apr_size_t total = 3;
     char *w;
-    int i;
+    int i, first = 1;
     for (i = 0; i < scan->n; i++)
-        total += scan->items[i].len + 1;
-    scan->text.at = w = apr_palloc(p, total + 1);
-    for (i = 0; i < scan->n; i++) {
-        if (i)
-            *w++ = ',';
-        memcpy(w, scan->items[i].at, scan->items[i].len);
-        w += scan->items[i].len;
-    }
-    *w = '\0';
-    scan->text.len = (apr_size_t)(w - scan->text.at);
+        total += !pick || pick[i] ? scan->items[i].len + 1 : 0;
+    out->at = w = apr_palloc(p, total);
+    w = apr_cpystrn(w, open, 2);
+    for (i = 0; i < scan->n; i++)
+        if (!pick || pick[i]) {
+            if (!first)
+                *w++ = ',';
+            first = 0;
+            memcpy(w, scan->items[i].at, scan->items[i].len);
+            w += scan->items[i].len;
+        }
+    w = apr_cpystrn(w, close, 2);
+    out->len = (apr_size_t)(w - out->at);
 }
 
 /* SCAN's input for translate_input, its items of TRANSLATED (one flag per
@@ -1255,23 +1261,11 @@ static void join_members(apr_pool_t *p, input_scan *scan)
 static int parse_mixed(apr_pool_t *p, input_scan *scan, const char *translated)
 {
     const char *perr = NULL;
-    apr_size_t total = 2;
+    ci_json_span text;
     json_object *parsed;
-    char *text, *w;
     int i, k = 0;
-    for (i = 0; i < scan->n; i++)
-        total += translated[i] ? scan->items[i].len + 1 : 0;
-    w = text = apr_palloc(p, total + 1);
-    *w++ = '[';
-    for (i = 0; i < scan->n; i++)
-        if (translated[i]) {
-            if (w > text + 1)
-                *w++ = ',';
-            memcpy(w, scan->items[i].at, scan->items[i].len);
-            w += scan->items[i].len;
-        }
-    *w++ = ']';
-    if (!(parsed = ci_json_parse(p, text, (apr_size_t)(w - text), &perr)) ||
+    join_members(p, scan, translated, "[", "]", &text);
+    if (!(parsed = ci_json_parse(p, text.at, text.len, &perr)) ||
         !json_object_is_type(parsed, json_type_array))
         return -1;
     scan->mixed = ci_json_own(p, json_object_new_array());
@@ -1322,7 +1316,7 @@ static void scan_input(apr_pool_t *p, const char *body, apr_size_t len, input_sc
         mixed |= translated[i] = !type_passes(&type);
     }
     if (!mixed) {
-        join_members(p, scan);
+        join_members(p, scan, NULL, "", "", &scan->text);
         scan->way = INPUT_PASSES;
     }
     else if (!parse_mixed(p, scan, translated))
