@@ -59,6 +59,8 @@ struct ci_directory {
     apr_size_t item_bytes;
     int live;
     apr_uint64_t memory_live;               /* memory_bytes of running ones */
+    ci_directory_busy_fn busy;              /* the host's probe, or NULL */
+    void *busy_baton;
 };
 
 /* The directory's pool goes: free what was malloc'd (the records' pools go
@@ -200,11 +202,23 @@ static void retire(ci_directory *d, rec *r, ci_cntr_status status, apr_time_t no
     r->forget_at = now + d->lim.retention;
 }
 
-/* Whether C is in use: an execution runs in it or waits, a request holds
- * it, or it was used within the grace. */
+void ci_directory_set_busy_probe(ci_directory *d, ci_directory_busy_fn fn, void *baton)
+{
+    d->busy = fn;
+    d->busy_baton = baton;
+}
+
+int ci_directory_busy(const ci_directory *d, const ci_container *c)
+{
+    return d->busy && d->busy(d->busy_baton, c);
+}
+
+/* Whether C is in use: a request holds it, it was used within the grace,
+ * or an execution runs in it or waits (asked last: the host's probe). */
 static int active(const ci_directory *d, const ci_container *c, apr_time_t now)
 {
-    return c->busy || c->held_until > now || c->last_active_at + d->lim.grace > now;
+    return c->held_until > now || c->last_active_at + d->lim.grace > now ||
+           ci_directory_busy(d, c);
 }
 
 /* The owner's least recently used running container that is not active. */
@@ -419,8 +433,8 @@ apr_array_header_t *ci_directory_expire(ci_directory *d, apr_time_t now, apr_poo
     int i;
     for (hi = apr_hash_first(p, d->by_id); hi; hi = apr_hash_next(hi)) {
         rec *r = apr_hash_this_val(hi);
-        if (r->c.status == CI_CNTR_RUNNING && !r->c.busy && r->c.held_until <= now &&
-            expires_at(&r->c) <= now) {
+        if (r->c.status == CI_CNTR_RUNNING && r->c.held_until <= now &&
+            expires_at(&r->c) <= now && !ci_directory_busy(d, &r->c)) {
             retire(d, r, CI_CNTR_EXPIRED, now);
             r->end_due = r->c.handle != NULL;
             *(ci_container **)apr_array_push(out) = &r->c;

@@ -42,7 +42,6 @@ typedef struct ci_container {
     apr_uint64_t memory_bytes;   /* what its tier may hold on this node (0:
                                     nothing here, e.g. a remote sandbox) */
     ci_cntr_status status;
-    int busy;                    /* an execution runs in it */
     apr_time_t held_until;       /* a request in flight holds it (made by it,
                                     or found by it) until then, at the latest:
                                     neither evicted nor expired before */
@@ -95,6 +94,15 @@ typedef enum {
 
 /* The limits from now on (the host passes the configuration in force). */
 void ci_directory_set_limits(ci_directory *d, const ci_directory_limits *limits);
+
+/* Whether C is busy: an execution runs in it or waits for its sandbox. The
+ * host knows (the supervisor, from its sandboxes); the directory asks it
+ * only where it matters - eviction, expiry, a drop if idle - so that no
+ * marks are kept up to date on every question. Without a probe nothing is
+ * busy. */
+typedef int (*ci_directory_busy_fn)(void *baton, const ci_container *c);
+void ci_directory_set_busy_probe(ci_directory *d, ci_directory_busy_fn fn, void *baton);
+int ci_directory_busy(const ci_directory *d, const ci_container *c);
 
 /* A new running container of OWNER, with the id ID (NULL: a fresh one; an
  * id already in the directory is refused as NOT_FOUND), its tier holding

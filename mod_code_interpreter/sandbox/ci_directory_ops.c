@@ -384,8 +384,9 @@ static void op_drop(op *o)
      * request using it right now (a run, a wait, an attach) keeps it until
      * it is done, and its own expiry ends it then, never from under the
      * request's feet. (A delete or an expiry ends it at once.) */
-    if (c->busy && c->status == CI_CNTR_RUNNING &&
-        json_object_get_boolean(ci_json_get(o->req, "if_idle", json_type_boolean)))
+    if (c->status == CI_CNTR_RUNNING &&
+        json_object_get_boolean(ci_json_get(o->req, "if_idle", json_type_boolean)) &&
+        ci_directory_busy(o->d, c))
         return;
     /* deleted even when its own expiry came first: adopt never revives it */
     if (c->status != CI_CNTR_DELETED)

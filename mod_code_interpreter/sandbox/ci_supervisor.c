@@ -436,6 +436,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
     sup_state.p = p;
     sup_state.cfg = cfg;
     sup_state.dir = ci_directory_create(p, &lim);
+    sup_start_containers(p);
     sup_start_wants(p);
     ci_log(CI_LOG_NOTICE, "CI0617: sandbox supervisor %ld serving (protocol %d)",
            (long)getpid(), CI_SUP_VERSION);

@@ -108,8 +108,10 @@ void sup_box_free(box *b)
             *pp = b->next;
             break;
         }
-    if (b->container)
+    if (b->container) {
         release_waiting(b, "the container's sandbox was removed");
+        apr_hash_set(sup_state.by_container, b->container, APR_HASH_KEY_STRING, NULL);
+    }
     box_release_slot(b);
     sup_box_kill(b);
     sup_egress_close(b);

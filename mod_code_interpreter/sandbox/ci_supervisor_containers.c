@@ -24,11 +24,23 @@ void sup_touch_container(box *b)
 
 box *sup_container_box(const char *id)
 {
-    box *b;
-    for (b = sup_state.boxes; b; b = b->next)
-        if (b->container && !strcmp(b->container, id))
-            return b;
-    return NULL;
+    return apr_hash_get(sup_state.by_container, id, APR_HASH_KEY_STRING);
+}
+
+/* The directory's busy probe: C's sandbox runs code, has runs queued, or
+ * is starting with someone waiting for it. Neither expired nor evicted
+ * while it is. */
+static int container_busy(void *baton, const ci_container *c)
+{
+    box *b = sup_container_box(c->id);
+    (void)baton;
+    return b && (b->runner || b->runq || b->waiters || b->state == BOX_STARTING);
+}
+
+void sup_start_containers(apr_pool_t *p)
+{
+    sup_state.by_container = apr_hash_make(p);
+    ci_directory_set_busy_probe(sup_state.dir, container_busy, NULL);
 }
 
 /* A sandbox for container ID: a warm one, or a new one (with a slot). */
@@ -58,6 +70,7 @@ static box *container_start(const ci_sandbox_def *def, const char *deftext,
         b->slot = slot;
     }
     b->container = b->tag = apr_pstrdup(b->pool, id);
+    apr_hash_set(sup_state.by_container, b->container, APR_HASH_KEY_STRING, b);
     return b;
 }
 
@@ -113,19 +126,6 @@ static void kill_container(const char *id, const char *why)
     sup_box_free(b);
 }
 
-/* Containers whose sandbox runs or awaits code are busy: neither expired
- * nor evicted while they are. */
-static void mark_busy(void)
-{
-    box *b;
-    for (b = sup_state.boxes; b; b = b->next) {
-        ci_container *rec = b->container
-                            ? ci_directory_find(sup_state.dir, b->container) : NULL;
-        if (rec)
-            rec->busy = b->runner || b->runq || b->waiters || b->state == BOX_STARTING;
-    }
-}
-
 /* A DIR question. A request sends its "finish" without waiting for the
  * answer, and its client may then start the next turn on another
  * connection at once: a lookup of what a finish records ("response",
@@ -142,7 +142,6 @@ void sup_handle_dir(conn *c, const ci_sup_frame *f)
     apr_array_header_t *gone;
     const char *answer;
     int i, missed = 0;
-    mark_busy();
     apr_pool_create(&p, sup_state.p);
     gone = apr_array_make(p, 2, sizeof(const char *));
     answer = ci_dirops_apply_lookup(sup_state.dir, p, f->data, f->len, apr_time_now(), gone,
@@ -176,7 +175,6 @@ void sup_expire_containers(void)
     for (b = sup_state.boxes; b; b = b->next)
         if (b->container && (b->runner || b->runq || b->state == BOX_STARTING))
             sup_touch_container(b);
-    mark_busy();
     apr_pool_create(&p, sup_state.p);
     expired = ci_directory_expire(sup_state.dir, now, p);
     for (i = 0; i < expired->nelts; i++)

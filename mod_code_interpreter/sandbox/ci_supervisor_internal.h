@@ -154,6 +154,7 @@ typedef struct sup_daemon {
     int refill_due;             /* at the end of this turn of the loop, or the
                                    cap refused a warm slot: retry each tick */
     ci_directory *dir;
+    apr_hash_t *by_container;   /* container id -> its box */
     apr_time_t next_expiry_check;
 } sup_daemon;
 
@@ -207,6 +208,9 @@ void sup_reap_strays(void);
 
 /* ---- ci_supervisor_containers.c: containers ----------------------------- */
 
+/* At start: the index of containers' sandboxes, and the directory's busy
+ * probe over it. */
+void sup_start_containers(apr_pool_t *p);
 /* Container ID's sandbox, or NULL. */
 box *sup_container_box(const char *id);
 /* B's container was used now (the directory's clock). */

@@ -26,6 +26,24 @@ static ci_directory *dir(apr_pool_t *p, int max, int per_owner)
     return ci_directory_create(p, &lim);
 }
 
+/* The host's busy probe: the containers in the test's set are busy. */
+static int in_busy_set(void *baton, const ci_container *c)
+{
+    return apr_hash_get(baton, c->id, APR_HASH_KEY_STRING) != NULL;
+}
+
+static apr_hash_t *busy_set(apr_pool_t *p, ci_directory *d)
+{
+    apr_hash_t *set = apr_hash_make(p);
+    ci_directory_set_busy_probe(d, in_busy_set, set);
+    return set;
+}
+
+static void set_busy(apr_hash_t *set, const ci_container *c, int busy)
+{
+    apr_hash_set(set, c->id, APR_HASH_KEY_STRING, busy ? c : NULL);
+}
+
 static ci_container *make(ci_directory *d, const char *owner, const char *name,
                           apr_time_t now)
 {
@@ -60,6 +78,7 @@ static void test_expiry_and_retention(void **state)
     apr_pool_t *p = *state;
     ci_directory *d = dir(p, 0, 0);
     ci_container *a = make(d, "own_a", NULL, T0), *b = make(d, "own_a", NULL, T0), *got;
+    apr_hash_t *busy = busy_set(p, d);
     apr_array_header_t *gone;
     ci_directory_touch(d, b, T0 + MIN(10));
     assert_int_equal(ci_directory_next_expiry(d), T0 + MIN(20));
@@ -74,9 +93,9 @@ static void test_expiry_and_retention(void **state)
     assert_int_equal(ci_directory_get(d, a->id, "own_a", &got), CI_DIR_EXPIRED);
     assert_int_equal(ci_directory_get(d, a->id, "own_b", &got), CI_DIR_NOT_FOUND);
     /* a busy container is not expired while it runs */
-    b->busy = 1;
+    set_busy(busy, b, 1);
     assert_int_equal(ci_directory_expire(d, T0 + MIN(31), p)->nelts, 0);
-    b->busy = 0;
+    set_busy(busy, b, 0);
     assert_int_equal(ci_directory_expire(d, T0 + MIN(31), p)->nelts, 1);
     /* after retention: forgotten */
     ci_directory_expire(d, T0 + MIN(20) + MIN(60), p);
@@ -91,6 +110,7 @@ static void test_caps_evict_only_the_requesters_own(void **state)
     ci_directory *d = dir(p, 3, 2);
     ci_container *a1 = make(d, "own_a", NULL, T0), *a2 = make(d, "own_a", NULL, T0 + 1);
     ci_container *b1 = make(d, "own_b", NULL, T0 + 2), *c, *evicted;
+    apr_hash_t *busy = busy_set(p, d);
     ci_directory_touch(d, a1, T0 + 5);                 /* a2 is a's LRU */
     /* a at its own cap: its LRU goes */
     assert_int_equal(ci_directory_create_container(d, "own_a", NULL, NULL, "local", NULL, 0, 20 * 60,
@@ -99,7 +119,7 @@ static void test_caps_evict_only_the_requesters_own(void **state)
     assert_int_equal(a2->status, CI_CNTR_EXPIRED);
     assert_int_equal(ci_directory_live_of(d, "own_a"), 2);
     /* the node is full (3): b may only evict its own; with b1 busy, refused */
-    b1->busy = 1;
+    set_busy(busy, b1, 1);
     assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 7, &c, &evicted), CI_DIR_NODE_FULL);
     assert_null(evicted);
@@ -108,7 +128,7 @@ static void test_caps_evict_only_the_requesters_own(void **state)
     assert_int_equal(ci_directory_create_container(d, "own_c", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 8, &c, &evicted), CI_DIR_NODE_FULL);
     assert_int_equal(ci_directory_live(d), 3);
-    b1->busy = 0;
+    set_busy(busy, b1, 0);
     assert_int_equal(ci_directory_create_container(d, "own_b", NULL, NULL, "local", NULL, 0, 20 * 60,
                                                    T0 + 9, &c, &evicted), CI_DIR_OK);
     assert_ptr_equal(evicted, b1);

@@ -349,9 +349,62 @@ static void test_a_dropped_shadow_stays_dropped(void **state)
     assert_int_equal(ci_directory_live(d), 0);
 }
 
+/* The host's busy probe, counted: ID_A is busy while *busy is set. */
+typedef struct probe {
+    int busy, asked;
+} probe;
+
+static int count_busy(void *baton, const ci_container *c)
+{
+    probe *pr = baton;
+    pr->asked++;
+    return pr->busy && !strcmp(c->id, ID_A);
+}
+
+/* The supervisor's sandboxes say which containers are busy, asked only
+ * where it matters: a turn's questions (response, finish, recall, get) and
+ * a create with room ask nothing; eviction, a drop if idle and expiry do,
+ * and a busy container is kept by each. */
+static void test_busy_asked_only_where_it_matters(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    probe pr = { 1, 0 };
+    apr_array_header_t *gone;
+    json_object *o;
+    const char *drop_if_idle = "{\"op\":\"drop\",\"id\":\"" ID_A "\",\"if_idle\":true}";
+    ci_directory_set_busy_probe(d, count_busy, &pr);
+    create_a(d, p);
+    ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+        "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[2]\"}]}",
+        T0, NULL);
+    ask(d, p, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\"}",
+        T0, NULL);
+    ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_a\",\"item_id\":\"ci_1\"}", T0, NULL);
+    ask(d, p, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0, NULL);
+    assert_int_equal(pr.asked, 0);
+    /* at the owner's cap: its only container is busy, so none is evicted */
+    o = ask(d, p, "{\"op\":\"create\",\"owner\":\"own_a\",\"tool\":\"local\","
+            "\"limits\":{\"node\":5,\"owner\":1,\"retention\":60}}", T0 + 1, &gone);
+    assert_string_equal(status(o), "owner_full");
+    assert_int_equal(gone->nelts, 0);
+    assert_int_equal(pr.asked, 1);
+    /* past its expiry, busy: kept, then dropped if idle: kept */
+    assert_int_equal(ci_directory_expire(d, T0 + apr_time_from_sec(61), p)->nelts, 0);
+    assert_int_equal(pr.asked, 2);
+    assert_string_equal(status(ask(d, p, drop_if_idle, T0 + apr_time_from_sec(62), &gone)),
+                        "ok");
+    assert_int_equal(gone->nelts, 0);
+    assert_int_equal(pr.asked, 3);
+    /* done running: expired at the next check */
+    pr.busy = 0;
+    assert_int_equal(ci_directory_expire(d, T0 + apr_time_from_sec(63), p)->nelts, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        TEST(test_busy_asked_only_where_it_matters),
         TEST(test_shadows_of_shared_containers),
         TEST(test_a_dropped_shadow_stays_dropped),
         TEST(test_create_get_owners_apart),

@@ -50,8 +50,15 @@
 typedef struct fx {
     apr_pool_t *p;
     ci_directory *d;             /* the one-node directory, asked alike */
+    apr_hash_t *busy;            /* its busy containers (its probe's set) */
     ci_redis_conf conf;
 } fx;
+
+/* The one-node directory's busy probe: the ids in the fixture's set. */
+static int in_busy_set(void *baton, const ci_container *c)
+{
+    return apr_hash_get(baton, c->id, APR_HASH_KEY_STRING) != NULL;
+}
 
 /* ---- helpers ------------------------------------------------------------------- */
 
@@ -102,6 +109,8 @@ static int setup(void **state)
     if (!f || apr_pool_create(&f->p, NULL) != APR_SUCCESS)
         return -1;
     f->d = ci_directory_create(f->p, &lim);
+    f->busy = apr_hash_make(f->p);
+    ci_directory_set_busy_probe(f->d, in_busy_set, f->busy);
     f->conf = conf_of(f->p, apr_pstrcat(f->p, "redis://127.0.0.1:",
                                         env_port("REDIS_PORT"), NULL));
     admin(env_port("REDIS_PORT"), "FLUSHALL");
@@ -534,7 +543,7 @@ static void set_busy(fx *f, const char *owner, int n, int busy)
     ci_container *c = ci_directory_find(f->d, id_of(f->p, n));   /* asked here too */
     assert_string_equal(status(o), "ok");
     if (c)
-        c->busy = busy;
+        apr_hash_set(f->busy, c->id, APR_HASH_KEY_STRING, busy ? c : NULL);
 }
 
 static void test_caps_evict_only_the_requesters_own(void **state)
