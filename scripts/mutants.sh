@@ -30,6 +30,12 @@ import time
 # name, file, the original text (found exactly once), its replacement,
 # what it breaks, the tests that must catch it.
 MUTANTS = [
+    # ---- JSON (core/ci_json.c)
+    ("tokener-not-reset", "mod_code_interpreter/core/ci_json.c",
+     "    else\n        json_tokener_reset(tok);",
+     "    else\n        (void)tok;",
+     "a parse that stopped part way leaves its state to the thread's next parse",
+     ["unit:test_core"]),
     # ---- the request rewrite (core/ci_request.c)
     ("request-replayed-output-lost", "mod_code_interpreter/core/ci_request.c",
      "if (!outputs || !json_object_is_type(outputs, json_type_array))",

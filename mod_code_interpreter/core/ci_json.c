@@ -261,29 +261,63 @@ const char *ci_utf8_sanitize(apr_pool_t *p, const char *s, apr_size_t n,
     return out;
 }
 
-json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
-                           const char **err)
+/* Each thread keeps one tokener, reset for every parse: a new one costs a
+ * calloc of its 4 KB stack (CI_JSON_MAX_DEPTH levels), and that large
+ * request makes glibc consolidate the small chunks the last tree freed. */
+static pthread_key_t tokener_key;
+static pthread_once_t tokener_once = PTHREAD_ONCE_INIT;
+static int tokener_kept;                /* the key exists */
+
+static void tokener_free(void *tok)
 {
-    json_tokener *tok = json_tokener_new_ex(CI_JSON_MAX_DEPTH);
+    json_tokener_free(tok);
+}
+
+static void tokener_key_make(void)
+{
+    tokener_kept = pthread_key_create(&tokener_key, tokener_free) == 0;
+}
+
+/* A tokener ready for a new text: this thread's, or (*OWN set: the caller
+ * frees it) a new one when none can be kept. NULL when out of memory. */
+static json_tokener *tokener_take(int *own)
+{
+    json_tokener *tok;
+    pthread_once(&tokener_once, tokener_key_make);
+    *own = 0;
+    if (tokener_kept && (tok = pthread_getspecific(tokener_key)))
+        return tok;
+    if (!(tok = json_tokener_new_ex(CI_JSON_MAX_DEPTH)))
+        return NULL;
+    *own = !tokener_kept || pthread_setspecific(tokener_key, tok) != 0;
+    return tok;
+}
+
+/* Done with TOK: what a failed parse left in it goes now. */
+static void tokener_give(json_tokener *tok, int own)
+{
+    if (own)
+        json_tokener_free(tok);
+    else
+        json_tokener_reset(tok);
+}
+
+/* BUF parsed with TOK: the tree, or NULL with *ERR. */
+static json_object *parse_with(json_tokener *tok, apr_pool_t *p, const char *buf,
+                               apr_size_t len, const char **err)
+{
     json_object *root;
     enum json_tokener_error jerr;
-
-    if (!tok) {
-        *err = "out of memory";
-        return NULL;
-    }
     {
         /* json-c's own check lets overlong forms and surrogates through. */
         apr_size_t valid = ci_utf8_valid_prefix(buf, len);
         apr_size_t nlen = 0;
         long long big;
         if (valid < len) {
-            json_tokener_free(tok);
             *err = apr_psprintf(p, "invalid UTF-8 at byte %" APR_SIZE_T_FMT, valid);
             return NULL;
         }
         if ((big = out_of_range_integer(buf, len, &nlen)) >= 0) {
-            json_tokener_free(tok);
             *err = apr_psprintf(p, "the integer '%.*s' at byte %" APR_INT64_T_FMT
                                    " is out of the range this server keeps exactly "
                                    "(64 bits)", (int)(nlen > 40 ? 40 : nlen), buf + big,
@@ -300,10 +334,8 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
         /* A bare number or literal waits for a delimiter: end the input. */
         root = json_tokener_parse_ex(tok, "", 1);
         jerr = json_tokener_get_error(tok);
-        if (root && jerr == json_tokener_success) {
-            json_tokener_free(tok);
-            return finish_parse(p, root, err);
-        }
+        if (root && jerr == json_tokener_success)
+            return root;
         json_object_put(root);
         root = NULL;
         jerr = json_tokener_continue;
@@ -331,7 +363,21 @@ json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
             *err = apr_psprintf(p, "%s at byte %d", json_tokener_error_desc(jerr),
                                 (int)json_tokener_get_parse_end(tok));
     }
-    json_tokener_free(tok);
+    return root;
+}
+
+json_object *ci_json_parse(apr_pool_t *p, const char *buf, apr_size_t len,
+                           const char **err)
+{
+    int own;
+    json_tokener *tok = tokener_take(&own);
+    json_object *root;
+    if (!tok) {
+        *err = "out of memory";
+        return NULL;
+    }
+    root = parse_with(tok, p, buf, len, err);
+    tokener_give(tok, own);
     return root ? finish_parse(p, root, err) : NULL;
 }
 

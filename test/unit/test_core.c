@@ -159,6 +159,33 @@ static void test_json_parse_depth(void **state)
     }
 }
 
+/* A thread parses with one tokener, reset after each text: what a parse
+ * that stopped part way (mid-array, mid-string, past the depth) left in it
+ * never leaks into the next one. */
+static void test_json_parse_starts_afresh(void **state)
+{
+    apr_pool_t *p = *state;
+    const char *stopped[] = { "[1,[2,", "{\"a\":\"unterminated", "[1,]" };
+    char deep[2 * 129 + 1];
+    const char *err = NULL;
+    json_object *o;
+    int i;
+    for (i = 0; i < 3; i++) {
+        assert_null(ci_json_parse(p, stopped[i], strlen(stopped[i]), &err));
+        err = NULL;
+        assert_non_null(o = ci_json_parse(p, "[3]", 3, &err));
+        assert_json(p, o, "[3]");
+    }
+    memset(deep, '[', 129);
+    memset(deep + 129, ']', 129);
+    deep[2 * 129] = '\0';
+    assert_null(ci_json_parse(p, deep, 2 * 129, &err));
+    assert_str(err, "JSON nesting deeper than 128 levels");
+    err = NULL;
+    assert_non_null(o = ci_json_parse(p, deep + 1, 2 * 128, &err));
+    assert_int_equal(json_object_array_length(o), 1);
+}
+
 /* The top-level string found without a parse: only where the parser would
  * agree, NULL wherever it might not. */
 static const char *top(apr_pool_t *p, const char *body)
@@ -3099,6 +3126,7 @@ int main(void)
     const struct CMUnitTest json_tests[] = {
         TEST(test_json_parse_strict),
         TEST(test_json_parse_depth),
+        TEST(test_json_parse_starts_afresh),
         TEST(test_json_top_string),
         TEST(test_json_spans),
         TEST(test_json_has_control_byte),
