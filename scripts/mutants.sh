@@ -10,8 +10,9 @@
 #
 # The run fails when a mutant survives (its tests all pass), when one no
 # longer applies (its original text is not found exactly once: the code
-# moved on, update the list) or does not compile (that is no kill), and when
-# a listed test fails on the unmutated tree (a kill would mean nothing).
+# moved on, update the list) or does not compile (that is no kill), when
+# a listed test fails on the unmutated tree (a kill would mean nothing), and
+# when tests leave what they started running (HARNESS: killed, and named).
 # docs/TESTING.md says what each mutant breaks and which test kills it.
 #
 # Usage: scripts/mutants.sh [NAME...]     (default: every mutant)
@@ -22,6 +23,7 @@ cd "$(dirname "$0")/.."
 exec /usr/bin/python3 - "$@" <<'PYTHON'
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -540,6 +542,43 @@ def run(cmd, cwd, env=None, log=None):
     return r
 
 
+# What the tests start that must be gone when they end, pass or fail: the
+# test servers, the fakes, Redis, sandboxes.
+HARNESS = ("redis-server", "fake_e2b.py", "fake_model.py", "bwrap",
+           "apache2 -d " + os.path.join(TOP, "test", ".run"))
+
+
+def harness_processes():
+    """{pid: command line} of the processes the tests may start."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        if any(h in cmd for h in HARNESS):
+            found[int(pid)] = cmd
+    return found
+
+
+def strays(before):
+    """What the tests left running (started since BEFORE), once what is
+    still ending has had its time; killed, and named."""
+    deadline = time.monotonic() + 30
+    while True:
+        left = {pid: cmd for pid, cmd in harness_processes().items() if pid not in before}
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return sorted("%d %s" % (pid, cmd[:120]) for pid, cmd in left.items())
+
+
 def unit_binaries(tests):
     return sorted({t[len("unit:"):] for t in tests if t.startswith("unit:")})
 
@@ -601,7 +640,12 @@ def main(names):
 
         # Every listed test passes on the unmutated tree (else a "kill" means nothing).
         listed = sorted({t for m in chosen for t in m[5]})
+        before = harness_processes()
         ok, failed = run_tests(base, listed, log)
+        left = strays(before)
+        if left:
+            raise SystemExit("mutants: the listed tests left running on the unmutated "
+                             "tree:\n  " + "\n  ".join(left))
         if not ok:
             raise SystemExit("mutants: %s fails on the unmutated tree (see %s)" % (failed, log))
         say("mutants: the %d listed tests pass unmutated (%.0f s)"
@@ -632,8 +676,13 @@ def main(names):
                 continue
             with open(log, "a") as f:
                 f.write("==== mutant %s\n" % name)
+            before = harness_processes()
             survived, killer = run_tests(work, tests, log)
             took = time.monotonic() - began
+            left = strays(before)
+            if left:
+                problems.append("%s: its tests left running: %s" % (name, "; ".join(left)))
+                say("LEFT RUNNING %-34s %s" % (name, "; ".join(left)))
             if survived:
                 problems.append("%s survived %s: %s" % (name, " ".join(tests), breaks))
                 say("SURVIVED     %-34s (%.0f s) %s" % (name, took, breaks))

@@ -103,13 +103,29 @@ def cluster(model):
             c["nodes"].append(server)
         yield c
     finally:
-        for server in c["nodes"]:
+        # a node's last checks may fail (they raise in stop): the other
+        # node, the fake, Redis and the directory still go
+        try:
+            stop_all(c["nodes"])
+        finally:
+            proc.kill()
+            proc.wait()
+            c["redis"].kill()
+            c["redis"].wait()
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stop_all(servers):
+    """Stop every server in SERVERS; the first failure of their checks is
+    raised once all of them are stopped."""
+    first = None
+    for server in servers:
+        try:
             server.stop()
-        proc.kill()
-        proc.wait()
-        c["redis"].kill()
-        c["redis"].wait()
-        shutil.rmtree(workdir, ignore_errors=True)
+        except Exception as e:          # noqa: BLE001 - raised again below
+            first = first or e
+    if first:
+        raise first
 
 
 @pytest.fixture
