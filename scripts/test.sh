@@ -16,6 +16,9 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --test
 ./scripts/build.sh
 ./scripts/check-core.sh
+# What the tests read lies in the clone (test/spec among it), and no build
+# product is tracked: a new user's clone runs every test.
+./scripts/check-clone.sh
 if ! pkg-config --exists cmocka; then
     echo "cmocka is missing (libcmocka-dev): the C unit tests are not built"
     [ "${CI:-}" != true ] || exit 1

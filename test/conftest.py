@@ -32,10 +32,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOP = os.path.dirname(HERE)
 # One directory per test session, so concurrent sessions never share a server root.
 RUN = os.path.join(HERE, ".run", str(os.getpid()))
-# OpenAI's published documents and recorded traffic, beside the project at
-# ../shared/spec; CI_SPEC_DIR points elsewhere.
-SHARED_SPEC = os.environ.get("CI_SPEC_DIR") or os.path.normpath(
-    os.path.join(TOP, "..", "shared", "spec"))
+# OpenAI's published OpenAPI document and recorded traffic, carried by the
+# project in test/spec (its README says what and under which licence);
+# CI_SPEC_DIR points elsewhere.
+SPEC_DIR = os.environ.get("CI_SPEC_DIR") or os.path.join(HERE, "spec")
+OPENAPI = os.path.join(SPEC_DIR, "openai-openapi.json")
+RECORDED_STREAM = os.path.join(SPEC_DIR, "recorded", "openai-code-interpreter.stream.jsonl")
 # CI=true, as CI sets it: the test command installed every prerequisite, so
 # one that is missing fails the run instead of skipping tests.
 CI = os.environ.get("CI") == "true"
@@ -58,6 +60,40 @@ def require(condition, reason):
     if CI:
         pytest.fail("CI=true, and " + reason, pytrace=False)
     pytest.skip(reason)
+
+
+def require_spec(path):
+    """PATH, a file of SPEC_DIR, when it is there; else the calling test skips
+    saying what is missing and how to get it back (under CI=true it fails)."""
+    require(os.path.exists(path),
+            "%s is missing: it is part of the project (test/spec, see its README); "
+            "restore it with 'git checkout -- test/spec', or point CI_SPEC_DIR at a copy"
+            % path)
+    return path
+
+
+# How many schema checks the session made: values validated against a schema
+# of the OpenAPI document, by the tests here and by the Node scripts (their
+# SCHEMA-OK marks). Printed at the end of the run, so a run that checked
+# nothing shows it.
+SCHEMA_CHECKS = {"values": 0, "tests": set()}
+
+
+def count_schema_checks(n, request=None):
+    """Record N values validated against the OpenAPI document by the current
+    test (REQUEST, pytest's, names it)."""
+    SCHEMA_CHECKS["values"] += n
+    test = request.node.nodeid if request is not None else os.environ.get(
+        "PYTEST_CURRENT_TEST", "?").split(" ")[0]
+    if n:
+        SCHEMA_CHECKS["tests"].add(test)
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(
+        "schema checks: %d values validated against %s, in %d tests"
+        % (SCHEMA_CHECKS["values"], os.path.relpath(OPENAPI, TOP),
+           len(SCHEMA_CHECKS["tests"])))
 
 
 def etc_wrapper(etc_dir, names):

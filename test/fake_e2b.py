@@ -103,7 +103,7 @@ DEFAULT_KEEPALIVE = 5.0
 HUGE_LINE_BYTES = 64 * 1024
 GARBAGE_LINES = (b"not json at all\n", b'{"truncated":\n')
 PNG_MARKER = "__FAKE_PNG__"
-CONTEXT_CWD = "/home/user"
+CONTEXT_CWD = "/home/user"  # check-clone: a sandbox's path
 # What the server's streaming execution says when its context's connection
 # closes under it (template/server/messaging.py).
 UNEXPECTED_END = {"type": "error", "name": "UnexpectedEndOfExecution",
@@ -303,7 +303,7 @@ class Context:
 
 ENVD_PORT = "49983"
 # The users the fake's sandboxes have (envd looks the Basic user up).
-SANDBOX_USERS = {"user": "/home/user", "root": "/root"}
+SANDBOX_USERS = {"user": "/home/user", "root": "/root"}  # check-clone: a sandbox's path
 MAX_LINKS = 255
 FAKE_PASSWD = ("root:x:0:0:root:/root:/bin/bash\n"
                "user:x:1000:1000::/home/user:/bin/bash\n")

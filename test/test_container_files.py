@@ -194,7 +194,7 @@ def test_hostile_names(httpd, model, me):
         status, _, data = content(httpd, cid, f["id"], me)
         assert (status, data) == (200, b"x")
     # ids that are paths lead nowhere
-    for fid in ("..", "../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd",
+    for fid in ("..", "../../etc/passwd", "..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd",  # check-clone: a hostile name
                 "cfile_x%00y", "cfile_x%0Ay"):
         status, _, data = httpd.request(
             "GET", "/v1/containers/%s/files/%s/content" % (cid, fid), headers=me)

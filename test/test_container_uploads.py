@@ -118,7 +118,7 @@ def test_binary_upload_is_byte_identical_and_streamed(fresh, model, me):
 
 
 @pytest.mark.parametrize("given,stored", [
-    ("../../etc/passwd", "passwd"),
+    ("../../etc/passwd", "passwd"),  # check-clone: a hostile name
     ("C:\\Users\\me\\report.csv", "report.csv"),
     ("résumé 2024.txt", "résumé 2024.txt"),
 ])

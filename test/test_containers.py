@@ -13,9 +13,9 @@ import warnings
 
 import pytest
 
-from conftest import (CLIENT_HEADERS, TOOL, require, script_input, wait_for, wait_until)
+from conftest import (CLIENT_HEADERS, OPENAPI, TOOL, count_schema_checks, require,
+                      require_spec, script_input, wait_for, wait_until)
 from test_loop import calls_of, ci_body, sandboxes_started, text_of, upstream_inputs
-from test_stream import OPENAPI
 
 OUTPUTS = "code_interpreter_call.outputs"
 OTHER = {"Authorization": "Bearer sk-someone-else"}
@@ -512,15 +512,34 @@ def test_graceful_reload_keeps_the_conversation(httpd, model):
 
 # -------------------------------------------------------- Containers API
 
+_OPENAPI_DOC = {}
+
+
+class ResourceChecker:
+    """iter_errors(value): the ways VALUE fails the schema NAME of the OpenAPI
+    document, each call counted as a schema check."""
+
+    def __init__(self, name):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            from jsonschema import Draft202012Validator, RefResolver
+            if "doc" not in _OPENAPI_DOC:
+                with open(OPENAPI) as f:
+                    _OPENAPI_DOC["doc"] = json.load(f)
+            self.validator = Draft202012Validator(
+                {"$ref": "#/components/schemas/" + name},
+                resolver=RefResolver.from_schema(_OPENAPI_DOC["doc"]))
+
+    def iter_errors(self, value):
+        count_schema_checks(1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return list(self.validator.iter_errors(value))
+
+
 def resource_checker(name):
-    require(os.path.exists(OPENAPI), "the OpenAPI document is absent: %s" % OPENAPI)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        from jsonschema import Draft202012Validator, RefResolver
-        with open(OPENAPI) as f:
-            doc = json.load(f)
-        return Draft202012Validator({"$ref": "#/components/schemas/" + name},
-                                    resolver=RefResolver.from_schema(doc))
+    require_spec(OPENAPI)
+    return ResourceChecker(name)
 
 
 def test_api_objects_match_the_schema(httpd, model, me):

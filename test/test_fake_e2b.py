@@ -645,9 +645,9 @@ def new_context(fake, sb, body=None):
 
 def test_contexts_have_their_own_namespaces_and_restart_empties_one(fake, server):
     sb = fake.create()
-    ctx = new_context(fake, sb, {"language": "Python", "cwd": "/home/user"})
+    ctx = new_context(fake, sb, {"language": "Python", "cwd": "/home/user"})  # check-clone: a sandbox's path
     assert set(ctx) == {"id", "language", "cwd"}
-    assert (ctx["language"], ctx["cwd"]) == ("python", "/home/user")
+    assert (ctx["language"], ctx["cwd"]) == ("python", "/home/user")  # check-clone: a sandbox's path
     default = server.sandboxes[sb["sandboxID"]].default_context_id
     resp, raw = context_call(fake, sb, "GET", "/contexts")
     assert resp.status == 200
@@ -680,7 +680,7 @@ def test_contexts_have_their_own_namespaces_and_restart_empties_one(fake, server
     assert [(r["sandbox_id"], r["context_id"], r["status"]) for r in st["restarts"]] == \
         [(sb["sandboxID"], ctx["id"], 200), (sb["sandboxID"], "nope", 404)]
     assert st["sandboxes"][sb["sandboxID"]]["contexts"] == {
-        default: {"id": default, "language": "python", "cwd": "/home/user",
+        default: {"id": default, "language": "python", "cwd": "/home/user",  # check-clone: a sandbox's path
                   "execution_count": 2}}
     assert st["leaks"] == []
 

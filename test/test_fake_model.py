@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fake_model  # noqa: E402
-from conftest import SHARED_SPEC, require  # noqa: E402
+from conftest import OPENAPI, require_spec  # noqa: E402
 
 CODE_TOOL = {
     "type": "function",
@@ -24,7 +24,6 @@ CODE_TOOL = {
     "strict": False,
 }
 AUTH = {"Authorization": "Bearer sk-fake-model-test"}
-SPEC = os.path.join(SHARED_SPEC, "openai-openapi.json")
 NO_KEY = {"error": {
     "message": "You didn't provide an API key. You need to provide your API key in an "
                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
@@ -298,8 +297,7 @@ def test_refuses_unknown_parameters(port):
 
 
 def test_known_parameters_are_those_of_create_response():
-    require(os.path.exists(SPEC), "the OpenAPI document is absent: %s" % SPEC)
-    with open(SPEC) as f:
+    with open(require_spec(OPENAPI)) as f:
         schemas = json.load(f)["components"]["schemas"]
     props = set()
 

@@ -157,8 +157,8 @@ def test_debian_package():
     work = tempfile.mkdtemp(prefix="ci-deb-")
     try:
         src = copy_tree(os.path.join(work, "mod-code-interpreter"))
-        # A distribution's build, which runs the unit tests (dh_auto_test)
-        # with no ../shared beside the tree: CI=true is not its business.
+        # A distribution's build, which runs the unit tests (dh_auto_test):
+        # CI=true is not its business.
         env = {k: v for k, v in os.environ.items() if k != "CI"}
         run(["dpkg-buildpackage", "-us", "-uc", "-b"], src, env=env)
         debs = [f for f in os.listdir(work)

@@ -89,7 +89,7 @@ def test_list_get_delete(kernel):
         kernel.ask({"code": "x + 1"})
 
 
-@pytest.mark.parametrize("name", ["../outside.txt", "/etc/passwd", "..", ".", "",
+@pytest.mark.parametrize("name", ["../outside.txt", "/etc/passwd", "..", ".", "",  # check-clone: hostile names
                                   "a/b", "a\nb", "a\rb", "a\0b", "x" * 256, 7, None])
 def test_hostile_names_are_refused(kernel, tmp_path, name):
     (tmp_path / "outside.txt").write_text("outside")

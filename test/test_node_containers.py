@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 
-from conftest import SHARED_SPEC, require
+from conftest import SPEC_DIR, count_schema_checks, require
 from test_loop import calls_of, sandboxes_started, upstream_inputs
 from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
 
@@ -26,14 +26,13 @@ UNKNOWN = "cntr_" + "0" * 48
 TURN1 = [[{"call": "x = 41"}], [{"text": "set"}]]
 TURN2 = [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]
 LIST = "/v1/containers?limit=2"
-SPEC = os.path.join(SHARED_SPEC, "openai-openapi.json")
 
 
 def run_containers(httpd):
     """Run containers_api.mjs; returns its report."""
     httpd.callers.add("Bearer " + KEY)
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port, API_KEY=KEY,
-               CI_SPEC_DIR=SHARED_SPEC)
+               CI_SPEC_DIR=SPEC_DIR)
     proc = subprocess.run(
         [NODE, os.path.join(NODE_DIR, "containers_api.mjs"), json.dumps(TURN1),
          json.dumps(TURN2)],
@@ -174,6 +173,7 @@ def test_containers_api_answers_match_the_openapi_schema(httpd, model, node_modu
     require("skipped" not in schema, "the OpenAPI document is absent, the answers were "
             "not validated: %s" % schema.get("skipped"))
     checked = schema["checked"]
+    count_schema_checks(len(checked))
     ids = [c["id"] for c in report["steps"]["created"]]
     assert [(c["what"], c["schema"]) for c in checked] == [
         ("GET " + LIST, "ContainerListResource"),
@@ -207,7 +207,7 @@ def test_container_files_through_the_sdk(httpd, model, node_modules):
     import base64
     httpd.callers.update({"Bearer " + FILES_KEY, "Bearer " + FILES_OTHER})
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port,
-               API_KEY=FILES_KEY, OTHER_KEY=FILES_OTHER, CI_SPEC_DIR=SHARED_SPEC)
+               API_KEY=FILES_KEY, OTHER_KEY=FILES_OTHER, CI_SPEC_DIR=SPEC_DIR)
     proc = subprocess.run(
         [NODE, os.path.join(NODE_DIR, "container_files.mjs"), json.dumps(WRITE_FILES)],
         cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
@@ -251,6 +251,7 @@ def test_container_files_through_the_sdk(httpd, model, node_modules):
             schema.get("skipped"))
     assert len(schema["checked"]) == 2 + 3 + 1 and all(c["ok"] for c in schema["checked"]), \
         json.dumps(schema["checked"], indent=1)
+    count_schema_checks(len(schema["checked"]))
     up = steps["uploaded"]
     assert (up["object"], up["path"], up["bytes"], up["source"], up["container_id"]) == (
         "container.file", "/mnt/data/up.csv", 15, "user", cid)

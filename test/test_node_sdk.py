@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, SHARED_SPEC, TOOL, require, script_input, without_ids
+from conftest import HERE, SPEC_DIR, TOOL, count_schema_checks, require, script_input, without_ids
 
 NODE_DIR = os.path.join(HERE, "node")
 NODE = shutil.which("node")
@@ -63,7 +63,7 @@ class SdkRun:
 def run_node(httpd, script, *args, path="/v1"):
     """Run SCRIPT in test/node against HTTPD; returns the CompletedProcess."""
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path),
-               CI_SPEC_DIR=SHARED_SPEC)
+               CI_SPEC_DIR=SPEC_DIR)
     return subprocess.run([NODE, os.path.join(NODE_DIR, script), *args],
                           cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=120)
 
@@ -106,6 +106,7 @@ def test_sdk_response_matches_openapi_schema(httpd, model, node_modules):
     assert not failed, "the response does not match the OpenAPI schema:\n" + "\n".join(failed)
     assert run.returncode == 0, str(run)
     ok = run.marked("SCHEMA-OK:")
+    count_schema_checks(len(ok))
     assert "output[0] CodeInterpreterToolCall" in ok, str(run)
     assert any(name.startswith("Response") for name in ok), str(run)
 

@@ -26,7 +26,7 @@ import Ajv2020Module from "ajv/dist/2020.js";
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
-const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "..", "shared", "spec"),
+const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "test", "spec"),
                           "openai-openapi.json");
 
 if (!process.env.BASE_URL || process.argv.length !== 3) {

@@ -5,7 +5,7 @@
 //
 // Usage: BASE_URL=http://127.0.0.1:PORT/v1 API_KEY=... node containers_api.mjs '<turn 1 script>' '<turn 2 script>'
 //   MODEL defaults to "m"; CI_SPEC_DIR is where openai-openapi.json is
-//   (default ../shared/spec).
+//   (default the project's test/spec).
 //
 // What it does, in order (every step is recorded under its name):
 //   empty       list({limit: 2}) auto-paginated, before anything is made
@@ -43,7 +43,7 @@ const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
-const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "..", "shared", "spec"),
+const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "test", "spec"),
                           "openai-openapi.json");
 const UNKNOWN = "cntr_" + "0".repeat(48);
 

@@ -23,8 +23,8 @@ const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
-// The directory of OpenAI's documents: CI_SPEC_DIR, else ../shared/spec.
-const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "..", "shared", "spec"),
+// The directory of OpenAI's documents: CI_SPEC_DIR, else the project's test/spec.
+const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "test", "spec"),
                           "openai-openapi.json");
 
 function die(msg) {

@@ -36,7 +36,7 @@ static void test_names(void **state)
     assert_false(ci_cfile_name_ok(".", 1));
     assert_false(ci_cfile_name_ok("..", 2));
     assert_false(ci_cfile_name_ok("a/b", 3));
-    assert_false(ci_cfile_name_ok("../etc/passwd", 13));
+    assert_false(ci_cfile_name_ok("../etc/passwd", 13)); /* check-clone: a hostile name */
     assert_false(ci_cfile_name_ok("a\nb", 3));
     assert_false(ci_cfile_name_ok("a\rb", 3));
     assert_false(ci_cfile_name_ok("a\0b", 3));

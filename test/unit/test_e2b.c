@@ -1296,7 +1296,7 @@ static void test_attach_bad_handle(void **state)
         "", "not json", "[]", "{}",
         apr_psprintf(p, "{\"version\":2,\"sandbox_id\":\"%s\",\"data_url\":\"%s\","
                      "\"access_token\":\"tok\",\"context_id\":\"%s\"}", id, fake_base, cid),
-        apr_psprintf(p, good, "../x", fake_base, cid),
+        apr_psprintf(p, good, "../x", fake_base, cid), /* check-clone: a hostile name */
         apr_psprintf(p, good, id, "ftp://127.0.0.1/", cid),
         apr_psprintf(p, good, id, "http://user@127.0.0.1/", cid),
         apr_psprintf(p, good, id, fake_base, "a/b"),
@@ -1779,7 +1779,7 @@ static void test_files_get_refuses_links(void **state)
     assert_int_equal(g.sizes + g.pieces, 0);
     assert_int_equal(get_file(p, &t, "sub", 1 << 20, &g), CI_FILE_NOT_FOUND);
     assert_int_equal(get_file(p, &t, "nothing", 1 << 20, &g), CI_FILE_NOT_FOUND);
-    assert_int_equal(get_file(p, &t, "../etc/passwd", 1 << 20, &g), CI_FILE_NOT_FOUND);
+    assert_int_equal(get_file(p, &t, "../etc/passwd", 1 << 20, &g), CI_FILE_NOT_FOUND); /* check-clone: a hostile name */
     assert_int_equal(g.sizes + g.pieces, 0);
     assert_int_equal(envd_calls("/files"), 0);
     stop(sb, sbpool);

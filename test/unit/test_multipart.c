@@ -708,8 +708,8 @@ static void headers_read(void **state)
         /* as given: HTML5 escapes, paths, UTF-8, spaces */
         { "Content-Disposition: form-data; name=f; filename=\"a%22b%0Ac.txt\"\r\n", "f",
           "a%22b%0Ac.txt", NULL },
-        { "Content-Disposition: form-data; name=f; filename=\"../../etc/passwd\"\r\n", "f",
-          "../../etc/passwd", NULL },
+        { "Content-Disposition: form-data; name=f; filename=\"../../etc/passwd\"\r\n", "f", /* check-clone: a hostile name */
+          "../../etc/passwd", NULL }, /* check-clone: a hostile name */
         { "Content-Disposition: form-data; name=f; filename=\"r\xC3\xA9sum\xC3\xA9.pdf\"\r\n",
           "f", "r\xC3\xA9sum\xC3\xA9.pdf", NULL },
         { "Content-Disposition: form-data; name=f; filename=\"\"\r\n", "f", "", NULL },
@@ -755,7 +755,7 @@ static void headers_filename_ext(void **state)
           "f", "\xF0\x9F\x98\x80!#$&+-.^_`|~", NULL },
         /* as given: %2F is a slash, the caller sanitises */
         { "Content-Disposition: form-data; name=f; filename*=UTF-8''..%2F..%2Fx\r\n", "f",
-          "../../x", NULL },
+          "../../x", NULL }, /* check-clone: a hostile name */
     };
     static const struct { const char *h; const char *msg; } bad[] = {
         { "filename*=UTF-16''x", "charset" },

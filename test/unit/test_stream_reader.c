@@ -8,8 +8,9 @@
  * pieces), and what they produce must not depend on the split. The code
  * decoder is compared with json-c decoding the whole arguments text.
  *
- * The recorded OpenAI stream in ../shared/spec/recorded is replayed when it
- * is there; without it that test is skipped (and fails under CI=true).
+ * The recorded OpenAI stream the project carries (test/spec/recorded, or
+ * CI_SPEC_DIR's recorded/) is replayed; without it that test is skipped
+ * (and fails under CI=true).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -562,15 +563,20 @@ static void sse_event_json(void **state)
  * under CI=true). */
 static const char *recorded_path(apr_pool_t *p)
 {
-    const char *dirs[] = { getenv("srcdir"), ".", ".." };
+    /* CI_SPEC_DIR, else test/spec of the tree (make check runs at its top,
+     * or in srcdir's build tree) */
+    const char *spec = getenv("CI_SPEC_DIR"), *srcdir = getenv("srcdir");
+    const char *dirs[3];
     apr_size_t i;
+    dirs[0] = spec;
+    dirs[1] = srcdir ? apr_pstrcat(p, srcdir, "/test/spec", NULL) : NULL;
+    dirs[2] = "test/spec";
     for (i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
         const char *f;
         FILE *fp;
         if (!dirs[i])
             continue;
-        f = apr_pstrcat(p, dirs[i], "/../shared/spec/recorded/"
-                        "openai-code-interpreter.stream.jsonl", NULL);
+        f = apr_pstrcat(p, dirs[i], "/recorded/openai-code-interpreter.stream.jsonl", NULL);
         if ((fp = fopen(f, "r"))) {
             fclose(fp);
             return f;
@@ -628,8 +634,9 @@ static void sse_recorded_stream(void **state)
     int variant;
     if (!path) {
         if (ci && !strcmp(ci, "true"))
-            fail_msg("../shared/spec/recorded is missing under CI=true");
-        print_message("skipped: ../shared/spec/recorded is not there\n");
+            fail_msg("test/spec/recorded is missing under CI=true");
+        print_message("skipped: test/spec/recorded is missing: restore it with "
+                      "'git checkout -- test/spec'\n");
         skip();
     }
     fp = fopen(path, "r");
