@@ -25,6 +25,8 @@ TOP_FILES = ("Makefile.am", "configure.ac", "autogen.sh")
 # test/fuzz/ holds the fuzzers' saved inputs (any bytes, not code), test/spec/
 # the documents the tests validate against.
 DATA = ("test/fuzz/corpus", "test/fuzz/regressions", "test/spec/")
+# this script names the patterns it looks for
+SELF = "scripts/check-clone.sh"
 CODE = re.compile(r"\.(py|sh|mjs|js|c|h|am|ac|json|cfg|conf|in)$|^[^.]*$")
 # a path literal with ".." segments: "../x", '../../x'
 CLIMB = re.compile(r"""(?<![\w.])((?:\.\./)+)[\w.-]*""")
@@ -85,7 +87,7 @@ def is_elf(name):
 
 files = sys.argv[1:] or tracked()
 scanned = [f for f in files
-           if (f.startswith(SCANNED) or f in TOP_FILES) and not f.startswith(DATA)
+           if (f.startswith(SCANNED) or f in TOP_FILES) and not f.startswith(DATA) and f != SELF
            and CODE.search(os.path.basename(f))]
 problems = []
 for f in scanned:

@@ -442,7 +442,19 @@ CASES = {
         {"domain": "allowed.test", "name": "T", "value": "v\r\nX-Injected: 1"}]), lambda p: (
         "invalid_value", p + ".domain_secrets[0].value",
         "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
-        "16384 bytes on one line." % p)),
+        "16384 bytes of a header value, with no control character but tab." % p)),
+    # the egress proxy refuses what the request parser once let through: the
+    # container was made, and its proxy then had no secret and no network
+    "a secret with a control character": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "T", "value": "v\x01w"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].value",
+        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
+        "16384 bytes of a header value, with no control character but tab." % p)),
+    "a secret with DEL": ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "T", "value": "v\x7f"}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].value",
+        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
+        "16384 bytes of a header value, with no control character but tab." % p)),
 }
 for _bad in MALFORMED:
     CASES["malformed %r" % _bad] = ("/open", policy("allowed.test", _bad),

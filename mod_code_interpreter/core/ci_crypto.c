@@ -217,3 +217,12 @@ const char *ci_record_auth(apr_pool_t *p, const ci_secret *s, const char *const 
         return NULL;
     return hex(p, mac, len);
 }
+
+int ci_secret_equal(const char *a, const char *b)
+{
+    size_t n;
+    if (!a || !b)
+        return 0;
+    n = strlen(a);
+    return n == strlen(b) && CRYPTO_memcmp(a, b, n) == 0;
+}

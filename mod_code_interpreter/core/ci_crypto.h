@@ -54,4 +54,11 @@ const char *ci_unseal_for(apr_pool_t *p, const ci_secret *s, const char *sealed,
 const char *ci_record_auth(apr_pool_t *p, const ci_secret *s, const char *const *fields,
                            int n);
 
+/* Whether A and B (NUL-terminated; NULL equals nothing) are the same, in a
+ * time that does not depend on where they differ (CRYPTO_memcmp): every
+ * comparison with an authenticator or an owner's keyed hash goes through
+ * it, so that timing answers tell nothing of the value wanted. Only the
+ * length may show, and theirs is fixed. */
+int ci_secret_equal(const char *a, const char *b);
+
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <apr_hash.h>
 #include <apr_strings.h>
+#include "ci_crypto.h"
 #include "ci_directory.h"
 #include "ci_loop.h"
 
@@ -334,7 +335,7 @@ ci_dir_status ci_directory_create_container(ci_directory *d, const char *owner,
 static rec *rec_of(ci_directory *d, const char *id, const char *owner)
 {
     rec *r = id ? apr_hash_get(d->by_id, id, APR_HASH_KEY_STRING) : NULL;
-    return r && owner && !strcmp(r->c.owner, owner) ? r : NULL;
+    return r && ci_secret_equal(r->c.owner, owner) ? r : NULL;
 }
 
 static rec *rec_from(ci_container *c)
@@ -583,7 +584,7 @@ const char *ci_directory_response_container(ci_directory *d, const char *respons
                                             const char *owner)
 {
     memo *m = apr_hash_get(d->responses, response_id, APR_HASH_KEY_STRING);
-    return m && owner && !strcmp(m->container->c.owner, owner) ? m->container->c.id
+    return m && ci_secret_equal(m->container->c.owner, owner) ? m->container->c.id
                                                                  : NULL;
 }
 
@@ -622,14 +623,14 @@ void ci_directory_remember(ci_directory *d, const char *item_id, const char *own
 const char *ci_directory_recall(ci_directory *d, const char *item_id, const char *owner)
 {
     memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
-    return m && owner && !strcmp(m->container->c.owner, owner) ? m->text : NULL;
+    return m && ci_secret_equal(m->container->c.owner, owner) ? m->text : NULL;
 }
 
 const char *ci_directory_item_container(ci_directory *d, const char *item_id,
                                         const char *owner)
 {
     memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
-    return m && owner && !strcmp(m->container->c.owner, owner) ? m->container->c.id
+    return m && ci_secret_equal(m->container->c.owner, owner) ? m->container->c.id
                                                                  : NULL;
 }
 

@@ -378,21 +378,9 @@ static int on_allowlist(const apr_array_header_t *domains, const char *pattern)
     return 0;
 }
 
-/* A value goes into a request's headers: bounded, on one line. */
-static int value_ok(const char *v, apr_size_t len)
-{
-    return len >= 1 && len <= CI_MAX_SECRET_VALUE && strlen(v) == len &&
-           !strpbrk(v, "\r\n");
-}
-
 int ci_secret_name_ok(const char *name)
 {
     return is_variable_name(name) && !reserved_name(name);
-}
-
-int ci_secret_value_ok(const char *value, apr_size_t len)
-{
-    return value_ok(value, len);
 }
 
 static int parse_secrets(apr_pool_t *p, json_object *list, const char *param,
@@ -432,7 +420,8 @@ static int parse_secrets(apr_pool_t *p, json_object *list, const char *param,
         if (!ci_secret_value_ok(json_object_get_string(v),
                                 (apr_size_t)json_object_get_string_len(v)))
             return bad_value(p, err, apr_pstrcat(p, entry, ".value", NULL),
-                             "a secret's value must be 1 to 16384 bytes on one line");
+                             "a secret's value must be 1 to 16384 bytes of a header "
+                             "value, with no control character but tab");
         s->domain = norm;
         s->name = apr_pstrdup(p, name);
         s->value = apr_pstrmemdup(p, json_object_get_string(v),

@@ -15,6 +15,7 @@
 #include <apr_tables.h>
 #include <json-c/json.h>
 #include "ci_error.h"
+#include "ci_secret_value.h"
 
 /* The include value that asks for code_interpreter_call outputs. */
 #define CI_INCLUDE_OUTPUTS "code_interpreter_call.outputs"
@@ -121,7 +122,6 @@ typedef struct ci_domain_secret {
 } ci_domain_secret;
 
 #define CI_MAX_SECRETS 32
-#define CI_MAX_SECRET_VALUE 16384
 
 /* A network_policy at PARAM: {"type": "disabled"} (*DOMAINS = *SECRETS =
  * NULL) or {"type": "allowlist", "allowed_domains": [...],
@@ -131,10 +131,9 @@ typedef struct ci_domain_secret {
 int ci_network_policy_parse(apr_pool_t *p, json_object *v, const char *param,
                             apr_array_header_t **domains, apr_array_header_t **secrets,
                             ci_error *err);
-/* A secret's NAME may be a sandbox's variable; its VALUE (LEN bytes) may
- * go into a request's headers. */
+/* A secret's NAME may be a sandbox's variable (its value:
+ * ci_secret_value_ok). */
 int ci_secret_name_ok(const char *name);
-int ci_secret_value_ok(const char *value, apr_size_t len);
 /* SECRETS (ci_domain_secret) as a sandbox definition holds them: a JSON
  * array of {domain, name, placeholder, value}, each with a new random
  * placeholder ("CI_SECRET_" and 32 hex digits). */

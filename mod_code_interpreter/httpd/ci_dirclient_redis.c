@@ -73,7 +73,7 @@ static int authentic(apr_pool_t *p, json_object *j, const char *owner)
                                ci_json_str(j, "memory_limit"), ci_json_str(j, "node"),
                                ci_json_str(j, "allowlist"))
                  : NULL;
-    return auth && want && !strcmp(auth, want);
+    return ci_secret_equal(auth, want);
 }
 
 static void log_forged(server_rec *s, json_object *j)

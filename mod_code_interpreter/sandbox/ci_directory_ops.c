@@ -3,6 +3,7 @@
  */
 #include <string.h>
 #include <apr_strings.h>
+#include "ci_crypto.h"
 #include "ci_json.h"
 #include "ci_directory_ops.h"
 
@@ -358,7 +359,7 @@ static void op_adopt(op *o)
         add_str(o->ans, "status", "bad_request");
         return;
     }
-    if (c && strcmp(c->owner, o->owner))
+    if (c && !ci_secret_equal(c->owner, o->owner))
         st = CI_DIR_NOT_FOUND;
     else if (c && c->status == CI_CNTR_DELETED)
         st = CI_DIR_EXPIRED;

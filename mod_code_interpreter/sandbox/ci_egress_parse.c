@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <apr_strings.h>
 #include "ci_egress_parse.h"
+#include "ci_secret_value.h"
 
 /* ---- answers --------------------------------------------------------------- */
 
@@ -703,7 +704,7 @@ int ci_egress_secret_valid(const ci_egress_secret *s)
     n = without_trailing_dot(d);
     return is_ldh_name(d, n, &last_numeric) && !last_numeric &&
            is_visible_ascii(s->placeholder, strlen(s->placeholder)) &&
-           is_field_value(s->value, strlen(s->value));
+           ci_secret_value_ok(s->value, strlen(s->value));
 }
 
 apr_array_header_t *ci_egress_secrets_for(apr_pool_t *p, const ci_egress_secret *all,

@@ -2931,6 +2931,11 @@ static void test_network_policy_parse(void **state)
     assert_false(ci_secret_value_ok("a\nb", 3));
     assert_false(ci_secret_value_ok("a\0b", 3));
     assert_true(ci_secret_value_ok("a b", 3));
+    assert_true(ci_secret_value_ok("a\tb", 3));
+    assert_true(ci_secret_value_ok("\xc3\xa9", 2));
+    assert_false(ci_secret_value_ok("a\x01", 2));
+    assert_false(ci_secret_value_ok("a\x7f", 2));
+    assert_false(ci_secret_value_ok("", 0));
 }
 
 static void test_sandbox_defaults(void **state)

@@ -109,6 +109,20 @@ static void test_seal_round_trip(void **state)
     assert_null(ci_unseal(p, s, "AAAA"));
 }
 
+static void test_secret_equal(void **state)
+{
+    (void)state;
+    assert_true(ci_secret_equal("3f2a", "3f2a"));
+    assert_false(ci_secret_equal("3f2a", "3f2b"));
+    assert_false(ci_secret_equal("3f2a", "3f2"));     /* a prefix is not the value */
+    assert_false(ci_secret_equal("3f2", "3f2a"));
+    assert_false(ci_secret_equal("", "3f2a"));
+    assert_true(ci_secret_equal("", ""));
+    assert_false(ci_secret_equal(NULL, "3f2a"));
+    assert_false(ci_secret_equal("3f2a", NULL));
+    assert_false(ci_secret_equal(NULL, NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -116,6 +130,7 @@ int main(void)
         TEST(test_secret_length),
         TEST(test_secret_file),
         TEST(test_seal_round_trip),
+        TEST(test_secret_equal),
     };
     int rc;
     apr_initialize();

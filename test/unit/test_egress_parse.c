@@ -18,6 +18,7 @@
 #include <apr_strings.h>
 
 #include "ci_egress_parse.h"
+#include "ci_secret_value.h"
 #include "unit_pool.h"
 
 /* ---- heads ----------------------------------------------------------------- */
@@ -444,6 +445,32 @@ static void test_secret_validity(void **state)
     assert_false(ci_egress_secret_valid(&s));
 }
 
+/* httpd's request parser and the egress proxy judge a value alike, byte by
+ * byte: a value the request admits is one the proxy takes (else the
+ * container would be made with no network at all). */
+static void test_secret_value_judged_alike(void **state)
+{
+    ci_egress_secret s = { "api.example.com", "CI_SECRET_1", NULL };
+    char value[4] = "a?b";
+    char big[CI_MAX_SECRET_VALUE + 2];
+    int c;
+    (void)state;
+    for (c = 1; c < 256; c++) {
+        value[1] = (char)c;
+        s.value = value;
+        assert_int_equal(ci_secret_value_ok(value, 3), ci_egress_secret_valid(&s));
+        assert_int_equal(ci_secret_value_ok(value, 3), (c >= 0x20 && c != 0x7f) || c == '\t');
+    }
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    s.value = big;
+    assert_false(ci_secret_value_ok(big, CI_MAX_SECRET_VALUE + 1));
+    assert_false(ci_egress_secret_valid(&s));
+    big[CI_MAX_SECRET_VALUE] = '\0';
+    assert_true(ci_secret_value_ok(big, CI_MAX_SECRET_VALUE));
+    assert_true(ci_egress_secret_valid(&s));
+}
+
 static char *inject_rewrite(apr_pool_t *p, const char *head, const char *host, int *count)
 {
     ci_egress_request req;
@@ -568,6 +595,7 @@ int main(void)
         TEST(test_site_proxy_url),
         TEST(test_secrets_for_a_host),
         TEST(test_secret_validity),
+        TEST(test_secret_value_judged_alike),
         TEST(test_inject_replaces_in_headers_and_target),
         TEST(test_inject_growth_is_bounded),
         TEST(test_tunnel_heads),
