@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import ANONYMOUS, API_KEY, TOOL, Httpd, base_conf, sanitizer_reports, script_input
+from conftest import (ANONYMOUS, API_KEY, SANITIZE, TOOL, Httpd, base_conf, sanitizer_reports,
+                      script_input)
 from procstat import proc_table
 
 # The code runs once a "sleep" process exists below the sandbox.
@@ -519,3 +520,65 @@ def test_child_killed_mid_upload_leaves_nothing(server, model):
     status, _, body = post(server, "import os; print(x, os.listdir('/mnt/data'))", tool=tool)
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "1 []\n"}]
+
+
+# ---------------------------------------------------------------- memory
+# Written straight to the descriptor the kernel's frames go out on
+# (reachable from a cell), without a newline: 40 MiB; and 6 MiB, after which
+# the interpreter kills itself (its sandbox is killed with the line unread).
+FLOOD = ("import os, sys\nchunk = b'x' * (1 << 20)\n"
+         "for _ in range(40):\n    os.write(sys.stdout.channel.fd, chunk)\n")
+HALF_LINE_THEN_DIE = ("import os, signal, sys\n"
+                      "os.write(sys.stdout.channel.fd, b'x' * (6 << 20))\n"
+                      "os.kill(os.getpid(), signal.SIGKILL)\n")
+# ci_ndjson_line_cap for max_output=64k: 8 MiB + 12 * 64 KiB
+LINE_CAP = (8 << 20) + 12 * (64 << 10)
+LONG_LINE = ("The execution wrote a line of more than %d bytes to the interpreter's "
+             "output channel and was stopped." % LINE_CAP)
+
+
+def vm_rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def run_in_each(server, code, tools):
+    """CODE run in every container of TOOLS at once: the answers."""
+    answers = [None] * len(tools)
+
+    def one(i):
+        answers[i] = post(server, code, tool=tools[i])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(tools))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return answers
+
+
+@pytest.mark.parametrize("code,logs", [(FLOOD, LONG_LINE), (HALF_LINE_THEN_DIE, LOST)],
+                         ids=["past-the-line-cap", "killed-mid-line"])
+def test_a_sandboxs_output_line_is_bounded_and_freed(server, model, code, logs):
+    """Four containers whose code floods the protocol channel without a
+    newline: each call ends with the documented error, and the supervisor
+    holds no more memory afterwards than a fraction of one container's line
+    (before: each container's reader kept its line, up to 32 MB, until its
+    next run; a line had no cap of its own)."""
+    sup = supervisor(server)
+    tools = []
+    for i in range(4):
+        status, _, c = server.post("/slow/v1/containers", {"name": "flood%d" % i})
+        assert status == 200, c
+        tools.append({"type": "code_interpreter", "container": c["id"]})
+    for status, _, body in run_in_each(server, "print(1)", tools):
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "1\n"}]
+    before = vm_rss_kb(sup)             # every sandbox started, its reader made
+    for status, _, body in run_in_each(server, code, tools):
+        assert status == 200
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": logs}]
+    after = vm_rss_kb(sup)
+    if not SANITIZE:                    # ASan's quarantine keeps what was freed
+        assert after - before < 16 * 1024, (before, after)
+    # the container answers again, on a fresh interpreter
+    status, _, body = post(server, "print(2)", tool=tools[0])
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "2\n"}]

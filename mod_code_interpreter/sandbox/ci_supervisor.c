@@ -16,11 +16,13 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <apr_allocator.h>
 #include <apr_hash.h>
 #include <apr_tables.h>
 #include "ci_directory.h"
@@ -427,12 +429,27 @@ static void sweep_conns(void)
     }
 }
 
+/* What a sandbox's output made this process hold goes back to the system
+ * when it is freed: glibc's threshold for mapping a block on its own would
+ * otherwise rise with every large block freed (a long line, an image), and
+ * the next ones would come from the heap, which is seldom given back; and
+ * APR's allocator would keep every block it was ever given. */
+#define SUP_MMAP_THRESHOLD (256 * 1024)
+#define SUP_POOL_MAX_FREE ((apr_size_t)2 * 1024 * 1024)
+
+static void give_memory_back(apr_pool_t *p)
+{
+    mallopt(M_MMAP_THRESHOLD, SUP_MMAP_THRESHOLD);
+    apr_allocator_max_free_set(apr_pool_allocator_get(p), SUP_POOL_MAX_FREE);
+}
+
 void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
 {
     apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
     apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
     ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20, 0, 0, 0 };
     memset(&sup_state, 0, sizeof(sup_state));
+    give_memory_back(p);
     sup_state.p = p;
     sup_state.cfg = cfg;
     sup_state.dir = ci_directory_create(p, &lim);

@@ -47,7 +47,19 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* Kill the sandbox (it is our child) and let go of its descriptors. */
+/* B's output reader goes, with whatever its last run left in it (a line
+ * cut off, images): a killed sandbox's may have been filled on purpose,
+ * and a container's is not started again until its next run. */
+static void drop_reader(box *b)
+{
+    if (b->nd_pool)
+        apr_pool_destroy(b->nd_pool);
+    b->nd_pool = NULL;
+    b->nd = NULL;
+}
+
+/* Kill the sandbox (it is our child) and let go of its descriptors and of
+ * its output's reader (a fresh one with its next start). */
 void sup_box_kill(box *b)
 {
     ci_spawn_kill(&b->pid);
@@ -55,6 +67,7 @@ void sup_box_kill(box *b)
     close_fd(&b->out_fd);
     close_fd(&b->err_fd);
     sup_outq_free(&b->input);
+    drop_reader(b);
     b->state = BOX_DEAD;
 }
 
