@@ -168,6 +168,7 @@ int sup_box_spawn(box *b)
     set_nonblock(b->out_fd);
     set_nonblock(b->err_fd);
     fresh_reader(b);
+    b->kernel_pid = 0;                /* found again among the new processes */
     b->state = BOX_STARTING;
     b->deadline = apr_time_now() + START_TIMEOUT;
     ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
@@ -280,6 +281,7 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw
     }
     fresh_reader(b);
     b->state = BOX_RUNNING;
+    b->ran_since_scan = 1;            /* what it starts: SCHED_IDLE within a second */
     /* A shell call is an execution: the tool's timeout bounds it whole. */
     b->fileop = raw == RAW_FILEOP || raw == RAW_PUT;
     b->deadline = apr_time_now() + (b->fileop ? FILEOP_TIMEOUT : b->def->timeout);
