@@ -26,13 +26,14 @@
  * seconds otherwise; their memory is read every second. */
 #define PROCS_RESCAN apr_time_from_sec(5)
 
-/* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
-pid_t sup_parent_of(pid_t pid)
+/* Fields of /proc/PID/stat: the parent (4) and the start time (22). 0, or
+ * -1 when PID is gone. */
+static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
 {
-    char path[64], buf[512], *rp;
+    char path[64], buf[1024], *rp;
     ssize_t n;
     int fd;
-    long ppid;
+    long pp;
     snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -1;
@@ -42,9 +43,20 @@ pid_t sup_parent_of(pid_t pid)
         return -1;
     buf[n] = '\0';
     /* The command name may hold spaces and parentheses: skip to the last ')'. */
-    if (!(rp = strrchr(buf, ')')) || sscanf(rp + 1, " %*c %ld", &ppid) != 1)
+    if (!(rp = strrchr(buf, ')')) ||
+        sscanf(rp + 1, " %*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                       "%*d %*d %*d %*d %llu", &pp, start) != 2)
         return -1;
-    return (pid_t)ppid;
+    *ppid = (pid_t)pp;
+    return 0;
+}
+
+/* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
+pid_t sup_parent_of(pid_t pid)
+{
+    unsigned long long start;
+    pid_t ppid;
+    return stat_of(pid, &ppid, &start) == 0 ? ppid : -1;
 }
 
 /* Whether PID runs bubblewrap (its command name). */
@@ -129,30 +141,6 @@ static apr_uint64_t resident(const pid_t *pids, int n)
             total += (apr_uint64_t)rss * page;
     }
     return total;
-}
-
-/* Fields of /proc/PID/stat: the parent (4) and the start time (22). 0, or
- * -1 when PID is gone. */
-static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
-{
-    char path[64], buf[1024], *rp;
-    ssize_t n;
-    int fd;
-    long pp;
-    snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-    if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-        return -1;
-    n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
-    if (n <= 0)
-        return -1;
-    buf[n] = '\0';
-    if (!(rp = strrchr(buf, ')')) ||
-        sscanf(rp + 1, " %*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
-                       "%*d %*d %*d %*d %llu", &pp, start) != 2)
-        return -1;
-    *ppid = (pid_t)pp;
-    return 0;
 }
 
 /* The interpreter of B among its processes: the first started of those
