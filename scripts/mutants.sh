@@ -137,7 +137,7 @@ MUTANTS = [
      "    if (want > nd->line_cap) {\n        nd->line_over = 1;",
      "    if (0 && want > nd->line_cap) {\n        nd->line_over = 1;",
      "a line of the interpreter's output without a newline grows its reader up to the hard cap",
-     ["test/test_supervisor.py::test_a_sandboxs_output_line_is_bounded_and_freed"]),
+     ["unit:test_core", "test/test_supervisor.py::test_a_sandboxs_output_line_is_bounded_and_freed"]),
     ("killed-sandbox-keeps-its-reader", "mod_code_interpreter/sandbox/ci_supervisor_boxes.c",
      "    sup_outq_free(&b->input);\n    drop_reader(b);",
      "    sup_outq_free(&b->input);\n    (void)drop_reader;",
