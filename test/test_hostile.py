@@ -729,7 +729,8 @@ OUTPUT_CASES = [
     ("1MB-line-without-newline", "print('y' * 1000000, end='')", "completed",
      "y" * 4096 + CUT % (1000000 - 4096)),
     ("40MB-on-the-protocol-pipe", FD + "for _ in range(40):\n    os.write(4, b'x' * (1 << 20))",
-     "failed", "The execution produced more output than the sandbox accepts and was stopped."),
+     "failed", "The execution wrote a line of more than %d bytes to the interpreter's output "
+               "channel and was stopped." % ((8 << 20) + 12 * 4096)),
 ]
 
 

@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from conftest import ANONYMOUS, API_KEY, TOOL, Httpd, base_conf, sanitizer_reports, script_input
+from conftest import (ANONYMOUS, API_KEY, SANITIZE, TOOL, Httpd, base_conf, sanitizer_reports,
+                      script_input)
 from procstat import proc_table
 
 # The code runs once a "sleep" process exists below the sandbox.
@@ -519,3 +520,167 @@ def test_child_killed_mid_upload_leaves_nothing(server, model):
     status, _, body = post(server, "import os; print(x, os.listdir('/mnt/data'))", tool=tool)
     assert status == 200
     assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "1 []\n"}]
+
+
+# ---------------------------------------------------------------- memory
+# Written straight to the descriptor the kernel's frames go out on
+# (reachable from a cell), without a newline: 40 MiB; and 6 MiB, after which
+# the interpreter kills itself (its sandbox is killed with the line unread).
+FLOOD = ("import os, sys\nchunk = b'x' * (1 << 20)\n"
+         "for _ in range(40):\n    os.write(sys.stdout.channel.fd, chunk)\n")
+HALF_LINE_THEN_DIE = ("import os, signal, sys\n"
+                      "os.write(sys.stdout.channel.fd, b'x' * (6 << 20))\n"
+                      "os.kill(os.getpid(), signal.SIGKILL)\n")
+# ci_ndjson_line_cap for max_output=64k: 8 MiB + 12 * 64 KiB
+LINE_CAP = (8 << 20) + 12 * (64 << 10)
+LONG_LINE = ("The execution wrote a line of more than %d bytes to the interpreter's "
+             "output channel and was stopped." % LINE_CAP)
+
+
+def vm_rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def run_in_each(server, code, tools):
+    """CODE run in every container of TOOLS at once: the answers."""
+    answers = [None] * len(tools)
+
+    def one(i):
+        answers[i] = post(server, code, tool=tools[i])
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(tools))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    return answers
+
+
+@pytest.mark.parametrize("code,logs", [(FLOOD, LONG_LINE), (HALF_LINE_THEN_DIE, LOST)],
+                         ids=["past-the-line-cap", "killed-mid-line"])
+def test_a_sandboxs_output_line_is_bounded_and_freed(server, model, code, logs):
+    """Four containers whose code floods the protocol channel without a
+    newline: each call ends with the documented error, and the supervisor
+    holds no more memory afterwards than a fraction of one container's line
+    (before: each container's reader kept its line, up to 32 MB, until its
+    next run; a line had no cap of its own)."""
+    sup = supervisor(server)
+    tools = []
+    for i in range(4):
+        status, _, c = server.post("/slow/v1/containers", {"name": "flood%d" % i})
+        assert status == 200, c
+        tools.append({"type": "code_interpreter", "container": c["id"]})
+    for status, _, body in run_in_each(server, "print(1)", tools):
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "1\n"}]
+    before = vm_rss_kb(sup)             # every sandbox started, its reader made
+    for status, _, body in run_in_each(server, code, tools):
+        assert status == 200
+        assert body["output"][0]["outputs"] == [{"type": "logs", "logs": logs}]
+    after = vm_rss_kb(sup)
+    if not SANITIZE:                    # ASan's quarantine keeps what was freed
+        assert after - before < 16 * 1024, (before, after)
+    # the container answers again, on a fresh interpreter
+    status, _, body = post(server, "print(2)", tool=tools[0])
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "2\n"}]
+
+
+# ---------------------------------------------------------------- CPU
+SCHED_OTHER, SCHED_IDLE = 0, 5
+# A cell that leaves busy work behind: three processes that ignore SIGINT
+# and SIGTERM, in process groups of their own, and a thread of the
+# interpreter; and says what a new session gets.
+SPIN = ("import signal\nfor s in (signal.SIGINT, signal.SIGTERM):\n"
+        "    signal.signal(s, signal.SIG_IGN)\nwhile True: pass")
+BUSY_BEHIND = """
+import os, subprocess, sys, threading
+for what, start in (("Popen", lambda: subprocess.Popen(["true"], start_new_session=True)),
+                    ("setsid", os.setsid)):
+    try:
+        start()
+        print(what, "made a session")
+    except PermissionError as e:
+        print(what, "refused:", e.strerror)
+spinners = [subprocess.Popen([sys.executable, "-c", %r], process_group=0).pid
+            for _ in range(3)]
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+""" % SPIN
+# Then: what the cell may do about it.
+RAISE_BACK = """
+import os, resource
+print(resource.getrlimit(resource.RLIMIT_NICE))
+for pid in spinners:
+    try:
+        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
+        print(pid, "raised")
+    except PermissionError as e:
+        print(e.strerror)
+"""
+
+
+def policies(pid):
+    """tid -> scheduling policy of every thread of PID (field 41 of its stat)."""
+    found = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        found[int(tid)] = int(stat[stat.rindex(")") + 2:].split()[38])
+    return found
+
+
+def interpreter_of(box):
+    """The interpreter of the sandbox BOX (bubblewrap): the python3 that
+    bubblewrap's init started."""
+    table = proc_table()
+    [kernel] = [p for p in descendants(box)
+                if table[p][1] == "python3" and table[table[p][0]][1] == "bwrap"]
+    return kernel
+
+
+def test_what_a_container_leaves_running_is_at_sched_idle(server, model):
+    """A container's cell leaves busy processes and a busy thread behind and
+    returns: every thread of its sandbox but its interpreter's main thread is
+    moved to SCHED_IDLE, where nothing of the sandbox can raise it from, and
+    no new session takes it out of the sandbox's (autogroups); another
+    owner's execution runs at SCHED_OTHER meanwhile."""
+    sup = supervisor(server)
+    server.mark()
+    status, _, c = server.post("/slow/v1/containers", {"name": "busy"})
+    assert status == 200, c
+    tool = {"type": "code_interpreter", "container": c["id"]}
+    status, _, body = post(server, BUSY_BEHIND, tool=tool)
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs":
+        "Popen refused: Operation not permitted\nsetsid refused: Operation not permitted\n"}]
+    [box] = [p for p, comm in sandboxes_of(sup).items() if comm == "bwrap"]
+    kernel = interpreter_of(box)
+    session = int(proc_table()[sup][2][3])
+
+    def all_idle():
+        procs = descendants(box) | {box}
+        if len(procs) < 6:              # bwrap twice, the interpreter, 3 spinners
+            return None
+        found = {(pid, tid): policy for pid in procs for tid, policy in policies(pid).items()}
+        others = {k: v for k, v in found.items() if k != (kernel, kernel)}
+        return found if set(others.values()) == {SCHED_IDLE} else None
+    found = wait_for(all_idle, "the container's threads at SCHED_IDLE", timeout=10)
+    assert found[(kernel, kernel)] == SCHED_OTHER
+    assert len([k for k in found if k[0] == kernel]) >= 2       # its busy thread too
+    # every process of the sandbox in the supervisor's session
+    table = proc_table()
+    assert {int(table[p][2][3]) for p in descendants(box) | {box}} == {session}
+    status, _, body = post(server, RAISE_BACK, tool=tool)
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs":
+        "(0, 0)\n" + "Operation not permitted\n" * 3}]
+    # Another owner's execution: at SCHED_OTHER, the spinners still idle.
+    status, _, body = post(server, "import os\nprint(os.sched_getscheduler(0), os.nice(0))",
+                           headers={"Authorization": "Bearer sk-another-owner"})
+    assert body["output"][0]["outputs"] == [{"type": "logs", "logs": "0 0\n"}]
+    assert all_idle()
+    _, _, status_page = server.request("GET", "/server-status?auto")
+    assert "CodeInterpreterSandboxCPU: sched_idle\n" in status_page.decode()
+    assert "CI0670: sandboxes' CPU: sched_idle (" in server.log()

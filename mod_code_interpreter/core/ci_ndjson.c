@@ -10,6 +10,7 @@
 #include "ci_json.h"
 
 #define LINE_DEPTH 16
+#define LINE_KEEP ((apr_size_t)64 * 1024)   /* a line buffer kept across resets */
 
 struct ci_ndjson {
     apr_pool_t *p;
@@ -18,7 +19,9 @@ struct ci_ndjson {
                                reader lives as long as the sandbox, and a pool
                                (ci_buf) would keep every size it ever grew to */
     apr_size_t line_len, line_alloc;
+    apr_size_t line_cap;    /* one line's bytes at most (ci_ndjson_line_cap) */
     int over;               /* hard cap passed */
+    int line_over;          /* ... by one line past LINE_CAP */
     char *text;             /* capacity max_output */
     apr_size_t text_len, dropped;
     int cut;                /* the text was cut: nothing more is kept */
@@ -35,7 +38,14 @@ static apr_status_t free_line(void *data)
     ci_ndjson *nd = data;
     free(nd->line);
     nd->line = NULL;
+    nd->line_len = nd->line_alloc = 0;
     return APR_SUCCESS;
+}
+
+apr_size_t ci_ndjson_line_cap(apr_size_t max_output, apr_size_t hard_cap)
+{
+    apr_size_t cap = CI_NDJSON_LINE_BASE + CI_NDJSON_LINE_ESCAPE * max_output;
+    return cap < hard_cap ? cap : hard_cap;
 }
 
 ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
@@ -45,6 +55,7 @@ ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
     nd->p = p;
     nd->max_output = max_output;
     nd->hard_cap = hard_cap;
+    nd->line_cap = ci_ndjson_line_cap(max_output, hard_cap);
     nd->text = apr_palloc(p, max_output + 1);
     nd->images = apr_array_make(p, 2, sizeof(const char *));
     apr_pool_cleanup_register(p, nd, free_line, apr_pool_cleanup_null);
@@ -55,7 +66,10 @@ void ci_ndjson_reset(ci_ndjson *nd)
 {
     nd->total = nd->line_len = nd->text_len = nd->dropped = 0;
     nd->over = nd->ended = nd->ready = nd->raised = nd->died = nd->cut = 0;
-    nd->broken = 0;
+    nd->broken = nd->line_over = 0;
+    /* a long line's buffer is not kept for the sandbox's next execution */
+    if (nd->line_alloc > LINE_KEEP)
+        free_line(nd);
     nd->images = apr_array_make(nd->p, 2, sizeof(const char *));
     nd->files = NULL;
     nd->commands = NULL;
@@ -253,13 +267,21 @@ static void take_line(ci_ndjson *nd, const char *s, apr_size_t n)
     json_object_put(line);
 }
 
+/* Room for MORE bytes of the line: -1 past the line's cap (or out of
+ * memory). The buffer never grows past the cap. */
 static int line_reserve(ci_ndjson *nd, apr_size_t more)
 {
     apr_size_t want = nd->line_len + more;
     char *grown;
+    if (want > nd->line_cap) {
+        nd->line_over = 1;
+        return -1;
+    }
     if (want <= nd->line_alloc)
         return 0;
     want = want < 4096 ? 4096 : want * 2;
+    if (want > nd->line_cap)
+        want = nd->line_cap;
     if (!(grown = realloc(nd->line, want)))
         return -1;
     nd->line = grown;
@@ -285,6 +307,7 @@ int ci_ndjson_feed(ci_ndjson *nd, const char *data, apr_size_t len)
         else {
             if (line_reserve(nd, seg)) {
                 nd->over = 1;
+                free_line(nd);        /* what it held is not read any more */
                 return -1;
             }
             memcpy(nd->line + nd->line_len, data, seg);
@@ -306,6 +329,12 @@ int ci_ndjson_feed(ci_ndjson *nd, const char *data, apr_size_t len)
  * it to its end; *FAILURE is set for a failed one. */
 static ci_exec_outcome stream_outcome(const ci_ndjson *nd, const char **failure)
 {
+    if (nd->line_over) {
+        *failure = apr_psprintf(nd->p, "The execution wrote a line of more than %"
+                                APR_SIZE_T_FMT " bytes to the interpreter's output "
+                                "channel and was stopped.", nd->line_cap);
+        return CI_EXEC_LOST;
+    }
     if (nd->over) {
         *failure = "The execution produced more output than the sandbox "
                    "accepts and was stopped.";

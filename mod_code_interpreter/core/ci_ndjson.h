@@ -18,8 +18,19 @@ typedef struct ci_ndjson ci_ndjson;
 ci_ndjson *ci_ndjson_create(apr_pool_t *p, apr_size_t max_output,
                             apr_size_t hard_cap);
 
-/* Feed bytes as they arrive. Returns 0, or -1 once the hard cap is passed
- * (stop reading: the execution failed). */
+/* One line of the stream holds at most ci_ndjson_line_cap(max_output,
+ * hard_cap) bytes: CI_NDJSON_LINE_BASE (a figure's PNG in base64) plus
+ * CI_NDJSON_LINE_ESCAPE times max_output (a shell call's two outputs, each
+ * character escaped as JSON), never more than the hard cap. Past it the
+ * execution is stopped and the line's buffer freed: code that writes
+ * without a newline on the interpreter's channel cannot grow a reader's
+ * memory further. */
+#define CI_NDJSON_LINE_BASE ((apr_size_t)8 * 1024 * 1024)
+#define CI_NDJSON_LINE_ESCAPE 12
+apr_size_t ci_ndjson_line_cap(apr_size_t max_output, apr_size_t hard_cap);
+
+/* Feed bytes as they arrive. Returns 0, or -1 once the hard cap or the
+ * line cap is passed (stop reading: the execution failed). */
 int ci_ndjson_feed(ci_ndjson *nd, const char *data, apr_size_t len);
 
 /* True once {"type":"end_of_execution"} was read. */

@@ -11,8 +11,15 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <endian.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -163,6 +170,76 @@ void ci_signals_default(void)
     sigprocmask(SIG_SETMASK, &none, NULL);
 }
 
+/* ---- a sandbox's sessions ---------------------------------------------- */
+
+/* The sandbox's processes share one session, the supervisor's (which has no
+ * terminal), and cannot make another: with the kernel's autogroups (the
+ * default on most distributions), every session is a scheduling group of
+ * its own that competes with httpd's as an equal whatever the priority of
+ * the processes in it, so a process in a session of its own would escape
+ * the SCHED_IDLE the supervisor gives it. setsid() fails with EPERM; so do
+ * the ioctls that push input into a terminal (TIOCSTI, TIOCLINUX: what
+ * bubblewrap's --new-session guarded against), and every system call of
+ * another ABI (x32, i386), which this filter does not read. */
+#if defined(__x86_64__)
+#define SESSION_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define SESSION_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+#ifdef SESSION_ARCH
+#if __BYTE_ORDER == __LITTLE_ENDIAN
+#define ARG_LOW(n) (offsetof(struct seccomp_data, args) + 8 * (n))
+#else
+#define ARG_LOW(n) (offsetof(struct seccomp_data, args) + 8 * (n) + 4)
+#endif
+#define REFUSE BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA))
+
+static struct sock_filter session_filter[] = {
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SESSION_ARCH, 1, 0),
+    REFUSE,
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+#ifdef __x86_64__
+    BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000 /* __X32_SYSCALL_BIT */, 0, 1),
+    REFUSE,
+#endif
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setsid, 0, 1),
+    REFUSE,
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 4),
+    /* the request's low 32 bits: all the kernel reads of it */
+    BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LOW(1)),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCSTI, 1, 0),
+    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, TIOCLINUX, 0, 1),
+    REFUSE,
+    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+};
+#endif
+
+int ci_spawn_sessions_refused(void)
+{
+#ifdef SESSION_ARCH
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* In the child before exec: the filter, for it and all it will start
+ * (no_new_privs, which bubblewrap sets anyway, lets an unprivileged process
+ * install one). 0, or -1. */
+static int refuse_sessions(void)
+{
+#ifdef SESSION_ARCH
+    struct sock_fprog prog = { sizeof(session_filter) / sizeof(*session_filter),
+                               session_filter };
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0)
+        return -1;
+#endif
+    return 0;
+}
+
 /* Between vfork and exec, in the parent's memory: system calls only, no
  * allocation, no return. */
 static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
@@ -197,6 +274,14 @@ static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
     {
         struct rlimit none_core = { 0, 0 };   /* no core files */
         setrlimit(RLIMIT_CORE, &none_core);
+    }
+    if (req->limits->contained) {
+        /* No priority ever raised: a process the supervisor put at
+         * SCHED_IDLE stays there (the kernel lets a process leave it, or
+         * lower its nice value, only as far as RLIMIT_NICE allows). */
+        struct rlimit no_raise = { 0, 0 };
+        if (setrlimit(RLIMIT_NICE, &no_raise) != 0 || refuse_sessions() != 0)
+            _exit(124);
     }
     execve(req->argv[0], (char *const *)req->argv, empty_env);
     _exit(127);

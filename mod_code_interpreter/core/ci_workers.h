@@ -44,6 +44,10 @@ typedef struct ci_spawn_limits {
     int switch_user;            /* when root: become UID/GID first */
     int oom_first;              /* oom_score_adj 1000: the kernel's OOM killer
                                    takes it before anything of the server */
+    int contained;              /* a sandbox: RLIMIT_NICE 0 (no priority
+                                   raised), and no new session (setsid and
+                                   terminal input refused by a seccomp
+                                   filter, where ci_spawn_sessions_refused) */
     uid_t uid;
     gid_t gid;
 } ci_spawn_limits;
@@ -55,6 +59,10 @@ typedef struct ci_spawn_limits {
  * --die-with-parent). */
 apr_status_t ci_spawn_here(const char *const *argv, const ci_spawn_limits *limits,
                            pid_t *pid, int *stdin_fd, int *stdout_fd, int *stderr_fd);
+
+/* Whether this build refuses a contained process a new session (its
+ * architecture is one the filter knows). */
+int ci_spawn_sessions_refused(void);
 
 /* Kill what ci_spawn_here started as PID (its process group too: a
  * sandbox's pid namespace dies with its init) and reap it; *PID becomes -1.

@@ -16,11 +16,13 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <apr_allocator.h>
 #include <apr_hash.h>
 #include <apr_tables.h>
 #include "ci_directory.h"
@@ -218,6 +220,7 @@ static void handle_status(conn *c)
     json_object_object_add(o, "sandboxes", json_object_new_int(n));
     json_object_object_add(o, "warm", json_object_new_int(warm));
     json_object_object_add(o, "connections", json_object_new_int(conns));
+    json_object_object_add(o, "cpu", json_object_new_string(sup_cpu_mode()));
     cs = json_object_new_object();
     json_object_object_add(cs, "running",
                            json_object_new_int(ci_directory_live(sup_state.dir)));
@@ -427,12 +430,27 @@ static void sweep_conns(void)
     }
 }
 
+/* What a sandbox's output made this process hold goes back to the system
+ * when it is freed: glibc's threshold for mapping a block on its own would
+ * otherwise rise with every large block freed (a long line, an image), and
+ * the next ones would come from the heap, which is seldom given back; and
+ * APR's allocator would keep every block it was ever given. */
+#define SUP_MMAP_THRESHOLD (256 * 1024)
+#define SUP_POOL_MAX_FREE ((apr_size_t)2 * 1024 * 1024)
+
+static void give_memory_back(apr_pool_t *p)
+{
+    mallopt(M_MMAP_THRESHOLD, SUP_MMAP_THRESHOLD);
+    apr_allocator_max_free_set(apr_pool_allocator_get(p), SUP_POOL_MAX_FREE);
+}
+
 void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
 {
     apr_array_header_t *pfds = apr_array_make(p, 64, sizeof(struct pollfd));
     apr_array_header_t *refs = apr_array_make(p, 64, sizeof(slot_ref));
     ci_directory_limits lim = { 0, 0, apr_time_from_sec(3600), (apr_size_t)64 << 20, 0, 0, 0 };
     memset(&sup_state, 0, sizeof(sup_state));
+    give_memory_back(p);
     sup_state.p = p;
     sup_state.cfg = cfg;
     sup_state.dir = ci_directory_create(p, &lim);
@@ -440,6 +458,7 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
     sup_start_wants(p);
     ci_log(CI_LOG_NOTICE, "CI0617: sandbox supervisor %ld serving (protocol %d)",
            (long)getpid(), CI_SUP_VERSION);
+    ci_log(CI_LOG_NOTICE, "CI0670: sandboxes' CPU: %s", sup_cpu_mode_text());
     for (;;) {
         int i, n = build_pollset(pfds, refs);
         int rc = poll((struct pollfd *)pfds->elts, (nfds_t)n, poll_timeout());

@@ -47,7 +47,19 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-/* Kill the sandbox (it is our child) and let go of its descriptors. */
+/* B's output reader goes, with whatever its last run left in it (a line
+ * cut off, images): a killed sandbox's may have been filled on purpose,
+ * and a container's is not started again until its next run. */
+static void drop_reader(box *b)
+{
+    if (b->nd_pool)
+        apr_pool_destroy(b->nd_pool);
+    b->nd_pool = NULL;
+    b->nd = NULL;
+}
+
+/* Kill the sandbox (it is our child) and let go of its descriptors and of
+ * its output's reader (a fresh one with its next start). */
 void sup_box_kill(box *b)
 {
     ci_spawn_kill(&b->pid);
@@ -55,6 +67,7 @@ void sup_box_kill(box *b)
     close_fd(&b->out_fd);
     close_fd(&b->err_fd);
     sup_outq_free(&b->input);
+    drop_reader(b);
     b->state = BOX_DEAD;
 }
 
@@ -155,6 +168,7 @@ int sup_box_spawn(box *b)
     set_nonblock(b->out_fd);
     set_nonblock(b->err_fd);
     fresh_reader(b);
+    b->kernel_pid = 0;                /* found again among the new processes */
     b->state = BOX_STARTING;
     b->deadline = apr_time_now() + START_TIMEOUT;
     ci_log(CI_LOG_DEBUG, "CI0610: sandbox %u forked (pid %ld) tool=%s tag=%s",
@@ -267,6 +281,7 @@ static void begin_run(box *b, conn *c, const char *code, apr_size_t len, int raw
     }
     fresh_reader(b);
     b->state = BOX_RUNNING;
+    b->ran_since_scan = 1;            /* what it starts: SCHED_IDLE within a second */
     /* A shell call is an execution: the tool's timeout bounds it whole. */
     b->fileop = raw == RAW_FILEOP || raw == RAW_PUT;
     b->deadline = apr_time_now() + (b->fileop ? FILEOP_TIMEOUT : b->def->timeout);

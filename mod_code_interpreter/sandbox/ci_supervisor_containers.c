@@ -171,7 +171,7 @@ void sup_expire_containers(void)
     if (now < sup_state.next_expiry_check)
         return;
     sup_state.next_expiry_check = now + apr_time_from_msec(TICK_MS);
-    sup_enforce_memory();
+    sup_watch_processes();
     for (b = sup_state.boxes; b; b = b->next)
         if (b->container && (b->runner || b->runq || b->state == BOX_STARTING))
             sup_touch_container(b);

@@ -15,7 +15,8 @@
  *   ci_supervisor_files.c       file operations relayed to a container's
  *                               sandbox, upload limits measured outside
  *   ci_supervisor_procs.c       processes as /proc shows them: parents, a
- *                               sandbox's tree, its memory and its bound
+ *                               sandbox's tree, its memory and its bound,
+ *                               its threads' scheduling
  *   ci_supervisor_egress.c      the egress proxy: started on need, a
  *                               listener per sandbox with an allowlist
  */
@@ -114,6 +115,9 @@ typedef struct box {
     pid_t procs[PROCS_MAX];     /* its processes, as last read from /proc */
     int nprocs;
     apr_time_t procs_at;        /* when (0: never) */
+    int ran_since_scan;         /* code ran since: found again next second */
+    pid_t kernel_pid;           /* its interpreter (the one process not at
+                                   SCHED_IDLE), 0: not yet found */
     int fileop;                 /* the run in progress is a file operation */
     int upload;                 /* ... a put whose data is still coming from
                                    its runner */
@@ -217,7 +221,8 @@ box *sup_container_box(const char *id);
 void sup_touch_container(box *b);
 void sup_handle_attach(conn *c, const ci_sup_frame *f);
 void sup_handle_dir(conn *c, const ci_sup_frame *f);
-/* Once a second: expiry, and the memory bound (sup_enforce_memory). */
+/* Once a second: expiry, and the sandboxes' processes held to their CPU
+ * and memory (sup_watch_processes). */
 void sup_expire_containers(void);
 
 /* ---- ci_supervisor_warm.c: warm pools ----------------------------------- */
@@ -256,8 +261,12 @@ int sup_is_bwrap(pid_t pid);
 apr_array_header_t *sup_proc_parents(apr_pool_t *p);
 /* ROOT and every process under it in ALL, into OUT (at most MAX). */
 int sup_descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int max);
-/* Sandboxes over their memory bound are killed. */
-void sup_enforce_memory(void);
+/* Once a second: every thread of each sandbox but its interpreter's main
+ * thread moved to SCHED_IDLE; sandboxes over their memory bound killed. */
+void sup_watch_processes(void);
+/* How sandboxes' CPU is held: a word for status, a sentence for the log. */
+const char *sup_cpu_mode(void);
+const char *sup_cpu_mode_text(void);
 
 /* ---- ci_supervisor_egress.c: the egress proxy ------------------------ */
 

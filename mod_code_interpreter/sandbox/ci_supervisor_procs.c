@@ -1,10 +1,16 @@
 /*
  * ci_supervisor_procs.c - processes as /proc shows them: each one's parent
  * (a peer's, checked when it connects; the tree of a sandbox's processes
- * under its bubblewrap, which an interrupt reaches), and their resident
- * memory: a sandbox past its bound is killed.
+ * under its bubblewrap, which an interrupt reaches), their resident
+ * memory (a sandbox past its bound is killed), and their scheduling (every
+ * thread of a sandbox but its interpreter's main thread at SCHED_IDLE).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,19 +18,22 @@
 #include <apr_file_info.h>
 #include "ci_log.h"
 #include "ci_supervisor_internal.h"
+#include "ci_workers.h"
 
 /* How often the processes of a sandbox are found again by reading all of
- * /proc (a few milliseconds of this single thread on a busy host); their
- * memory is read every second. */
+ * /proc (a few milliseconds of this single thread on a busy host, once for
+ * all sandboxes): every second while it runs code or after it did, every 5
+ * seconds otherwise; their memory is read every second. */
 #define PROCS_RESCAN apr_time_from_sec(5)
 
-/* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
-pid_t sup_parent_of(pid_t pid)
+/* Fields of /proc/PID/stat: the parent (4) and the start time (22). 0, or
+ * -1 when PID is gone. */
+static int stat_of(pid_t pid, pid_t *ppid, unsigned long long *start)
 {
-    char path[64], buf[512], *rp;
+    char path[64], buf[1024], *rp;
     ssize_t n;
     int fd;
-    long ppid;
+    long pp;
     snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
     if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
         return -1;
@@ -34,9 +43,20 @@ pid_t sup_parent_of(pid_t pid)
         return -1;
     buf[n] = '\0';
     /* The command name may hold spaces and parentheses: skip to the last ')'. */
-    if (!(rp = strrchr(buf, ')')) || sscanf(rp + 1, " %*c %ld", &ppid) != 1)
+    if (!(rp = strrchr(buf, ')')) ||
+        sscanf(rp + 1, " %*c %ld %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                       "%*d %*d %*d %*d %llu", &pp, start) != 2)
         return -1;
-    return (pid_t)ppid;
+    *ppid = (pid_t)pp;
+    return 0;
+}
+
+/* Field 4 of /proc/PID/stat: the parent's pid, or -1. */
+pid_t sup_parent_of(pid_t pid)
+{
+    unsigned long long start;
+    pid_t ppid;
+    return stat_of(pid, &ppid, &start) == 0 ? ppid : -1;
 }
 
 /* Whether PID runs bubblewrap (its command name). */
@@ -123,10 +143,119 @@ static apr_uint64_t resident(const pid_t *pids, int n)
     return total;
 }
 
-/* Once a second: a sandbox holding more resident memory than its tier
- * allows (rss_bound, the whole sandbox) is killed, as the kernel's OOM
- * killer would: its run ends lost, a container's starts again empty. */
-void sup_enforce_memory(void)
+/* The interpreter of B among its processes: the first started of those
+ * bubblewrap's init started that are not bubblewrap (a process whose
+ * parent died is its child too, but started later). 0 when none is seen. */
+static pid_t find_kernel(const box *b)
+{
+    unsigned long long first = ~0ULL, start;
+    pid_t kernel = 0, ppid;
+    int i;
+    for (i = 1; i < b->nprocs; i++)
+        if (stat_of(b->procs[i], &ppid, &start) == 0 && start < first &&
+            !sup_is_bwrap(b->procs[i]) && ppid > 0 && sup_is_bwrap(ppid)) {
+            first = start;
+            kernel = b->procs[i];
+        }
+    return kernel;
+}
+
+/* Every thread of PID but KEEP to SCHED_IDLE: how many were moved. A task
+ * already there is left alone (nothing of the sandbox can leave it: its
+ * RLIMIT_NICE is 0, ci_spawn_here). */
+static int idle_threads(pid_t pid, pid_t keep)
+{
+    static const struct sched_param none = { 0 };
+    char path[64];
+    struct dirent *e;
+    DIR *d;
+    int moved = 0;
+    snprintf(path, sizeof(path), "/proc/%ld/task", (long)pid);
+    if (!(d = opendir(path)))
+        return 0;
+    while ((e = readdir(d))) {
+        pid_t tid = (pid_t)atol(e->d_name);
+        if (tid <= 0 || tid == keep || sched_getscheduler(tid) == SCHED_IDLE)
+            continue;
+        moved += sched_setscheduler(tid, SCHED_IDLE, &none) == 0;
+    }
+    closedir(d);
+    return moved;
+}
+
+/* B's processes as last found: all at SCHED_IDLE but its interpreter's
+ * main thread, which runs each execution's code at the priority it was
+ * started with. What an execution starts (processes, threads) is moved
+ * within a second; what it leaves running after it is never above
+ * SCHED_IDLE again, so it runs only on CPU time that nothing else of the
+ * host (httpd, another owner's execution) wants. */
+static void contain_cpu(box *b)
+{
+    int i, moved = 0;
+    if (!b->kernel_pid)
+        b->kernel_pid = find_kernel(b);
+    if (!b->kernel_pid)
+        return;                       /* not yet started: next time */
+    for (i = 0; i < b->nprocs; i++)
+        moved += idle_threads(b->procs[i], b->kernel_pid);
+    if (moved)
+        ci_log(CI_LOG_DEBUG, "CI0671: sandbox %u: %d thread(s) moved to SCHED_IDLE",
+               b->id, moved);
+}
+
+/* How a sandbox's CPU is held, for status: every thread but its
+ * interpreter's main thread at SCHED_IDLE, and no session of its own
+ * ("sched_idle"); or, on an architecture the session filter does not know,
+ * SCHED_IDLE alone, which the kernel's autogroups defeat
+ * ("sched_idle_sessions_allowed"). */
+const char *sup_cpu_mode(void)
+{
+    return ci_spawn_sessions_refused() ? "sched_idle" : "sched_idle_sessions_allowed";
+}
+
+const char *sup_cpu_mode_text(void)
+{
+    return ci_spawn_sessions_refused()
+        ? "sched_idle (every process of a sandbox but its interpreter's main thread "
+          "at SCHED_IDLE, set by the supervisor; no new session in a sandbox)"
+        : "sched_idle_sessions_allowed (every process of a sandbox but its "
+          "interpreter's main thread at SCHED_IDLE; this architecture's sandboxes "
+          "may start sessions, which the kernel's autogroups schedule apart)";
+}
+
+/* Whether B's processes are to be found again now. */
+static int rescan_due(const box *b, apr_time_t now)
+{
+    return !b->procs_at || b->procs[0] != b->pid || b->ran_since_scan ||
+           now - b->procs_at >= (b->state == BOX_RUNNING ? apr_time_from_sec(1)
+                                                          : PROCS_RESCAN);
+}
+
+/* B holds more resident memory than its tier allows (rss_bound, the whole
+ * sandbox): it is killed, as the kernel's OOM killer would: its run ends
+ * lost, a container's starts again empty. */
+static void enforce_memory(box *b)
+{
+    apr_uint64_t rss;
+    if (!b->def->rss_bound ||
+        (rss = resident(b->procs + 1, b->nprocs - 1)) <= b->def->rss_bound)
+        return;
+    ci_log(CI_LOG_WARNING, "CI0621: sandbox %u of tool %s holds %" APR_UINT64_T_FMT
+           " bytes, over its bound of %" APR_UINT64_T_FMT ": killed", b->id,
+           b->def->name, rss, b->def->rss_bound);
+    if (b->state == BOX_RUNNING)
+        sup_stop_run(b, CI_EXEC_LOST);
+    else if (!b->owner && !b->container) {
+        sup_box_free(b);              /* a warm one: the pool makes another */
+        sup_state.refill_due = 1;
+    }
+    else
+        sup_box_kill(b);
+}
+
+/* Once a second: each live sandbox's processes, found again when due, are
+ * held to the CPU they may take and the memory they may hold. */
+void sup_watch_processes(void)
 {
     apr_array_header_t *all = NULL;
     apr_time_t now = apr_time_now();
@@ -134,32 +263,18 @@ void sup_enforce_memory(void)
     box *b, *next;
     apr_pool_create(&p, sup_state.p);
     for (b = sup_state.boxes; b; b = next) {
-        apr_uint64_t rss;
         next = b->next;
-        if (!b->def->rss_bound || b->pid <= 0 ||
-            (b->state != BOX_IDLE && b->state != BOX_RUNNING))
+        if (b->pid <= 0 || (b->state != BOX_IDLE && b->state != BOX_RUNNING))
             continue;
-        /* an idle sandbox starts nothing; a running one may */
-        if (!b->procs_at || (b->state == BOX_RUNNING && now - b->procs_at >= PROCS_RESCAN) ||
-            b->procs[0] != b->pid) {
+        if (rescan_due(b, now)) {
             if (!all)
                 all = sup_proc_parents(p);
             b->nprocs = sup_descendants(all, b->pid, b->procs, PROCS_MAX);
             b->procs_at = now;
+            b->ran_since_scan = b->state == BOX_RUNNING;
+            contain_cpu(b);
         }
-        if ((rss = resident(b->procs + 1, b->nprocs - 1)) <= b->def->rss_bound)
-            continue;
-        ci_log(CI_LOG_WARNING, "CI0621: sandbox %u of tool %s holds %" APR_UINT64_T_FMT
-               " bytes, over its bound of %" APR_UINT64_T_FMT ": killed", b->id,
-               b->def->name, rss, b->def->rss_bound);
-        if (b->state == BOX_RUNNING)
-            sup_stop_run(b, CI_EXEC_LOST);
-        else if (!b->owner && !b->container) {
-            sup_box_free(b);              /* a warm one: the pool makes another */
-            sup_state.refill_due = 1;
-        }
-        else
-            sup_box_kill(b);
+        enforce_memory(b);
     }
     apr_pool_destroy(p);
 }

@@ -145,7 +145,9 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
     push(a, "--unshare-user");
     push(a, "--disable-userns");
     push(a, "--die-with-parent");
-    push(a, "--new-session");
+    /* No --new-session: every sandbox stays in the supervisor's session,
+     * which has no terminal, and cannot make one of its own (ci_spawn_here's
+     * contained: a session would be a scheduling group of its own). */
     push3(a, "--cap-drop", "ALL", NULL);
     push3(a, "--hostname", "sandbox", NULL);
     push3(a, "--ro-bind", "/usr", "/usr");
@@ -265,6 +267,7 @@ static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
     lim->address_space = CI_LOCAL(def)->memory;
     lim->file_size = CI_LOCAL(def)->disk;
     lim->oom_first = 1;
+    lim->contained = 1;
 }
 
 /* In the supervisor: fork the sandbox of DEF from its only thread. */

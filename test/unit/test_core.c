@@ -1531,6 +1531,45 @@ static void test_ndjson_last_line_without_newline(void **state)
     assert_string_equal(r.text, "x");
 }
 
+/* One line holds at most ci_ndjson_line_cap bytes: a line that long is
+ * read; one byte more stops the execution with its own message. */
+static void test_ndjson_line_cap(void **state)
+{
+    apr_pool_t *p = *state;
+    apr_size_t cap = ci_ndjson_line_cap(100, (apr_size_t)64 << 20), i;
+    const char *head = "{\"type\":\"stdout\",\"text\":\"", *tail = "\"}\n";
+    const char *end = "{\"type\":\"end_of_execution\"}\n";
+    char *chunk = apr_palloc(p, 65536);
+    ci_ndjson *nd = ci_ndjson_create(p, 100, (apr_size_t)64 << 20);
+    ci_exec_result r;
+    apr_size_t body = cap - strlen(head) - (strlen(tail) - 1);   /* its \n not counted */
+    assert_int_equal(cap, ((apr_size_t)8 << 20) + 12 * 100);
+    assert_int_equal(ci_ndjson_line_cap(100, (apr_size_t)1 << 20), (apr_size_t)1 << 20);
+    memset(chunk, 'x', 65536);
+    /* a line of exactly the cap is read */
+    assert_int_equal(ci_ndjson_feed(nd, head, strlen(head)), 0);
+    for (i = 0; i < body; i += 65536)
+        assert_int_equal(ci_ndjson_feed(nd, chunk, body - i < 65536 ? body - i : 65536), 0);
+    assert_int_equal(ci_ndjson_feed(nd, tail, strlen(tail)), 0);
+    assert_int_equal(ci_ndjson_feed(nd, end, strlen(end)), 0);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(r.outcome, CI_EXEC_COMPLETED);
+    assert_str(r.text, apr_psprintf(p, "%s\n[... %" APR_SIZE_T_FMT " more bytes of output "
+                                       "were cut ...]\n", apr_pstrmemdup(p, chunk, 100),
+                                    body - 100));
+    /* one byte more, without a newline: stopped, and nothing more is read */
+    ci_ndjson_reset(nd);
+    for (i = 0; i < cap; i += 65536)
+        assert_int_equal(ci_ndjson_feed(nd, chunk, cap - i < 65536 ? cap - i : 65536), 0);
+    assert_int_equal(ci_ndjson_feed(nd, "x", 1), -1);
+    assert_int_equal(ci_ndjson_feed(nd, end, strlen(end)), -1);
+    ci_ndjson_result(nd, CI_EXEC_COMPLETED, NULL, &r);
+    assert_int_equal(r.outcome, CI_EXEC_LOST);
+    assert_str(r.failure, apr_psprintf(p, "The execution wrote a line of more than %"
+                                          APR_SIZE_T_FMT " bytes to the interpreter's "
+                                          "output channel and was stopped.", cap));
+}
+
 static void test_ndjson_ready_and_reset(void **state)
 {
     apr_pool_t *p = *state;
@@ -3182,6 +3221,7 @@ int main(void)
         TEST(test_ndjson_errors),
         TEST(test_ndjson_cut_and_failure),
         TEST(test_ndjson_last_line_without_newline),
+        TEST(test_ndjson_line_cap),
         TEST(test_ndjson_ready_and_reset),
         TEST(test_ndjson_hard_cap),
         TEST(test_ndjson_commands),
