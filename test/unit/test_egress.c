@@ -544,7 +544,7 @@ typedef struct fixture {
     int control;
 } fixture;
 
-static fixture *start(void **state, int max_connections)
+static fixture *start_with(void **state, int max_connections, int proxy_resolves)
 {
     fixture *f = calloc(1, sizeof(*f));
     ci_egress_limits lim;
@@ -559,6 +559,8 @@ static fixture *start(void **state, int max_connections)
     lim.max_bytes = BUDGET;
     lim.idle_seconds = 30;
     lim.head_seconds = 1;
+    /* The tests' names resolve nowhere: most hand them to the site proxy. */
+    lim.proxy_resolves = proxy_resolves;
     /* The proxy first: it is forked before this process starts threads. */
     audit_fd = open(f->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     assert_true(audit_fd >= 0);
@@ -578,6 +580,11 @@ static fixture *start(void **state, int max_connections)
     peers_start();
     *state = f;
     return f;
+}
+
+static fixture *start(void **state, int max_connections)
+{
+    return start_with(state, max_connections, 1);
 }
 
 static int setup(void **state)
