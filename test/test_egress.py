@@ -402,6 +402,21 @@ def test_a_name_that_does_not_resolve_without_a_site_proxy(eg, net, me):
     assert net.site.seen() == []
 
 
+def not_resolved_here(domain):
+    return ("egress refused: %s does not resolve on this server, and the site proxy is "
+            "not trusted to resolve it\n" % domain)
+
+
+def test_a_name_that_does_not_resolve_here_is_not_handed_to_the_site_proxy(eg, net, me):
+    cid = make(eg, net, me)
+    got = run_json(eg, cid, "print(json.dumps([connect('%s:443'), get('http://%s/x')]))"
+                   % (UNRESOLVABLE, UNRESOLVABLE), me)
+    assert refused(got[0], not_resolved_here(UNRESOLVABLE)), got[0]
+    assert got[1] == [403, not_resolved_here(UNRESOLVABLE), "http://%s/x" % UNRESOLVABLE]
+    assert net.site.seen() == []
+    assert UNRESOLVABLE in net.dns.asked()
+
+
 # --------------------------------------------------- request-side refusals
 
 def np_request(route, prefix, np):

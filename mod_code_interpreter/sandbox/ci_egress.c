@@ -1444,8 +1444,13 @@ static void *connection_thread(void *arg)
  * the sandbox closes them or LINGER_MS pass: a client that writes its head
  * after our answer must not find the socket closed (EPIPE) and miss the
  * answer. The main thread's, polled with the listeners. */
-#define LINGER_MAX 256
+#define LINGER_MAX 2048
 #define LINGER_MS 2000
+/* How many linger at most: LINGER_MAX, or less when descriptors are few
+ * (fit_descriptors). Past it the oldest is closed, and its answer may be
+ * lost: a burst of refusals (one owner's containers at their share at
+ * once) must fit. */
+static int linger_cap = LINGER_MAX;
 static struct lingering {
     int fd;
     long long until;
@@ -1463,7 +1468,7 @@ static void linger_close(int i)
 
 static void linger_add(int fd)
 {
-    if (nlingering == LINGER_MAX)
+    if (nlingering >= linger_cap)
         linger_close(0);
     lingering[nlingering].fd = fd;
     lingering[nlingering].until = now_ms() + LINGER_MS;
@@ -2050,6 +2055,7 @@ static int keep_only(int *control, int *audit)
  * enough the pool is lowered to what fits, said once. Then the owners'
  * default share: a quarter of the pool. */
 #define FD_RESERVE 256
+#define LINGER_MIN 64
 static void fit_descriptors(void)
 {
     struct rlimit rl;
@@ -2059,7 +2065,11 @@ static void fit_descriptors(void)
         (void)setrlimit(RLIMIT_NOFILE, &rl);
     }
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-        room = ((long long)rl.rlim_cur - LINGER_MAX - FD_RESERVE) / 2;
+        /* the lingering give way first, down to a few */
+        room = (long long)rl.rlim_cur - FD_RESERVE - 2LL * limits.max_total;
+        if (room < linger_cap)
+            linger_cap = room < LINGER_MIN ? LINGER_MIN : (int)room;
+        room = ((long long)rl.rlim_cur - linger_cap - FD_RESERVE) / 2;
         if (room < limits.max_total) {
             ci_log(CI_LOG_WARNING, "CI0919: the egress proxy may open %llu files: it "
                    "allows %lld connections at once, not %d", (unsigned long long)rl.rlim_cur,
