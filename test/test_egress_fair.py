@@ -194,39 +194,66 @@ print(json.dumps(answers))
 '''
 
 
-def test_one_owner_at_its_limit_leaves_room_for_another(fr, net):
-    greedy, other = owner("greedy"), owner("other")
-    # two containers that could take the whole pool between them
-    assert 2 * PER_CONTAINER >= POOL > PER_OWNER
-    mine = [make(fr, net, greedy) for _ in range(2)]
-    theirs = make(fr, net, other)
-    result = {}
+def pool_busy(n):
+    return "egress error: too many connections through the egress proxy (at most %d)\n" % n
 
-    def hold():
+
+def holding(server, jobs, result):
+    """A thread running JOBS (in_threads) into RESULT["got"] (or "error")."""
+    def run():
         try:
-            result["got"] = in_threads(fr, [(cid, HOLD % {"n": PER_CONTAINER, "name": "greedy"},
-                                             greedy) for cid in mine])
+            result["got"] = in_threads(server, jobs)
         except BaseException as e:      # reported below
             result["error"] = e
-    t = threading.Thread(target=hold)
+    t = threading.Thread(target=run)
     t.start()
-    try:
-        # both hold what they got, waiting on the origin
-        wait_until(lambda: sum(1 for r in net.http.records() if r["path"] == "/hold/greedy")
-                   == 2 or "error" in result, "both containers to hold their tunnels", 120)
-        assert net.site.open_connections() == PER_OWNER
-        got = run_json(fr, theirs, "print(json.dumps(get('https://allowed.test/echo/other')))",
-                       other)
-    finally:
-        net.http.release("greedy")
-        t.join(300)
-    assert "error" not in result, result.get("error")
-    assert got == [200, "https allowed.test GET /echo/other\n"]
+    return t
+
+
+def holds(net, name, n, result):
+    wait_until(lambda: sum(1 for r in net.http.records() if r["path"] == "/hold/" + name)
+               == n or "error" in result, "%d containers of %s to hold their tunnels"
+               % (n, name), 120)
+    assert "error" not in result, result["error"]
+
+
+def kinds_of(result):
     kinds = {}
     for answers in result["got"]:
         for a in answers:
-            kinds[kind(a)] = kinds.get(kind(a), 0) + 1
-    assert kinds == {"200": PER_OWNER, "403 per owner": 2 * PER_CONTAINER - PER_OWNER}, kinds
+            k = kind(a) if not refused(a, pool_busy(POOL), "HTTP/1.1 503 Service Unavailable") \
+                else "503 pool"
+            kinds[k] = kinds.get(k, 0) + 1
+    return kinds
+
+
+def test_one_owner_at_its_limit_leaves_room_for_another(fr, net):
+    greedy, other = owner("greedy"), owner("other")
+    # the greedy owner's two containers could take the whole pool between them
+    assert 2 * PER_CONTAINER >= POOL > PER_OWNER and POOL - PER_OWNER < PER_CONTAINER
+    mine = [make(fr, net, greedy) for _ in range(2)]
+    theirs = make(fr, net, other)
+    held, also = {}, {}
+    threads = [holding(fr, [(cid, HOLD % {"n": PER_CONTAINER, "name": "greedy"}, greedy)
+                            for cid in mine], held)]
+    try:
+        holds(net, "greedy", 2, held)
+        assert net.site.open_connections() == PER_OWNER
+        # the other owner gets what is left of the pool, then the pool's 503
+        threads.append(holding(fr, [(theirs, HOLD % {"n": PER_CONTAINER, "name": "other"},
+                                     other)], also))
+        holds(net, "other", 1, also)
+        assert net.site.open_connections() == POOL
+    finally:
+        net.http.release("greedy")
+        net.http.release("other")
+        for t in threads:
+            t.join(300)
+    assert "error" not in held and "error" not in also, (held.get("error"), also.get("error"))
+    assert kinds_of(held) == {"200": PER_OWNER,
+                              "403 per owner": 2 * PER_CONTAINER - PER_OWNER}
+    assert kinds_of(also) == {"200": POOL - PER_OWNER,
+                              "503 pool": PER_CONTAINER - (POOL - PER_OWNER)}
 
 
 # ------------------------------------------------ the address that was checked
