@@ -332,7 +332,7 @@ def error_log_counts(server, cid):
     for line in text.splitlines():
         if cid not in line or REFUSAL_REASON not in line:
             continue
-        m = re.search(r"CI0916: egress: (\d+) connections", line)
+        m = re.search(r"CI0930: egress: (\d+) connections", line)
         counts.append(int(m.group(1)) if m else 1 if "CI0901: " in line else 0)
     return counts
 

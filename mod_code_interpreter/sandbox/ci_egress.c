@@ -507,7 +507,7 @@ static void write_audit(const egress_conn *c, int count)
 static void log_connection(const egress_conn *c)
 {
     if (c->outlived)
-        ci_log(CI_LOG_INFO, "CI0918: egress %s %s:%d for container %s: closed at its "
+        ci_log(CI_LOG_INFO, "CI0932: egress %s %s:%d for container %s: closed at its "
                "maximum lifetime (%d s)", c->method ? c->method : "-",
                c->domain ? c->domain : "-", c->port,
                *c->box->container ? c->box->container : "-", limits.lifetime_seconds);
@@ -531,7 +531,7 @@ static void log_refusals(const egress_conn *c, int count)
         log_connection(c);
         return;
     }
-    ci_log(CI_LOG_INFO, "CI0916: egress: %d connections of container %s (tool %s) not "
+    ci_log(CI_LOG_INFO, "CI0930: egress: %d connections of container %s (tool %s) not "
            "relayed since the line before; the last: %s %s:%d: %s",
            count, *c->box->container ? c->box->container : "-",
            *c->box->tool ? c->box->tool : "-", c->method ? c->method : "-",
@@ -1837,7 +1837,7 @@ static void command_claim(apr_uint32_t key, const char *text, apr_size_t len)
     if (tok)
         json_tokener_free(tok);
     if (!o || !json_object_is_type(o, json_type_object)) {
-        ci_log(CI_LOG_ERR, "CI0917: egress: sandbox %u: a claim that does not parse",
+        ci_log(CI_LOG_ERR, "CI0931: egress: sandbox %u: a claim that does not parse",
                (unsigned)key);
         json_object_put(o);
         return;
@@ -2071,7 +2071,7 @@ static void fit_descriptors(void)
             linger_cap = room < LINGER_MIN ? LINGER_MIN : (int)room;
         room = ((long long)rl.rlim_cur - linger_cap - FD_RESERVE) / 2;
         if (room < limits.max_total) {
-            ci_log(CI_LOG_WARNING, "CI0919: the egress proxy may open %llu files: it "
+            ci_log(CI_LOG_WARNING, "CI0933: the egress proxy may open %llu files: it "
                    "allows %lld connections at once, not %d", (unsigned long long)rl.rlim_cur,
                    room < 1 ? 1 : room, limits.max_total);
             limits.max_total = room < 1 ? 1 : (int)room;

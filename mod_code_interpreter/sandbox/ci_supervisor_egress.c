@@ -286,7 +286,7 @@ void sup_egress_claim(box *b)
     apr_pool_create(&p, b->pool);
     if (ci_egress_claim(proxy_control, b->id, container_of(b),
                         owner_digest(p, container_of(b))) < 0)
-        ci_log(CI_LOG_ERR, "CI0646: sandbox %u: the egress proxy was not told its "
+        ci_log(CI_LOG_ERR, "CI0650: sandbox %u: the egress proxy was not told its "
                "container", b->id);
     apr_pool_destroy(p);
 }
