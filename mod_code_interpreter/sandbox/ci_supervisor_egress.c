@@ -57,7 +57,7 @@ static json_object *proxy_secrets(apr_pool_t *p, const char *secrets)
  * that two containers share one), or "" when there is none. */
 static const char *owner_digest(apr_pool_t *p, const char *id)
 {
-    ci_container *rec = id ? ci_directory_find(sup_state.dir, id) : NULL;
+    ci_container *rec = id && sup_state.dir ? ci_directory_find(sup_state.dir, id) : NULL;
     unsigned char md[SHA256_DIGEST_LENGTH];
     char *hex;
     int i;
