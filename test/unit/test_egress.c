@@ -823,6 +823,7 @@ static void test_owners_share_and_names_resolve_here(void **state)
                                                 "\"domains\": [%s], \"proxy\": "
                                                 "\"http://127.0.0.1:%d\"}", allow,
                                                 world.proxy_port));
+    const char *d;
     int held[3], i;
     /* held: connections that sent nothing yet (each waits for its head) */
     held[0] = connect_box(a);
@@ -836,6 +837,14 @@ static void test_owners_share_and_names_resolve_here(void **state)
     assert_answer(f, c, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
                   "egress refused: allowed.test does not resolve on this server, and the "
                   "site proxy is not trusted to resolve it\n");
+    /* A sandbox added without an owner (a warm one) claimed by the first:
+     * its connections count in that owner's from then on. */
+    d = add_box(f, 33, apr_psprintf(f->pool, "{\"container\": \"\", \"tool\": \"t\", "
+                                    "\"domains\": [%s]}", allow));
+    assert_int_equal(ci_egress_claim(f->control, 33, "cntr_d", "o1"), 0);
+    assert_answer(f, d, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
+                  "egress refused: too many connections from this owner's containers "
+                  "(at most 3)\n");
     for (i = 0; i < 3; i++)
         close(held[i]);
     pthread_mutex_lock(&world.lock);
