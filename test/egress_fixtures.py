@@ -46,9 +46,11 @@ import pytest
 
 from conftest import require
 
-# A public (global unicast) address for the names that must pass the
-# egress proxy's address check; nothing ever connects to it: with
-# egress_proxy= the proxy hands the name to the site proxy.
+# Public (global unicast) addresses for the names that must pass the
+# egress proxy's address check, one per name; nothing ever connects to
+# them: with egress_proxy= the proxy asks the site proxy for the address it
+# checked (CONNECT address:port), which sends every address to the origin
+# of its port.
 PUBLIC = "93.184.215.14"
 PRIVATE = "10.11.12.13"
 METADATA = "169.254.169.254"
@@ -59,12 +61,12 @@ LOOPBACK_ALIAS = "127.0.0.2"
 # name -> the one address the test hosts file gives it
 HOSTS = {
     "allowed.test": PUBLIC,
-    "a.wild.test": PUBLIC,
-    "wild.test": PUBLIC,
-    "outside.test": PUBLIC,
-    "pypi.test": PUBLIC,
-    "pkgs.files.test": PUBLIC,
-    "refused-by-site.test": PUBLIC,
+    "a.wild.test": "93.184.215.15",
+    "wild.test": "93.184.215.16",
+    "outside.test": "93.184.215.17",
+    "pypi.test": "93.184.215.18",
+    "pkgs.files.test": "93.184.215.19",
+    "refused-by-site.test": "93.184.215.20",
     "private.test": PRIVATE,
     "metadata.test": METADATA,
     "cgnat.test": CGNAT,
@@ -73,7 +75,8 @@ HOSTS = {
 }
 # In no hosts file and NXDOMAIN at the test name server.
 UNRESOLVABLE = "unresolvable.test"
-# What the site proxy refuses (403): the egress proxy's "site proxy refused".
+# What the site proxy refuses (403), by name or address: the egress proxy's
+# "site proxy refused".
 SITE_REFUSES = "refused-by-site.test"
 # The test name server (glibc asks port 53): an address of the loopback net
 # no usual resolver binds, one per test session (sessions may run at once).
@@ -250,6 +253,8 @@ class _OriginHandler(BaseHTTPRequestHandler):
             return self._send(rec, 302, b"", extra=(("Location", to),))
         if u.path == "/huge":
             return self._huge(rec)
+        if u.path.startswith("/hold/"):
+            return self._hold(rec, u.path[len("/hold/"):])
         if u.path == "/simple/":
             return self._send(rec, 200, pkg.root_page(), "text/html")
         if u.path == "/simple/%s/" % pkg.name:
@@ -261,6 +266,13 @@ class _OriginHandler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET
     do_POST = do_GET
+
+    def _hold(self, rec, name):
+        """Answered once the test says so (Origin.release), or after 120 s."""
+        with self.server.lock:
+            event = self.server.holds.setdefault(name, threading.Event())
+        event.wait(120)
+        self._send(rec, 200, ("released %s\n" % name).encode())
 
     def _huge(self, rec):
         self.send_response(200)
@@ -289,6 +301,7 @@ class Origin:
         self.server.scheme = self.scheme
         self.server.package = package
         self.server.records = []
+        self.server.holds = {}
         self.server.lock = threading.Lock()
         self.server.handle_error = lambda request, address: None
         self.port = self.server.server_address[1]
@@ -305,6 +318,12 @@ class Origin:
         """The records themselves (their sent/done move on)."""
         with self.server.lock:
             return list(self.server.records)
+
+    def release(self, name):
+        """Every request for /hold/NAME is answered, now and later."""
+        with self.server.lock:
+            event = self.server.holds.setdefault(name, threading.Event())
+        event.set()
 
     def reset(self):
         with self.server.lock:
@@ -420,7 +439,7 @@ class _ThreadingTCP(socketserver.ThreadingTCPServer):
 class SiteProxy:
     """The site's forward proxy: every host goes to the origin of its port."""
 
-    def __init__(self, http_port, https_port, refuse=(SITE_REFUSES,)):
+    def __init__(self, http_port, https_port, refuse=(SITE_REFUSES, HOSTS[SITE_REFUSES])):
         self.server = _ThreadingTCP(("127.0.0.1", 0), _SiteHandler)
         self.server.site = self
         self.http_port, self.https_port = http_port, https_port
@@ -435,7 +454,7 @@ class SiteProxy:
 
     def seen(self):
         """(method, host, port) of every connection since the last reset, in
-        order of arrival."""
+        order of arrival: host as asked (a name, or an address)."""
         with self.lock:
             return [(r["method"], r["host"], r["port"]) for r in self.recs[self.base:]]
 

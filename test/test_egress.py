@@ -32,7 +32,7 @@ import threading
 import pytest
 
 from conftest import Httpd, base_conf, require, script_input, wait_until
-from egress_fixtures import (PACKAGE_FILE, PUBLIC, SITE_REFUSES, UNRESOLVABLE,
+from egress_fixtures import (HOSTS, PACKAGE_FILE, PUBLIC, SITE_REFUSES, UNRESOLVABLE,
                              parse_answer)
 from egress_fixtures import egress_net  # noqa: F401 (a fixture)
 from test_container_files import content, files
@@ -101,14 +101,24 @@ CodeInterpreterAuditLog "{audit}"
     return tools
 
 
+def egress_server(name, model, net, extra="", wrap=None):
+    """A started server NAME with the egress tools on NET, and EXTRA
+    directives; WRAP: an argv prefix httpd is started with."""
+    server = Httpd(name, "", etc=net.etc)
+    server.audit = os.path.join(server.root, "logs", "audit.jsonl")
+    if wrap:
+        wrapped = server.wrapped
+        server.wrapped = lambda cmd: wrapped(list(wrap) + cmd)
+    up = "http://127.0.0.1:%d" % model.port
+    server.write_conf(base_conf(model.port, egress_conf(up, net.site.url, server.audit,
+                                                         net.ca_pem) + extra))
+    server.start()
+    return server
+
+
 @pytest.fixture(scope="module")
 def egress(model, egress_net):  # noqa: F811
-    server = Httpd("egress", "", etc=egress_net.etc)
-    server.audit = os.path.join(server.root, "logs", "audit.jsonl")
-    up = "http://127.0.0.1:%d" % model.port
-    server.write_conf(base_conf(model.port, egress_conf(up, egress_net.site.url,
-                                                         server.audit, egress_net.ca_pem)))
-    server.start()
+    server = egress_server("egress", model, egress_net)
     yield server
     server.stop()
 
@@ -229,8 +239,19 @@ def audit_lines(server, cid=None):
             (cid is None or line.get("container_id") == cid)]
 
 
+# The test names' addresses, back to the names (one each).
+NAME_OF = {addr: name for name, addr in HOSTS.items()}
+
+
+def by_name(seen):
+    """SEEN (the site proxy's records) with each address the egress proxy
+    asked for as the name it stands for; a name asked for by name shows as
+    such (the site proxy resolved it)."""
+    return [(m, NAME_OF.get(h, "by name: " + h), p) for m, h, p in seen]
+
+
 def hosts_ports(seen):
-    return sorted((host, port) for _, host, port in seen)
+    return sorted((host, port) for _, host, port in by_name(seen))
 
 
 # ------------------------------------------------------- allowed traffic
@@ -238,26 +259,20 @@ def hosts_ports(seen):
 def test_an_allowlisted_domain_answers_over_http_and_https(eg, net, me):
     cid = make(eg, net, me)
     got = run_json(eg, cid, "print(json.dumps([get('http://allowed.test/echo/plain'), "
-                   "get('https://allowed.test/echo/tls'), get('https://a.wild.test/echo/w'), "
-                   "get('https://%s/echo/by-name')]))" % UNRESOLVABLE, me)
+                   "get('https://allowed.test/echo/tls'), get('https://a.wild.test/echo/w')]))",
+                   me)
     assert got == [[200, "http allowed.test GET /echo/plain\n"],
                    [200, "https allowed.test GET /echo/tls\n"],
-                   [200, "https a.wild.test GET /echo/w\n"],
-                   [200, "https %s GET /echo/by-name\n" % UNRESOLVABLE]]
-    # the site proxy was asked for each by name, https by CONNECT name:443
+                   [200, "https a.wild.test GET /echo/w\n"]]
+    # the site proxy was asked for the address checked here (CONNECT
+    # address:port), never the name; the name went inside, to the origin
     seen = net.site.seen()
-    assert hosts_ports(seen) == [("a.wild.test", 443), ("allowed.test", 80),
-                                 ("allowed.test", 443), (UNRESOLVABLE, 443)]
-    assert sorted(s for s in seen if s[2] == 443) == [
-        ("CONNECT", "a.wild.test", 443), ("CONNECT", "allowed.test", 443),
-        ("CONNECT", UNRESOLVABLE, 443)]
+    assert sorted(seen) == [("CONNECT", PUBLIC, 80), ("CONNECT", PUBLIC, 443),
+                            ("CONNECT", HOSTS["a.wild.test"], 443)]
     assert sorted(net.origin_requests()) == [
         ("http", "allowed.test", "GET", "/echo/plain"),
         ("https", "a.wild.test", "GET", "/echo/w"),
-        ("https", "allowed.test", "GET", "/echo/tls"),
-        ("https", UNRESOLVABLE, "GET", "/echo/by-name")]
-    # the proxy looked the unresolvable name up itself before handing it on
-    assert UNRESOLVABLE in net.dns.asked()
+        ("https", "allowed.test", "GET", "/echo/tls")]
 
 
 SYSTEM_CAS = "/etc/ssl/certs/ca-certificates.crt"
@@ -385,6 +400,21 @@ def test_a_name_that_does_not_resolve_without_a_site_proxy(eg, net, me):
     assert refused(got[1], resolves_to("private.test", "10.11.12.13", "private")), got[1]
     assert got[2] == [403, not_on_list("outside.test"), "http://outside.test/"]
     assert net.site.seen() == []
+
+
+def not_resolved_here(domain):
+    return ("egress refused: %s does not resolve on this server, and the site proxy is "
+            "not trusted to resolve it\n" % domain)
+
+
+def test_a_name_that_does_not_resolve_here_is_not_handed_to_the_site_proxy(eg, net, me):
+    cid = make(eg, net, me)
+    got = run_json(eg, cid, "print(json.dumps([connect('%s:443'), get('http://%s/x')]))"
+                   % (UNRESOLVABLE, UNRESOLVABLE), me)
+    assert refused(got[0], not_resolved_here(UNRESOLVABLE)), got[0]
+    assert got[1] == [403, not_resolved_here(UNRESOLVABLE), "http://%s/x" % UNRESOLVABLE]
+    assert net.site.seen() == []
+    assert UNRESOLVABLE in net.dns.asked()
 
 
 # --------------------------------------------------- request-side refusals
@@ -650,7 +680,7 @@ def test_connections_past_the_per_container_limit_are_refused(eg, net, me):
     held, past = answers[:PER_CONTAINER], answers[PER_CONTAINER:]
     assert [a.split(" ")[1] for a in held] == ["200"] * PER_CONTAINER, held[:1]
     assert [refused(a, TOO_MANY) for a in past] == [True] * 8, past
-    assert net.site.seen() == [("CONNECT", "allowed.test", 443)] * PER_CONTAINER
+    assert by_name(net.site.seen()) == [("CONNECT", "allowed.test", 443)] * PER_CONTAINER
     # once they are closed, a fresh request goes through
     wait_until(lambda: net.site.open_connections() == 0,
                "the site proxy to see the held tunnels closed")
@@ -763,29 +793,35 @@ def test_port_22_is_refused_by_connect_and_by_url(eg, net, me):
 
 # ------------------------------------------------------------ the audit log
 
-def test_every_connection_is_one_audit_line(eg, net, me):
+def test_every_connection_is_in_the_audit_and_refusals_are_counted(eg, net, me):
     cid = make(eg, net, me)
     run(eg, cid, "get('http://allowed.test/echo/audited'); get('http://outside.test/');"
         " connect('allowed.test:22'); connect('private.test:443')", me)
-    lines = wait_until(lambda: (lambda ls: ls if len(ls) >= 4 else None)(
-        audit_lines(eg, cid)), "four egress lines of the container")
-    assert len(lines) == 4, lines
+    # a relayed connection is a line of its own; refusals are counted into
+    # at most a line a second, which names the last of those it counts
+    lines = wait_until(lambda: (lambda ls: ls if sum(x["count"] for x in ls) >= 4 else None)(
+        audit_lines(eg, cid)), "four connections in the egress lines of the container")
+    assert sum(x["count"] for x in lines) == 4, lines
     for line in lines:
         assert set(line) == {"time", "event", "container_id", "tool", "domain", "port",
                              "method", "allowed", "reason", "bytes_out", "bytes_in",
-                             "duration_ms", "tls", "injected"}, line
-        assert (line["tls"], line["injected"]) == (None, 0), line
+                             "duration_ms", "tls", "injected", "count", "outlived"}, line
+        assert (line["tls"], line["injected"], line["outlived"]) == (None, 0, False), line
         assert (line["tool"], type(line["bytes_out"]), type(line["bytes_in"]),
                 type(line["duration_ms"]) in (int, float)) == ("open", int, int, True), line
-    assert sorted((x["domain"], x["port"], x["method"], x["allowed"], x["reason"])
-                  for x in lines) == [
+    refusals = {
         ("allowed.test", 22, "CONNECT", False,
          "allowed.test:22: only ports 80 and 443 are allowed"),
-        ("allowed.test", 80, "GET", True, None),
         ("outside.test", 80, "GET", False, "outside.test is not on this container's allowlist"),
         ("private.test", 443, "CONNECT", False,
-         "private.test resolves to 10.11.12.13, a private address")]
+         "private.test resolves to 10.11.12.13, a private address")}
+    said = [(x["domain"], x["port"], x["method"], x["allowed"], x["reason"]) for x in lines]
     (ok,) = [x for x in lines if x["allowed"]]
+    assert ok["count"] == 1 and said.count(("allowed.test", 80, "GET", True, None)) == 1
+    assert {x for x in said if not x[3]} <= refusals, said
+    # the last refusal is always said (alone, or counting those before it)
+    assert said[-1] == ("private.test", 443, "CONNECT", False,
+                        "private.test resolves to 10.11.12.13, a private address"), said
     body = len("http allowed.test GET /echo/audited\n")
     assert ok["bytes_in"] > body and ok["bytes_out"] > 0
 

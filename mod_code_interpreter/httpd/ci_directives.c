@@ -121,6 +121,46 @@ static const char *set_server_duration(cmd_parms *cmd, void *dummy, const char *
     return NULL;
 }
 
+/* CodeInterpreterEgressConnections / ...PerOwner N: the egress proxy's
+ * pool and one owner's share of it (1..100000). */
+static const char *set_egress_count(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    int *field = (int *)((char *)c + (apr_size_t)cmd->info);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err)
+        return err;
+    if ((err = ci_parse_count(cmd->pool, v, 100000, 0, field)))
+        return directive_error(cmd, err);
+    return NULL;
+}
+
+/* CodeInterpreterEgressLifetime DURATION: an egress connection is closed
+ * this long after it opened (at most a day). */
+static const char *set_egress_lifetime(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err)
+        return err;
+    if ((err = ci_parse_duration(cmd->pool, v, 86400, &c->egress_lifetime)))
+        return directive_error(cmd, err);
+    return NULL;
+}
+
+/* CodeInterpreterEgressProxyResolves On|Off: names that do not resolve here
+ * go to the site proxy by name (On), or are refused (Off). */
+static const char *set_egress_proxy_resolves(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err)
+        return err;
+    if ((err = ci_parse_on_off(cmd->pool, v, &c->egress_proxy_resolves)))
+        return directive_error(cmd, err);
+    return NULL;
+}
+
 /* CodeInterpreterMemoryBudget SIZE: what the running containers' tiers may
  * hold on this server together. */
 static const char *set_memory_budget(cmd_parms *cmd, void *dummy, const char *v)
@@ -277,6 +317,19 @@ const command_rec ci_directives[] = {
                   RSRC_CONF, "how long a request waits for room at a cap (0, 5s)"),
     AP_INIT_TAKE1("CodeInterpreterMemoryBudget", set_memory_budget, NULL, RSRC_CONF,
                   "memory the running containers' tiers may hold together"),
+    AP_INIT_TAKE1("CodeInterpreterEgressConnections", set_egress_count,
+                  SOFF(egress_max_total), RSRC_CONF,
+                  "connections the egress proxy holds open at once, all containers "
+                  "together (default 512)"),
+    AP_INIT_TAKE1("CodeInterpreterEgressConnectionsPerOwner", set_egress_count,
+                  SOFF(egress_max_per_owner), RSRC_CONF,
+                  "egress connections all containers of one owner hold open at once "
+                  "(default: a quarter of CodeInterpreterEgressConnections)"),
+    AP_INIT_TAKE1("CodeInterpreterEgressLifetime", set_egress_lifetime, NULL, RSRC_CONF,
+                  "how long an egress connection may stay open, busy or not (10m)"),
+    AP_INIT_TAKE1("CodeInterpreterEgressProxyResolves", set_egress_proxy_resolves, NULL,
+                  RSRC_CONF, "On: a name that does not resolve on this server goes to "
+                  "the site proxy by name (default Off: refused)"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
                   "file or |command receiving one JSON line per execution"),
     AP_INIT_TAKE1("CodeInterpreterContainers", set_containers, NULL, DIR_CONF,

@@ -45,7 +45,21 @@ void *ci_create_server_conf(apr_pool_t *p, server_rec *s)
     c->declared_at = apr_hash_make(p);
     c->workers = c->queue_limit = c->max_sandboxes = c->max_per_owner = CI_UNSET;
     c->eviction_grace = c->capacity_wait = CI_UNSET;
+    c->egress_max_total = c->egress_max_per_owner = c->egress_lifetime = CI_UNSET;
+    c->egress_proxy_resolves = CI_UNSET;
     return c;
+}
+
+/* The egress proxy's settings: ADD's where set, else BASE's. */
+static void merge_egress(ci_server_conf *c, const ci_server_conf *base,
+                         const ci_server_conf *add)
+{
+#define EGRESS_MERGE(f) c->f = add->f != CI_UNSET ? add->f : base->f
+    EGRESS_MERGE(egress_max_total);
+    EGRESS_MERGE(egress_max_per_owner);
+    EGRESS_MERGE(egress_lifetime);
+    EGRESS_MERGE(egress_proxy_resolves);
+#undef EGRESS_MERGE
 }
 
 void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
@@ -68,6 +82,7 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->secret = add->secret ? add->secret : base->secret;
     c->directory = add->directory ? add->directory : base->directory;
     c->directory_at = add->directory ? add->directory_at : base->directory_at;
+    merge_egress(c, base, add);
     return c;
 }
 

@@ -34,6 +34,11 @@ typedef struct ci_server_conf {
     ci_secret *secret;         /* CodeInterpreterSecret, or NULL: one made here */
     ci_redis_conf *directory;  /* CodeInterpreterDirectory, or NULL: this node's */
     const char *directory_at;  /* where it was set ("file:line"), for messages */
+    /* The egress proxy (CI_UNSET: its default, ci_egress.h) */
+    int egress_max_total;      /* CodeInterpreterEgressConnections */
+    int egress_max_per_owner;  /* CodeInterpreterEgressConnectionsPerOwner */
+    int egress_lifetime;       /* CodeInterpreterEgressLifetime (s) */
+    int egress_proxy_resolves; /* CodeInterpreterEgressProxyResolves */
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */

@@ -188,6 +188,16 @@ static int open_audit(server_rec *s)
     return fd;
 }
 
+/* The egress proxy's bounds, as the main server's directives set them
+ * (0: the proxy's default). */
+static void egress_settings(ci_sup_config *cfg, const ci_server_conf *c)
+{
+    cfg->egress_max_total = c->egress_max_total > 0 ? c->egress_max_total : 0;
+    cfg->egress_max_per_owner = c->egress_max_per_owner > 0 ? c->egress_max_per_owner : 0;
+    cfg->egress_lifetime = c->egress_lifetime > 0 ? c->egress_lifetime : 0;
+    cfg->egress_proxy_resolves = c->egress_proxy_resolves == 1;
+}
+
 static void supervisor_main(int lfd, pid_t parent, server_rec *s)
 {
     apr_pool_t *p;
@@ -233,6 +243,7 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     cfg.wants_len = gen_wants_len;
     cfg.egress_dir = egress_dir(p);
     cfg.audit_fd = audit_fd;
+    egress_settings(&cfg, ci_server_config(s));
     ci_supervisor_run(p, &cfg);
     _exit(0);
 }

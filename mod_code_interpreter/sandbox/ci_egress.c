@@ -37,6 +37,7 @@
 #include <unistd.h>
 #include <arpa/inet.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -54,9 +55,10 @@
 
 /* ---- the control protocol ------------------------------------------------ */
 
-enum { CMD_ADD = 1, CMD_REMOVE = 2, CMD_EXECUTION = 3 };
+enum { CMD_ADD = 1, CMD_REMOVE = 2, CMD_EXECUTION = 3, CMD_CLAIM = 4 };
 
-/* Every message: this header, then (ADD) the policy's JSON text. */
+/* Every message: this header, then (ADD) the policy's JSON text, (CLAIM)
+ * {"container": …, "owner": …}. */
 typedef struct ctl_header {
     apr_uint32_t cmd;
     apr_uint32_t key;
@@ -132,6 +134,9 @@ void ci_egress_default_limits(ci_egress_limits *lim)
     lim->max_bytes = (apr_uint64_t)1 << 30;
     lim->idle_seconds = 60;
     lim->head_seconds = 10;
+    lim->max_per_owner = 0;         /* a quarter of max_total */
+    lim->lifetime_seconds = 600;
+    lim->proxy_resolves = 0;
 }
 
 /* One message, with FD (or -1) passed along. The socket is non-blocking: a
@@ -204,9 +209,56 @@ int ci_egress_execution(int control, apr_uint32_t key)
     return send_command(control, CMD_EXECUTION, key, NULL, -1);
 }
 
+int ci_egress_claim(int control, apr_uint32_t key, const char *container,
+                    const char *owner)
+{
+    json_object *o = json_object_new_object();
+    int rc;
+    json_object_object_add(o, "container", json_object_new_string(container ? container : ""));
+    json_object_object_add(o, "owner", json_object_new_string(owner ? owner : ""));
+    rc = send_command(control, CMD_CLAIM, key,
+                      json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN), -1);
+    json_object_put(o);
+    return rc;
+}
+
 /* ---- the proxy's state ----------------------------------------------------- */
 
 typedef struct egress_conn egress_conn;
+
+/* The containers of one owner share max_per_owner: its count of open
+ * connections. Kept while a box names it or a connection counts in it;
+ * under owners_lock. */
+#define OWNER_KEY_MAX 65
+typedef struct egress_owner {
+    char key[OWNER_KEY_MAX];        /* the digest the supervisor sent */
+    int open;                       /* connections of its containers */
+    int boxes;                      /* boxes that name it */
+    struct egress_owner *next;
+} egress_owner;
+
+/* Connections not relayed (refused, or ended before they could be), noted
+ * per box at a bounded rate: the first after a quiet second is a line at
+ * once; those that follow within the second are counted, and the count
+ * goes out with the last one's details a second after the line before
+ * (REFUSAL_LOG_MS). Under its own lock: connections' threads and the main
+ * thread both note and flush. */
+#define REFUSAL_LOG_MS 1000
+typedef struct refusal_note {
+    char method[24];
+    char domain[256];
+    int port;
+    char reason[320];
+    apr_time_t started;
+    long long duration_ms;
+} refusal_note;
+
+typedef struct refusal_log {
+    pthread_mutex_t lock;
+    long long last_line_ms;         /* when the last line went (0: never) */
+    _Atomic int pending;            /* refusals counted since */
+    refusal_note last;              /* the latest of them */
+} refusal_log;
 
 typedef struct egress_box {
     apr_uint32_t key;
@@ -227,10 +279,13 @@ typedef struct egress_box {
     int open;                       /* connections */
     int removed;
     egress_conn *conns;             /* the open connections */
+    egress_owner *owner;            /* NULL: none known (the main thread's) */
+    refusal_log refusals;
 } egress_box;
 
 struct egress_conn {
     egress_box *box;
+    egress_owner *owner;            /* the owner it counts in, or NULL */
     int client;                     /* the sandbox's side */
     int origin;                     /* -1 until a connect starts; under box->lock */
     _Atomic int cut;                /* the box was removed: end now */
@@ -248,10 +303,13 @@ struct egress_conn {
     apr_uint64_t bytes_in;          /* origin -> sandbox */
     int tls_terminated;             /* the proxy was the TLS server to the sandbox */
     int injected;                   /* placeholders replaced by values */
+    int outlived;                   /* closed at lifetime_seconds */
 };
 
 static ci_egress_limits limits;
 static int audit_fd = -1;
+static pthread_mutex_t owners_lock = PTHREAD_MUTEX_INITIALIZER;
+static egress_owner *owners;
 static _Atomic int total_open;
 static pthread_attr_t thread_attr;
 
@@ -268,9 +326,15 @@ static egress_box *find_box(apr_uint32_t key)
     return NULL;
 }
 
+static void refusals_flush(egress_box *b, int force);
+static void owner_detach(egress_owner *o);
+
 static void box_free(egress_box *b)
 {
     int i;
+    refusals_flush(b, 1);
+    pthread_mutex_destroy(&b->refusals.lock);
+    owner_detach(b->owner);
     for (i = 0; i < b->nsecrets; i++)
         if (b->secrets[i].value)
             OPENSSL_cleanse((void *)b->secrets[i].value, strlen(b->secrets[i].value));
@@ -289,6 +353,80 @@ static void box_unref(egress_box *b)
     pthread_mutex_unlock(&b->lock);
     if (last)
         box_free(b);
+}
+
+/* ---- owners ------------------------------------------------------------------ */
+
+/* O freed once no box names it and no connection counts in it (the caller
+ * holds owners_lock). */
+static void owner_forget_if_unused(egress_owner *o)
+{
+    egress_owner **pp;
+    if (o->boxes || o->open)
+        return;
+    for (pp = &owners; *pp; pp = &(*pp)->next)
+        if (*pp == o) {
+            *pp = o->next;
+            free(o);
+            return;
+        }
+}
+
+/* The owner of KEY (a digest), made if it is new, with one more box naming
+ * it; NULL for none ("" or NULL), or out of memory: the box then counts
+ * alone, against its own and the server's bounds. */
+static egress_owner *owner_attach(const char *key)
+{
+    egress_owner *o;
+    if (!key || !*key || strlen(key) >= OWNER_KEY_MAX)
+        return NULL;
+    pthread_mutex_lock(&owners_lock);
+    for (o = owners; o && strcmp(o->key, key); o = o->next)
+        ;
+    if (!o && (o = calloc(1, sizeof(*o)))) {
+        strcpy(o->key, key);
+        o->next = owners;
+        owners = o;
+    }
+    if (o)
+        o->boxes++;
+    pthread_mutex_unlock(&owners_lock);
+    return o;
+}
+
+static void owner_detach(egress_owner *o)
+{
+    if (!o)
+        return;
+    pthread_mutex_lock(&owners_lock);
+    o->boxes--;
+    owner_forget_if_unused(o);
+    pthread_mutex_unlock(&owners_lock);
+}
+
+/* One more connection of O, unless its containers hold max_per_owner: 0,
+ * or -1 (refused). Without an owner: 0. */
+static int owner_take(egress_owner *o)
+{
+    int ok;
+    if (!o)
+        return 0;
+    pthread_mutex_lock(&owners_lock);
+    ok = o->open < limits.max_per_owner;
+    if (ok)
+        o->open++;
+    pthread_mutex_unlock(&owners_lock);
+    return ok ? 0 : -1;
+}
+
+static void owner_give_back(egress_owner *o)
+{
+    if (!o)
+        return;
+    pthread_mutex_lock(&owners_lock);
+    o->open--;
+    owner_forget_if_unused(o);
+    pthread_mutex_unlock(&owners_lock);
 }
 
 /* Up to WANT bytes of the box's budget: how many may go. */
@@ -318,8 +456,10 @@ static void add_string_or_null(json_object *o, const char *key, const char *valu
     json_object_object_add(o, key, value ? json_object_new_string(value) : NULL);
 }
 
-/* The connection's audit line: one write, so lines of threads never mix. */
-static void write_audit(const egress_conn *c)
+/* The connection's audit line: one write, so lines of threads never mix.
+ * COUNT: the connections it stands for (refusals are folded, see
+ * refusal_log; a relayed connection is a line of its own). */
+static void write_audit(const egress_conn *c, int count)
 {
     char date[APR_RFC822_DATE_LEN];
     json_object *o;
@@ -344,6 +484,8 @@ static void write_audit(const egress_conn *c)
     json_object_object_add(o, "tls", c->tls_terminated ? json_object_new_string("terminated")
                                                        : NULL);
     json_object_object_add(o, "injected", json_object_new_int(c->injected));
+    json_object_object_add(o, "count", json_object_new_int(count));
+    json_object_object_add(o, "outlived", json_object_new_boolean(c->outlived));
     json_object_object_add(o, "duration_ms",
                            json_object_new_int64(now_ms() - c->started_ms));
     text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
@@ -364,6 +506,11 @@ static void write_audit(const egress_conn *c)
  * secret's name or value, only how many were put in. */
 static void log_connection(const egress_conn *c)
 {
+    if (c->outlived)
+        ci_log(CI_LOG_INFO, "CI0932: egress %s %s:%d for container %s: closed at its "
+               "maximum lifetime (%d s)", c->method ? c->method : "-",
+               c->domain ? c->domain : "-", c->port,
+               *c->box->container ? c->box->container : "-", limits.lifetime_seconds);
     ci_log(CI_LOG_INFO, "CI0901: egress %s %s:%d for container %s (tool %s): %s%s%s, "
            "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms, "
            "tls %s, %d injected",
@@ -373,6 +520,104 @@ static void log_connection(const egress_conn *c)
            c->allowed ? "" : ": ", c->allowed ? "" : (c->reason ? c->reason : "?"),
            c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms),
            c->tls_terminated ? "terminated" : "-", c->injected);
+}
+
+/* The line of COUNT connections not relayed, C (built from a note) the
+ * last of them: one of its own when there is one, else one that says how
+ * many it stands for. */
+static void log_refusals(const egress_conn *c, int count)
+{
+    if (count == 1) {
+        log_connection(c);
+        return;
+    }
+    ci_log(CI_LOG_INFO, "CI0930: egress: %d connections of container %s (tool %s) not "
+           "relayed since the line before; the last: %s %s:%d: %s",
+           count, *c->box->container ? c->box->container : "-",
+           *c->box->tool ? c->box->tool : "-", c->method ? c->method : "-",
+           c->domain ? c->domain : "-", c->port, c->reason ? c->reason : "?");
+}
+
+/* What the lines say of C, kept in N (its strings copied: C's pool goes). */
+static void refusal_note_take(refusal_note *n, const egress_conn *c)
+{
+    snprintf(n->method, sizeof(n->method), "%s", c->method ? c->method : "");
+    snprintf(n->domain, sizeof(n->domain), "%s", c->domain ? c->domain : "");
+    snprintf(n->reason, sizeof(n->reason), "%s", c->reason ? c->reason : "");
+    n->port = c->port;
+    n->started = c->started;
+    n->duration_ms = now_ms() - c->started_ms;
+}
+
+/* The audit and error log lines of COUNT refusals of B, N the last. */
+static void refusal_lines(egress_box *b, const refusal_note *n, int count)
+{
+    egress_conn c;
+    memset(&c, 0, sizeof(c));
+    c.box = b;
+    c.method = *n->method ? n->method : NULL;
+    c.domain = *n->domain ? n->domain : NULL;
+    c.reason = *n->reason ? n->reason : NULL;
+    c.port = n->port;
+    c.started = n->started;
+    c.started_ms = now_ms() - n->duration_ms;
+    write_audit(&c, count);
+    log_refusals(&c, count);
+}
+
+/* B's refusals counted since its last line, out as one line when a
+ * second has passed since (FORCE: now, as the box goes). */
+static void refusals_flush(egress_box *b, int force)
+{
+    refusal_log *r = &b->refusals;
+    refusal_note n;
+    int count = 0;
+    long long now = now_ms();
+    if (atomic_load(&r->pending) == 0)
+        return;
+    pthread_mutex_lock(&r->lock);
+    if (force || now - r->last_line_ms >= REFUSAL_LOG_MS) {
+        count = atomic_exchange(&r->pending, 0);
+        n = r->last;
+        r->last_line_ms = now;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (count > 0)
+        refusal_lines(b, &n, count);
+}
+
+/* C was not relayed: a line now when B had none for a second, else
+ * counted into the next. */
+static void refusal_count(egress_conn *c)
+{
+    refusal_log *r = &c->box->refusals;
+    refusal_note n;
+    int count = 0;
+    long long now = now_ms();
+    refusal_note_take(&n, c);
+    pthread_mutex_lock(&r->lock);
+    if (r->last_line_ms == 0 || now - r->last_line_ms >= REFUSAL_LOG_MS) {
+        count = atomic_exchange(&r->pending, 0) + 1;
+        r->last_line_ms = now;
+    }
+    else {
+        atomic_fetch_add(&r->pending, 1);
+        r->last = n;
+    }
+    pthread_mutex_unlock(&r->lock);
+    if (count > 0)
+        refusal_lines(c->box, &n, count);
+}
+
+/* The lines of C, as it ends: its own when it was relayed. */
+static void note_outcome(egress_conn *c)
+{
+    if (!c->allowed) {
+        refusal_count(c);
+        return;
+    }
+    write_audit(c, 1);
+    log_connection(c);
 }
 
 /* ---- a connection's fds, under its box's lock ----------------------------- */
@@ -420,6 +665,7 @@ static void conn_end(egress_conn *c)
     pthread_mutex_unlock(&b->lock);
     close(c->client);
     atomic_fetch_sub(&total_open, 1);
+    owner_give_back(c->owner);
     if (c->pool)
         apr_pool_destroy(c->pool);
     free(c);
@@ -710,11 +956,14 @@ static int status_is_2xx(const char *head, apr_size_t len)
            head[10] >= '0' && head[10] <= '9' && head[11] >= '0' && head[11] <= '9';
 }
 
-/* Through the site proxy to HOST:PORT (by name: the site proxy resolves
- * it): *FD the tunnel, *EXTRA / *EXTRA_LEN what the proxy sent after its
- * answer (the origin's first bytes). */
-static tunnel_status site_proxy_tunnel(egress_conn *c, const char *host, int port,
-                                       int *fd, char **extra, apr_size_t *extra_len)
+/* Through the site proxy to ADDR:PORT, the address resolved and checked
+ * here (NULL: HOST by name, the site proxy resolves it): *FD the tunnel,
+ * *EXTRA / *EXTRA_LEN what the proxy sent after its answer (the origin's
+ * first bytes). The name still travels inside: in the sandbox's TLS
+ * ClientHello, in the Host of its requests. */
+static tunnel_status site_proxy_tunnel(egress_conn *c, const struct sockaddr *addr,
+                                       const char *host, int port, int *fd, char **extra,
+                                       apr_size_t *extra_len)
 {
     long long deadline = now_ms() + (long long)limits.idle_seconds * 1000;
     struct addrinfo *res = resolve(c->box->proxy_host, c->box->proxy_port);
@@ -727,9 +976,8 @@ static tunnel_status site_proxy_tunnel(egress_conn *c, const char *host, int por
         freeaddrinfo(res);
     if (*fd < 0)
         return TUNNEL_UNREACHABLE;
-    ask = apr_psprintf(c->pool, "CONNECT %s:%d HTTP/1.1\r\nHost: %s:%d\r\n\r\n", host,
-                       port, host, port);
-    if (write_all(*fd, ask, strlen(ask), deadline))
+    ask = ci_egress_site_connect(c->pool, addr, host, port);
+    if (!ask || write_all(*fd, ask, strlen(ask), deadline))
         return TUNNEL_UNREACHABLE;
     buf = apr_palloc(c->pool, CI_EGRESS_HEAD_MAX);
     while (head_len == 0) {
@@ -877,6 +1125,7 @@ static void relay(egress_conn *c, relay_dir *up, relay_dir *down)
 {
     long long idle_ms = (long long)limits.idle_seconds * 1000;
     long long last = now_ms();
+    long long end_of_life = c->started_ms + (long long)limits.lifetime_seconds * 1000;
     while (!(dir_done(up) && dir_done(down)) && !atomic_load(&c->cut)) {
         struct pollfd pfd[2];
         short ev0 = dir_events(up->from, up, down);
@@ -885,6 +1134,10 @@ static void relay(egress_conn *c, relay_dir *up, relay_dir *down)
         int held1 = dir_wants_read(down) && ep_pending(down->from);
         int rc, moved = 0, left = ms_left(last + idle_ms);
         const short ready = POLLIN | POLLOUT | POLLHUP | POLLERR;
+        if (ms_left(end_of_life) < left)
+            left = ms_left(end_of_life);
+        if (ms_left(end_of_life) == 0)
+            c->outlived = 1;
         if (left == 0)
             break;
         pfd[0].fd = ev0 ? up->from->fd : -1;
@@ -932,10 +1185,16 @@ static int reach_origin(egress_conn *c, const ci_egress_request *req, char **ext
                apr_psprintf(c->pool, CI_EGRESS_TXT_UNRESOLVED, req->host));
         return -1;
     }
-    /* Never an address the sandbox named: the one resolved here, or the
-     * name, to the site proxy. */
+    if (!res && !limits.proxy_resolves) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_NOT_RESOLVED_HERE, req->host));
+        return -1;
+    }
+    /* Never an address the sandbox named: the one resolved and checked
+     * here, directly or to the site proxy; the name to the site proxy only
+     * when the operator lets it resolve what does not resolve here. */
     if (b->proxy_host)
-        ts = site_proxy_tunnel(c, req->host, req->port, &fd, extra, extra_len);
+        ts = site_proxy_tunnel(c, res ? res->ai_addr : NULL, req->host, req->port, &fd,
+                               extra, extra_len);
     else if ((fd = connect_first(c, res, now_ms() + (long long)limits.idle_seconds * 1000))
              >= 0)
         ts = TUNNEL_OK;
@@ -1173,8 +1432,7 @@ static void *connection_thread(void *arg)
     egress_conn *c = arg;
     if (apr_pool_create_unmanaged_ex(&c->pool, NULL, NULL) == APR_SUCCESS) {
         serve_connection(c);
-        write_audit(c);
-        log_connection(c);
+        note_outcome(c);
     }
     conn_end(c);
     return NULL;
@@ -1186,13 +1444,21 @@ static void *connection_thread(void *arg)
  * the sandbox closes them or LINGER_MS pass: a client that writes its head
  * after our answer must not find the socket closed (EPIPE) and miss the
  * answer. The main thread's, polled with the listeners. */
-#define LINGER_MAX 256
+#define LINGER_MAX 2048
 #define LINGER_MS 2000
+/* How many linger at most: LINGER_MAX, or less when descriptors are few
+ * (fit_descriptors). Past it the oldest is closed, and its answer may be
+ * lost: a burst of refusals (one owner's containers at their share at
+ * once) must fit. */
+static int linger_cap = LINGER_MAX;
 static struct lingering {
     int fd;
     long long until;
 } lingering[LINGER_MAX];
 static int nlingering;
+
+/* Kept open for answer_on_spare_fd. */
+static int spare_fd = -1;
 
 static void linger_close(int i)
 {
@@ -1202,7 +1468,7 @@ static void linger_close(int i)
 
 static void linger_add(int fd)
 {
-    if (nlingering == LINGER_MAX)
+    if (nlingering >= linger_cap)
         linger_close(0);
     lingering[nlingering].fd = fd;
     lingering[nlingering].until = now_ms() + LINGER_MS;
@@ -1254,8 +1520,20 @@ static void answer_at_accept(egress_box *b, int fd, const char *status_line,
     c.started = apr_time_now();
     c.started_ms = now_ms();
     c.reason = reason;
-    write_audit(&c);
-    log_connection(&c);
+    note_outcome(&c);
+}
+
+/* C, just listed in B by admit, taken out again (its owner refused it). */
+static void admit_undo(egress_box *b, egress_conn *c)
+{
+    pthread_mutex_lock(&b->lock);
+    if (c->next)
+        c->next->prev = NULL;
+    b->conns = c->next;
+    b->open--;
+    b->refs--;
+    pthread_mutex_unlock(&b->lock);
+    free(c);
 }
 
 /* A new connection of B on FD: counted, listed, given a thread. */
@@ -1294,11 +1572,38 @@ static void admit(egress_box *b, int fd)
         answer_at_accept(b, fd, CI_EGRESS_STATUS_403, body);
         return;
     }
+    if (owner_take(b->owner)) {
+        admit_undo(b, c);
+        snprintf(body, sizeof(body), CI_EGRESS_TXT_OWNER_TOO_MANY, limits.max_per_owner);
+        answer_at_accept(b, fd, CI_EGRESS_STATUS_403, body);
+        return;
+    }
+    c->owner = b->owner;
     atomic_fetch_add(&total_open, 1);
     if (pthread_create(&t, &thread_attr, connection_thread, c) != 0) {
         ci_log(CI_LOG_ERR, "CI0903: the egress proxy could not start a thread");
         conn_end(c);
     }
+}
+
+/* Out of descriptors, the connection waiting first on B's listener still
+ * gets an answer rather than wait unseen (the sandbox's relay would block
+ * on a full backlog): the spare descriptor is let go for it, the 503
+ * written, the connection closed, the spare taken again. */
+static void answer_on_spare_fd(egress_box *b)
+{
+    char body[160];
+    int fd;
+    if (spare_fd < 0)
+        return;
+    close(spare_fd);
+    fd = accept4(b->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+        snprintf(body, sizeof(body), CI_EGRESS_TXT_BUSY, limits.max_total);
+        answer_at_accept(b, fd, CI_EGRESS_STATUS_503, body);
+        linger_close(nlingering - 1);     /* the one just added: no fd to spare */
+    }
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 /* Accepts what is waiting on B's listener: 0, or -1 when out of fds (the
@@ -1317,6 +1622,8 @@ static int accept_some(egress_box *b)
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
             ci_log(CI_LOG_ERR, "CI0904: the egress proxy cannot accept: %s",
                    strerror(errno));
+            if (errno == EMFILE || errno == ENFILE)
+                answer_on_spare_fd(b);
             return -1;
         }
         break;
@@ -1411,6 +1718,7 @@ static int box_take_policy(egress_box *b, const char *text, apr_size_t len)
         goto done;
     b->container = apr_pstrdup(b->pool, json_string_or(policy, "container", ""));
     b->tool = apr_pstrdup(b->pool, json_string_or(policy, "tool", ""));
+    b->owner = owner_attach(json_string_or(policy, "owner", NULL));
     proxy = json_string_or(policy, "proxy", NULL);
     if (box_take_domains(b, policy) || box_take_secrets(b, policy) ||
         (proxy && ci_egress_parse_proxy(b->pool, proxy, &b->proxy_host, &b->proxy_port)))
@@ -1468,6 +1776,7 @@ static void command_add(apr_uint32_t key, int fd, const char *policy, apr_size_t
         return;
     }
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->refusals.lock, NULL);
     b->key = key;
     b->listen_fd = fd;
     b->refs = 1;
@@ -1511,6 +1820,34 @@ static void command_execution(apr_uint32_t key)
     egress_box *b = find_box(key);
     if (b)
         atomic_store(&b->used, 0);
+}
+
+/* CLAIM: KEY's sandbox is now a container's, of an owner: its lines name
+ * the container, its new connections count in the owner's (those open
+ * stay counted where they were). */
+static void command_claim(apr_uint32_t key, const char *text, apr_size_t len)
+{
+    egress_box *b = find_box(key);
+    json_tokener *tok;
+    json_object *o;
+    if (!b)
+        return;
+    tok = json_tokener_new();
+    o = tok ? json_tokener_parse_ex(tok, text, (int)len) : NULL;
+    if (tok)
+        json_tokener_free(tok);
+    if (!o || !json_object_is_type(o, json_type_object)) {
+        ci_log(CI_LOG_ERR, "CI0931: egress: sandbox %u: a claim that does not parse",
+               (unsigned)key);
+        json_object_put(o);
+        return;
+    }
+    owner_detach(b->owner);
+    b->owner = owner_attach(json_string_or(o, "owner", NULL));
+    /* The container's id, for lines written from now on (a warm sandbox
+     * ran no code: it has no connection to read the one before). */
+    b->container = apr_pstrdup(b->pool, json_string_or(o, "container", ""));
+    json_object_put(o);
 }
 
 /* The fd a message carried (the first; any other is closed), or -1. */
@@ -1581,7 +1918,11 @@ static int handle_commands(int control)
         }
         if (fd >= 0)
             close(fd);
-        if (h.cmd == CMD_REMOVE)
+        if (h.cmd == CMD_CLAIM) {
+            buf[n] = '\0';
+            command_claim(h.key, buf + sizeof(h), (apr_size_t)n - sizeof(h));
+        }
+        else if (h.cmd == CMD_REMOVE)
             command_remove(h.key);
         else if (h.cmd == CMD_EXECUTION)
             command_execution(h.key);
@@ -1627,6 +1968,11 @@ static void serve(int control)
         }
         if (!listening)
             timeout = 100;
+        /* Refusals counted by connections' threads go out within a second:
+         * while there are boxes the loop looks at their counts four times
+         * a second (a thread counting one does not wake it). */
+        if (nboxes > 0 && (timeout < 0 || timeout > REFUSAL_LOG_MS / 4))
+            timeout = REFUSAL_LOG_MS / 4;
         for (i = 0; i < n; i++)
             pfd[i].revents = 0;
         if (poll(pfd, (nfds_t)n, timeout) < 0) {
@@ -1648,6 +1994,8 @@ static void serve(int control)
         for (i = 1; i < first_linger; i++)
             if ((pfd[i].revents & POLLIN) && accept_some(polled[i]) < 0)
                 paused_until = now_ms() + 100;
+        for (i = 0; i < nboxes; i++)
+            refusals_flush(boxes[i], 0);
     }
 }
 
@@ -1699,6 +2047,41 @@ static int keep_only(int *control, int *audit)
     return 0;
 }
 
+/* Descriptors: two per connection (the sandbox's side and the origin's),
+ * the lingering ones, and a reserve (listeners, the resolver's and TLS's
+ * files, the log, the spare). The soft limit is raised to the hard one (a
+ * service's soft limit is often 1024: 512 connections would not fit, and
+ * accept and socket would fail under load); when even that is not
+ * enough the pool is lowered to what fits, said once. Then the owners'
+ * default share: a quarter of the pool. */
+#define FD_RESERVE 256
+#define LINGER_MIN 64
+static void fit_descriptors(void)
+{
+    struct rlimit rl;
+    long long room;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+        /* the lingering give way first, down to a few */
+        room = (long long)rl.rlim_cur - FD_RESERVE - 2LL * limits.max_total;
+        if (room < linger_cap)
+            linger_cap = room < LINGER_MIN ? LINGER_MIN : (int)room;
+        room = ((long long)rl.rlim_cur - linger_cap - FD_RESERVE) / 2;
+        if (room < limits.max_total) {
+            ci_log(CI_LOG_WARNING, "CI0933: the egress proxy may open %llu files: it "
+                   "allows %lld connections at once, not %d", (unsigned long long)rl.rlim_cur,
+                   room < 1 ? 1 : room, limits.max_total);
+            limits.max_total = room < 1 ? 1 : (int)room;
+        }
+    }
+    if (limits.max_per_owner <= 0)
+        limits.max_per_owner = limits.max_total / 4 > 0 ? limits.max_total / 4 : 1;
+    spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 static void proxy_main(int control, int audit, const ci_egress_limits *lim)
 {
     prctl(PR_SET_NAME, "ci-egress");
@@ -1710,6 +2093,7 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
         _exit(1);
     limits = *lim;
     audit_fd = audit;
+    fit_descriptors();
     if (ci_egress_tls_init())
         ci_log(CI_LOG_ERR, "CI0915: the egress proxy has no leaf key: TLS is not "
                "terminated, secrets go in plain http requests only");

@@ -10,8 +10,9 @@
  * and 443 only, to hosts on the container's allowlist; it resolves names
  * itself (in the connection's thread, never in the accepting loop), refuses
  * IP literals and names that resolve to non-public addresses, and connects
- * to the address it resolved (or, with egress_proxy, asks the site's
- * forward proxy for the name). A refusal is an HTTP 403 whose body says
+ * to the address it resolved (with egress_proxy, it asks the site's
+ * forward proxy for that address: CONNECT ip:port, never the name, unless
+ * the operator lets the site proxy resolve). A refusal is an HTTP 403 whose body says
  * which domain was refused and why. Connections, bytes and idle time are
  * bounded; every connection is one audit line.
  *
@@ -51,6 +52,15 @@ typedef struct ci_egress_limits {
                                      (ci_egress_execution starts a new one) */
     int idle_seconds;             /* a connection with no byte either way */
     int head_seconds;             /* to send a whole request head */
+    int max_per_owner;            /* open at once, all containers of one
+                                     owner (over it: 403, "too many
+                                     connections from this owner (at most
+                                     N)"); 0: a quarter of max_total */
+    int lifetime_seconds;         /* a connection is closed this long after
+                                     it was accepted, busy or not */
+    int proxy_resolves;           /* with a site proxy: a name that does not
+                                     resolve here goes to it by name (else
+                                     refused) */
 } ci_egress_limits;
 
 /* The server's CA, in memory (PEM texts), which signs the certificates the
@@ -66,8 +76,9 @@ typedef struct ci_egress_ca {
  * is never written to disk: the caller keeps it for its life. */
 const char *ci_egress_make_ca(apr_pool_t *p, ci_egress_ca *out);
 
-/* The defaults: 32 per container, 512 in all, 1 GiB per execution, 60 s
- * idle, 10 s for a head. */
+/* The defaults: 32 per container, 512 in all, a quarter of them per
+ * owner, 1 GiB per execution, 60 s idle, 10 s for a head, 10 min in all,
+ * names the site proxy would have to resolve refused. */
 void ci_egress_default_limits(ci_egress_limits *lim);
 
 /* Fork the proxy. CA: the server's CA (NULL: no TLS is terminated; secrets
@@ -84,6 +95,8 @@ pid_t ci_egress_start(apr_pool_t *p, const ci_egress_limits *lim,
  * (passed; the caller closes its own copy afterwards) with POLICY, a JSON
  * object:
  *   {"container": "cntr_…" (or ""), "tool": "python",
+ *    "owner": "…"  (optional: a digest of the container's owner, never a
+ *                   secret; containers of one owner share max_per_owner),
  *    "domains": ["pypi.org", "*.pythonhosted.org"],
  *    "proxy": "http://HOST:PORT"      (optional: the site's forward proxy),
  *    "secrets": [{"domain": "api.example.com" (or "*.example.com"),
@@ -102,5 +115,10 @@ int ci_egress_remove(int control, apr_uint32_t key);
 
 /* An execution starts in KEY's sandbox: its byte budget starts again. */
 int ci_egress_execution(int control, apr_uint32_t key);
+
+/* KEY's sandbox (a warm one, added without them) now is CONTAINER's, of
+ * OWNER (a digest, as in the policy; "" for none). 0 or -1. */
+int ci_egress_claim(int control, apr_uint32_t key, const char *container,
+                    const char *owner);
 
 #endif

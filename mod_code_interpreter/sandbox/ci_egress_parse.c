@@ -473,6 +473,26 @@ int ci_egress_parse_proxy(apr_pool_t *p, const char *url, const char **host, int
     return 0;
 }
 
+char *ci_egress_site_connect(apr_pool_t *p, const struct sockaddr *addr, const char *host,
+                             int port)
+{
+    char text[INET6_ADDRSTRLEN];
+    const char *authority;
+    if (!addr)
+        authority = apr_psprintf(p, "%s:%d", host, port);
+    else if (addr->sa_family == AF_INET &&
+             inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, text,
+                       sizeof(text)))
+        authority = apr_psprintf(p, "%s:%d", text, port);
+    else if (addr->sa_family == AF_INET6 &&
+             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, text,
+                       sizeof(text)))
+        authority = apr_psprintf(p, "[%s]:%d", text, port);
+    else
+        return NULL;
+    return apr_psprintf(p, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", authority, authority);
+}
+
 /* "METHOD SP target SP HTTP/1.x": the method and version into REQ, the
  * target's bytes (visible ASCII, not empty) into *TARGET / *TARGET_LEN. */
 static int split_request_line(apr_pool_t *p, const char *s, apr_size_t n,

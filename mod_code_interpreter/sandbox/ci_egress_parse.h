@@ -43,6 +43,11 @@
     "egress refused: %s resolves to %s, a %s address\n"                     /* DOMAIN, ADDR, KIND */
 #define CI_EGRESS_TXT_TOO_MANY \
     "egress refused: too many connections from this container (at most %d)\n"
+#define CI_EGRESS_TXT_OWNER_TOO_MANY \
+    "egress refused: too many connections from this owner's containers (at most %d)\n"
+#define CI_EGRESS_TXT_NOT_RESOLVED_HERE \
+    "egress refused: %s does not resolve on this server, and the site proxy is not " \
+    "trusted to resolve it\n"                                               /* DOMAIN */
 
 /* Errors that are not refusals: 400, 502, and 503 for the bound on all
  * containers together (max_total), which is the site's, not the
@@ -60,6 +65,14 @@
 #define CI_EGRESS_TXT_UNVERIFIED "egress error: %s's certificate could not be verified\n"
 #define CI_EGRESS_TXT_INJECT_TOO_LONG \
     "egress error: the request head is too long once the secrets are put in\n"
+
+/* The head that asks the site proxy for a tunnel to ADDR (an IPv4 or IPv6
+ * address, the one checked here) at PORT: "CONNECT 192.0.2.1:443" or
+ * "CONNECT [2001:db8::1]:443", its Host the same; or, when ADDR is NULL
+ * (the operator lets the site proxy resolve), to HOST:PORT by name. NULL
+ * for an address of another family. */
+char *ci_egress_site_connect(apr_pool_t *p, const struct sockaddr *addr, const char *host,
+                             int port);
 
 /* The whole answer: STATUS_LINE (one of CI_EGRESS_STATUS_*), the headers,
  * BODY (one line ending in "\n"). *LEN gets its length. */

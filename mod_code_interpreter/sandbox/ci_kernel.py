@@ -608,7 +608,12 @@ class Relayed:
                 data = sock.recv(65536)
                 leg.buf, leg.eof = data, not data
             if leg.dst is sock and mask & selectors.EVENT_WRITE and leg.buf:
-                leg.buf = leg.buf[sock.send(leg.buf):]
+                try:
+                    leg.buf = leg.buf[sock.send(leg.buf):]
+                except (BrokenPipeError, ConnectionResetError):
+                    # its reader is gone (the proxy answered and closed): what
+                    # it said still goes the other way
+                    leg.buf, leg.eof = b"", True
             if leg.eof and not leg.buf:
                 try:
                     leg.dst.shutdown(socket.SHUT_WR)

@@ -31,6 +31,11 @@ typedef struct ci_sup_config {
     const char *egress_dir;  /* where sandboxes' egress sockets are made (a
                                 directory of their own each) */
     int audit_fd;            /* the audit log file egress lines go to, or -1 */
+    /* The egress proxy's bounds (ci_egress_limits; 0: its default). */
+    int egress_max_total;        /* CodeInterpreterEgressConnections */
+    int egress_max_per_owner;    /* CodeInterpreterEgressConnectionsPerOwner */
+    int egress_lifetime;         /* CodeInterpreterEgressLifetime (s) */
+    int egress_proxy_resolves;   /* CodeInterpreterEgressProxyResolves On */
 } ci_sup_config;
 
 /* The supervisor's loop. Returns only when the listening socket fails. */

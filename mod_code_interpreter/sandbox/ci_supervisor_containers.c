@@ -71,6 +71,7 @@ static box *container_start(const ci_sandbox_def *def, const char *deftext,
     }
     b->container = b->tag = apr_pstrdup(b->pool, id);
     apr_hash_set(sup_state.by_container, b->container, APR_HASH_KEY_STRING, b);
+    sup_egress_claim(b);
     return b;
 }
 

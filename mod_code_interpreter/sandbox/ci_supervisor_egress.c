@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <apr_file_io.h>
 #include <apr_strings.h>
+#include <openssl/sha.h>
+#include "ci_directory.h"
 #include "ci_request.h"
 #include "ci_egress.h"
 #include "ci_json.h"
@@ -50,6 +52,30 @@ static json_object *proxy_secrets(apr_pool_t *p, const char *secrets)
     return out;
 }
 
+/* The proxy's key for the owner of container ID: a digest of the keyed
+ * owner the directory holds (what the proxy knows of an owner is only
+ * that two containers share one), or "" when there is none. */
+static const char *owner_digest(apr_pool_t *p, const char *id)
+{
+    ci_container *rec = id && sup_state.dir ? ci_directory_find(sup_state.dir, id) : NULL;
+    unsigned char md[SHA256_DIGEST_LENGTH];
+    char *hex;
+    int i;
+    if (!rec || !rec->owner || !*rec->owner)
+        return "";
+    SHA256((const unsigned char *)rec->owner, strlen(rec->owner), md);
+    hex = apr_palloc(p, 33);
+    for (i = 0; i < 16; i++)
+        apr_snprintf(hex + 2 * i, 3, "%02x", md[i]);
+    return hex;
+}
+
+/* The container B is the sandbox of, or NULL. */
+static const char *container_of(const box *b)
+{
+    return b->tag && !strncmp(b->tag, "cntr_", 5) ? b->tag : NULL;
+}
+
 /* The policy the proxy enforces for B, as ci_egress_add takes it. */
 static const char *policy_of(apr_pool_t *p, const box *b)
 {
@@ -58,6 +84,8 @@ static const char *policy_of(apr_pool_t *p, const box *b)
     json_object_object_add(o, "container", json_object_new_string(
         b->tag && !strncmp(b->tag, "cntr_", 5) ? b->tag : ""));
     json_object_object_add(o, "tool", json_object_new_string(b->def->name));
+    json_object_object_add(o, "owner", json_object_new_string(owner_digest(p,
+                                                                  container_of(b))));
     json_object_object_add(o, "domains", domains);
     if (b->def->egress_proxy)
         json_object_object_add(o, "proxy", json_object_new_string(b->def->egress_proxy));
@@ -84,7 +112,7 @@ static int listen_in(const char *dir)
     if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) >= 0 && chdir(dir) == 0) {
         unlink(CI_EGRESS_SOCKET_NAME);
         rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-             chmod(CI_EGRESS_SOCKET_NAME, 0600) == 0 && listen(fd, 64) == 0 ? 0 : -1;
+             chmod(CI_EGRESS_SOCKET_NAME, 0600) == 0 && listen(fd, SOMAXCONN) == 0 ? 0 : -1;
     }
     if (fchdir(here) != 0)
         rc = -1;
@@ -131,6 +159,19 @@ static const char *proxy_ca_pem(void)
     return ca ? ca->cert_pem : NULL;
 }
 
+/* The operator's settings (ci_sup_config; 0: the default) over LIM. */
+static void settings_limits(ci_egress_limits *lim)
+{
+    const ci_sup_config *cfg = sup_state.cfg;
+    if (cfg->egress_max_total > 0)
+        lim->max_total = cfg->egress_max_total;
+    if (cfg->egress_max_per_owner > 0)
+        lim->max_per_owner = cfg->egress_max_per_owner;
+    if (cfg->egress_lifetime > 0)
+        lim->lifetime_seconds = cfg->egress_lifetime;
+    lim->proxy_resolves = cfg->egress_proxy_resolves;
+}
+
 /* The proxy, started if it does not run. 0, or -1. */
 static int proxy_running(void)
 {
@@ -138,6 +179,7 @@ static int proxy_running(void)
     if (proxy_pid > 0)
         return 0;
     ci_egress_default_limits(&lim);
+    settings_limits(&lim);
     proxy_pid = ci_egress_start(sup_state.p, &lim, server_ca(), sup_state.cfg->audit_fd,
                                 &proxy_control);
     if (proxy_pid <= 0) {
@@ -234,6 +276,19 @@ void sup_egress_close(box *b)
     unlink(apr_pstrcat(b->pool, b->egress_dir, "/" CI_EGRESS_BUNDLE_NAME, NULL));
     rmdir(b->egress_dir);
     b->egress_dir = NULL;
+}
+
+void sup_egress_claim(box *b)
+{
+    apr_pool_t *p;
+    if (!b->egress_dir || proxy_pid <= 0)
+        return;
+    apr_pool_create(&p, b->pool);
+    if (ci_egress_claim(proxy_control, b->id, container_of(b),
+                        owner_digest(p, container_of(b))) < 0)
+        ci_log(CI_LOG_ERR, "CI0650: sandbox %u: the egress proxy was not told its "
+               "container", b->id);
+    apr_pool_destroy(p);
 }
 
 void sup_egress_execution(box *b)

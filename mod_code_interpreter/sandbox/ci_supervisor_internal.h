@@ -277,6 +277,9 @@ int sup_egress_open(box *b);
 void sup_egress_close(box *b);
 /* An execution starts in B: the proxy starts its byte budget again. */
 void sup_egress_execution(box *b);
+/* B (warm until now) became its container's: the proxy learns the
+ * container and its owner. */
+void sup_egress_claim(box *b);
 /* A child PID was reaped: 1 when it was the proxy (started again). */
 int sup_egress_reaped(pid_t pid);
 

@@ -544,7 +544,8 @@ typedef struct fixture {
     int control;
 } fixture;
 
-static fixture *start(void **state, int max_connections)
+static fixture *start_with(void **state, int max_connections, int proxy_resolves,
+                           int max_per_owner)
 {
     fixture *f = calloc(1, sizeof(*f));
     ci_egress_limits lim;
@@ -559,6 +560,12 @@ static fixture *start(void **state, int max_connections)
     lim.max_bytes = BUDGET;
     lim.idle_seconds = 30;
     lim.head_seconds = 1;
+    /* The tests' names resolve nowhere: most hand them to the site proxy. */
+    lim.proxy_resolves = proxy_resolves;
+    lim.max_per_owner = max_per_owner;
+    /* the owners' test holds connections that send nothing meanwhile */
+    if (max_per_owner)
+        lim.head_seconds = 30;
     /* The proxy first: it is forked before this process starts threads. */
     audit_fd = open(f->audit, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     assert_true(audit_fd >= 0);
@@ -578,6 +585,18 @@ static fixture *start(void **state, int max_connections)
     peers_start();
     *state = f;
     return f;
+}
+
+static fixture *start(void **state, int max_connections)
+{
+    return start_with(state, max_connections, 1, 0);
+}
+
+/* Three connections per owner; names that do not resolve here refused. */
+static int setup_owners_resolving_here(void **state)
+{
+    start_with(state, 32, 0, 3);
+    return 0;
 }
 
 static int setup(void **state)
@@ -784,6 +803,53 @@ static void test_errors_without_a_site_proxy(void **state)
                                              closed_port));
     assert_answer(f, unreachable, "GET http://allowed.test/ HTTP/1.1\r\n\r\n",
                   CI_EGRESS_STATUS_502, "egress error: allowed.test:80 could not be reached\n");
+}
+
+/* Containers of one owner share its connections: the owner's fourth is
+ * refused, whichever container asks; another owner's goes through. A name
+ * that does not resolve here never reaches the site proxy. */
+static void test_owners_share_and_names_resolve_here(void **state)
+{
+    fixture *f = *state;
+    const char *allow = "\"allowed.test\"";
+    const char *a = add_box(f, 30, apr_psprintf(f->pool, "{\"container\": \"cntr_a\", "
+                                                "\"tool\": \"t\", \"owner\": \"o1\", "
+                                                "\"domains\": [%s]}", allow));
+    const char *b = add_box(f, 31, apr_psprintf(f->pool, "{\"container\": \"cntr_b\", "
+                                                "\"tool\": \"t\", \"owner\": \"o1\", "
+                                                "\"domains\": [%s]}", allow));
+    const char *c = add_box(f, 32, apr_psprintf(f->pool, "{\"container\": \"cntr_c\", "
+                                                "\"tool\": \"t\", \"owner\": \"o2\", "
+                                                "\"domains\": [%s], \"proxy\": "
+                                                "\"http://127.0.0.1:%d\"}", allow,
+                                                world.proxy_port));
+    const char *d;
+    int held[3], i;
+    /* held: connections that sent nothing yet (each waits for its head) */
+    held[0] = connect_box(a);
+    held[1] = connect_box(a);
+    held[2] = connect_box(b);
+    for (i = 0; i < 3; i++)
+        assert_true(held[i] >= 0);
+    assert_answer(f, b, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
+                  "egress refused: too many connections from this owner's containers "
+                  "(at most 3)\n");
+    assert_answer(f, c, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
+                  "egress refused: allowed.test does not resolve on this server, and the "
+                  "site proxy is not trusted to resolve it\n");
+    /* A sandbox added without an owner (a warm one) claimed by the first:
+     * its connections count in that owner's from then on. */
+    d = add_box(f, 33, apr_psprintf(f->pool, "{\"container\": \"\", \"tool\": \"t\", "
+                                    "\"domains\": [%s]}", allow));
+    assert_int_equal(ci_egress_claim(f->control, 33, "cntr_d", "o1"), 0);
+    assert_answer(f, d, "CONNECT allowed.test:443 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
+                  "egress refused: too many connections from this owner's containers "
+                  "(at most 3)\n");
+    for (i = 0; i < 3; i++)
+        close(held[i]);
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.proxy_line, "");
+    pthread_mutex_unlock(&world.lock);
 }
 
 static void test_localhost_is_refused_as_loopback(void **state)
@@ -1220,6 +1286,8 @@ int main(void)
         PROC(test_unverified_origin_is_a_502),
         PROC(test_secret_put_in_plain_http),
         PROC(test_tunnel_head_naming_another_host_is_refused),
+        cmocka_unit_test_setup_teardown(test_owners_share_and_names_resolve_here,
+                                        setup_owners_resolving_here, teardown),
     };
     int rc;
     signal(SIGPIPE, SIG_IGN);

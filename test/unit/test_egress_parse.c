@@ -394,6 +394,34 @@ static void test_site_proxy_url(void **state)
     assert_int_equal(ci_egress_parse_proxy(p, "http://", &h, &port), -1);
 }
 
+/* The site proxy is asked for the address checked here, by name only when
+ * none was (the operator lets it resolve). */
+static void test_site_proxy_connect_names_the_address(void **state)
+{
+    apr_pool_t *p = *state;
+    struct sockaddr_in v4;
+    struct sockaddr_in6 v6;
+    struct sockaddr other;
+    memset(&v4, 0, sizeof(v4));
+    v4.sin_family = AF_INET;
+    inet_pton(AF_INET, "93.184.215.14", &v4.sin_addr);
+    memset(&v6, 0, sizeof(v6));
+    v6.sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "2606:2800:220:1::1", &v6.sin6_addr);
+    memset(&other, 0, sizeof(other));
+    other.sa_family = AF_UNIX;
+    assert_string_equal(ci_egress_site_connect(p, (struct sockaddr *)&v4, "allowed.test", 443),
+                        "CONNECT 93.184.215.14:443 HTTP/1.1\r\n"
+                        "Host: 93.184.215.14:443\r\n\r\n");
+    assert_string_equal(ci_egress_site_connect(p, (struct sockaddr *)&v6, "allowed.test", 80),
+                        "CONNECT [2606:2800:220:1::1]:80 HTTP/1.1\r\n"
+                        "Host: [2606:2800:220:1::1]:80\r\n\r\n");
+    assert_string_equal(ci_egress_site_connect(p, NULL, "unresolvable.test", 443),
+                        "CONNECT unresolvable.test:443 HTTP/1.1\r\n"
+                        "Host: unresolvable.test:443\r\n\r\n");
+    assert_null(ci_egress_site_connect(p, &other, "allowed.test", 443));
+}
+
 /* ---- domain secrets -------------------------------------------------------- */
 
 static const ci_egress_secret some_secrets[] = {
@@ -593,6 +621,7 @@ int main(void)
         TEST(test_rewrite_for_the_origin),
         TEST(test_answers_and_reasons),
         TEST(test_site_proxy_url),
+        TEST(test_site_proxy_connect_names_the_address),
         TEST(test_secrets_for_a_host),
         TEST(test_secret_validity),
         TEST(test_secret_value_judged_alike),

@@ -36,7 +36,8 @@ static int unit_listen_at(const char *at)
 /* In the forked child: the supervisor's loop on FD, as the real one runs. */
 static void unit_run_supervisor(int fd)
 {
-    ci_sup_config cfg = { fd, getppid(), getuid(), &unit_hooks, NULL, 0, NULL, -1 };
+    ci_sup_config cfg = { fd, getppid(), getuid(), &unit_hooks, NULL, 0, NULL, -1,
+                          0, 0, 0, 0 };
     apr_pool_t *p;
     signal(SIGPIPE, SIG_IGN);        /* as the real one: a kernel may go */
     setsid();
