@@ -400,6 +400,8 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
     switch (status_of(ans)) {
     case CI_DIR_OK:
         if (!still_served(r, ans)) {
+            /* the turn goes on in a new container, whose hold lets go of
+             * this one (held_by) */
             st->container_lost = apr_pstrdup(r->pool, named);
             st->container_lost_tool = 1;
             break;
@@ -671,6 +673,16 @@ void ci_containers_expired(request_rec *r, ci_req_state *st)
 
 /* ---- what the response leaves ------------------------------------------------ */
 
+/* Let go of the container ST holds: a finish that records nothing (it may
+ * then be evicted once idle, and expires with its idle time). */
+static void let_go_now(request_rec *r, apr_pool_t *p, ci_req_state *st)
+{
+    json_object *req = dir_request(p, "finish", st->owner);
+    put_str(req, "container_id", st->container_held);
+    st->container_held = NULL;
+    ci_dirclient_ask_and_end(r->server, p, req);
+}
+
 /* The end of a request that held its container without finishing (an
  * error, a client gone): the hold is let go now rather than at its lease's
  * end, so that the container may be evicted once idle. */
@@ -679,21 +691,24 @@ static apr_status_t let_go(void *data)
     request_rec *r = data;
     ci_req_state *st = ci_request_state(r);
     apr_pool_t *p;
-    json_object *req;
     if (!st || !st->container_held || !st->owner)
         return APR_SUCCESS;
     apr_pool_create(&p, NULL);
-    req = dir_request(p, "finish", st->owner);
-    put_str(req, "container_id", st->container_held);
-    st->container_held = NULL;
-    ci_dirclient_ask_and_end(r->server, p, req);
+    let_go_now(r, p, st);
     apr_pool_destroy(p);
     return APR_SUCCESS;
 }
 
+/* ST holds container ID now. A request holds one container at a time: one
+ * it held before and goes on without (the chain's, whose tool a reload
+ * removed, when the turn moves to a new container) is let go first, else it
+ * stays held for the rest of the lease (the request's deadline and a
+ * minute), neither evicted nor expired, its remote sandbox running on. */
 static void held_by(request_rec *r, ci_req_state *st, const char *id)
 {
-    if (!st->container_held)
+    if (st->container_held && strcmp(st->container_held, id))
+        let_go_now(r, r->pool, st);
+    else if (!st->container_held)
         apr_pool_pre_cleanup_register(r->pool, r, let_go);
     st->container_held = apr_pstrdup(r->pool, id);
 }
