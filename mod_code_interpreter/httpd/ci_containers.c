@@ -163,7 +163,7 @@ static int expired(request_rec *r, const char *id, const char *param, ci_error *
 
 static int hold_seconds(request_rec *r, const ci_req_state *st);
 static int hold_seconds_from(request_rec *r, apr_time_t started);
-static void held_by(request_rec *r, ci_req_state *st, const char *id);
+static void held_by(request_rec *r, ci_req_state *st, const char *id, json_object *ans);
 static ci_dir_status status_of(json_object *ans);
 
 /* The container ID of the owner: its status, NULL answer when unreachable.
@@ -179,7 +179,7 @@ static json_object *lookup(request_rec *r, const char *owner, const char *id, in
         json_object_object_add(req, "hold", json_object_new_int(hold_seconds(r, st)));
     ans = dir_ask(r, req);
     if (st && ans && status_of(ans) == CI_DIR_OK)
-        held_by(r, st, id);
+        held_by(r, st, id, ans);
     return ans;
 }
 
@@ -257,7 +257,7 @@ static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object
     if (container)
         json_object_object_add(out, "container", json_object_get(container));
     if (status_of(out) == CI_DIR_OK)
-        held_by(r, st, ci_json_str(ans, "container_id"));
+        held_by(r, st, ci_json_str(ans, "container_id"), out);
     return out;
 }
 
@@ -642,7 +642,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
             return APR_EAGAIN;
         }
         st->container_exists = 1;
-        held_by(r, st, st->container_id);
+        held_by(r, st, st->container_id, ans);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
                       "(tool %s)%s%s", st->container_id, st->sandbox->name,
                       ci_json_get(ans, "evicted", json_type_object)
@@ -699,13 +699,20 @@ static apr_status_t let_go(void *data)
     return APR_SUCCESS;
 }
 
-/* ST holds container ID now. A request holds one container at a time: one
+/* ST holds container ID now (ANS: the answer that found or made it). A
+ * request holds one container at a time: one
  * it held before and goes on without (the chain's, whose tool a reload
  * removed, when the turn moves to a new container) is let go first, else it
  * stays held for the rest of the lease (the request's deadline and a
  * minute), neither evicted nor expired, its remote sandbox running on. */
-static void held_by(request_rec *r, ci_req_state *st, const char *id)
+static void held_by(request_rec *r, ci_req_state *st, const char *id, json_object *ans)
 {
+    ci_container c;
+    /* held, it lives at least until the hold ends and its idle time passes
+     * after: the credentials it was made with are kept that long */
+    if (!ci_dirclient_container(r->pool, ans, "container", &c))
+        ci_dirclient_needs_cred(&c, apr_time_now() +
+                                    apr_time_from_sec(hold_seconds(r, st)));
     if (st->container_held && strcmp(st->container_held, id))
         let_go_now(r, r->pool, st);
     else if (!st->container_held)
