@@ -376,7 +376,13 @@ static void *APR_THREAD_FUNC claim_loop(apr_thread_t *t, void *data)
     apr_thread_mutex_lock(cl->lock);
     while (!cl->stop) {
         apr_thread_mutex_unlock(cl->lock);
-        claim_once(cl, p);
+        /* A child of an older configuration (finishing its requests after
+         * a reload) claims nothing: a due container is handed out once,
+         * and one made with credentials a later configuration brought
+         * would be ended here with the wrong ones, or not at all. The
+         * newest configuration's children know every credential kept. */
+        if (!ci_registry_superseded())
+            claim_once(cl, p);
         if (cl->be->reconcile && !cl->failing && ++rounds % RECONCILE_EVERY == 0)
             cl->be->reconcile(cl->s, p);
         apr_pool_clear(p);

@@ -54,6 +54,11 @@ void ci_registry_cred_needed(const char *digest, apr_time_t until);
 /* Whether this process knows credentials for any remote sandbox. */
 int ci_registry_remote_creds(void);
 
+/* Child: a reload since this child was forked made a newer configuration
+ * (whose children know every credential still kept, this one only those
+ * of its own and older configurations). */
+int ci_registry_superseded(void);
+
 /* Child: start the thread that deletes remote sandboxes dead children left. */
 void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);
 
