@@ -186,10 +186,11 @@ void ci_registry_cred_needed(const char *digest, apr_time_t until)
      * the retired ones are kept for their own time only. */
 }
 
-/* Parent: entries whose time has passed are free again. */
+/* Parent: entries whose time (and the claims' slack after it) has passed
+ * are free again. */
 static void free_past_needs(apr_time_t now)
 {
-    apr_uint32_t sec = (apr_uint32_t)apr_time_sec(now);
+    apr_uint32_t sec = (apr_uint32_t)apr_time_sec(now - RETIRED_SLACK);
     int i;
     for (i = 0; ci_reg && i < REG_NEEDS; i++) {
         reg_cred_need *n = &ci_reg->needs[i];
