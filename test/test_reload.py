@@ -174,14 +174,30 @@ def test_load_during_three_reloads(server, model, e2b):
     assert wrong == [], "created with the wrong key (reloads %s): %s" % (reloads, wrong[:5])
 
 
-def test_conversations_during_three_reloads_leave_no_sandbox(server, model, e2b):
+@pytest.fixture
+def idle_server(model, e2b):
+    """The server with E2B containers idle 10 s from its start (a reload
+    that changes only idle= leaves an older child making containers with
+    its own idle time, as documented)."""
+    server = Httpd("reload-idle", "", fakes=[e2b])
+    os.makedirs(server.root, exist_ok=True)
+    server.key_file = os.path.join(server.root, "e2b.key")
+    with open(server.key_file, "w") as f:
+        f.write(KEY_A + "\n")
+    server.write_conf(conf(model.port, e2b.port, server.key_file, idle="10s"))
+    e2b.reset()
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_conversations_during_three_reloads_leave_no_sandbox(idle_server, model, e2b):
     """Six clients, three of them two-turn conversations (containers, idle
     10 s), through a key rotation, a rotation back and the removal of the
     tool: once every container's idle time has passed, every E2B sandbox
     made is deleted, with the key it was made with."""
+    server = idle_server
     e2b.control(timeouts_ignored=True)     # whatever ends, the module ended
-    server.write_conf(conf(model.port, e2b.port, server.key_file, idle="10s"))
-    server.graceful()
     answered = []
     stop = threading.Event()
 
@@ -210,6 +226,7 @@ def test_conversations_during_three_reloads_leave_no_sandbox(server, model, e2b)
                     "input": script_input([[{"call": "print(2)"}],
                                            [{"text": "{{last_output}}"}]])}, me))
 
+    reloads = []
     threads = [threading.Thread(target=anonymous) for _ in range(3)] + \
         [threading.Thread(target=conversation, args=(n,)) for n in range(3)]
     for t in threads:
@@ -224,7 +241,9 @@ def test_conversations_during_three_reloads_leave_no_sandbox(server, model, e2b)
             else:
                 with open(server.key_file, "w") as f:
                     f.write(key + "\n")
+            began = time.time()
             server.graceful()
+            reloads.append((began, key))
         since = len(answered)
         wait_for(lambda: len(answered) - since >= 30, 60, "requests served after")
     finally:
@@ -233,8 +252,14 @@ def test_conversations_during_three_reloads_leave_no_sandbox(server, model, e2b)
             t.join()
     assert [a for a in answered if a[0] != 200] == []
     # every container's idle time (10 s) passes, and its claim (once a second)
-    state = e2b.until(lambda st: not st["live"], "every sandbox to be deleted "
-                      "(%d made)" % e2b.state()["created"], timeout=60)
+    deadline = time.monotonic() + 60
+    while e2b.state()["live"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    state = e2b.state()
+    assert state["live"] == [], "left (reloads at %s): %s" % (
+        [round(t, 2) for t, _ in reloads],
+        [(sb["metadata"], sb["api_key"][-4:], round(sb["created_at"], 2))
+         for sb in state["sandboxes"].values()])
     made = {c["id"]: c["api_key"] for c in state["creates"] if c["status"] == 201}
     gone = {d["id"]: d["api_key"] for d in state["deletes"] if d["status"] == 204}
     assert (state["created"], state["deleted"]) == (len(made), len(made))
