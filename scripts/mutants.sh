@@ -384,6 +384,15 @@ MUTANTS = [
      "    cred *c = NULL;",
      "a removed tool's containers cannot be deleted with the credentials they were made with",
      ["test/test_removed_tool.py::test_a_removed_tools_containers_end_with_their_idle_time"]),
+    ("removed-tool-chain-hold-kept", "mod_code_interpreter/httpd/ci_containers.c",
+     "    if (st->container_held && strcmp(st->container_held, id))\n"
+     "        let_go_now(r, r->pool, st);\n    else if (!st->container_held)",
+     "    if (!st->container_held)",
+     "a container made just before the reload that removed its tool stays held by the "
+     "next turn (moved to a new container) for its whole lease: its E2B sandbox outlives "
+     "its idle time",
+     ["test/test_removed_tool.py::"
+      "test_a_container_made_across_the_reload_that_removed_its_tool_is_deleted"]),
     ("removed-tool-container-used", "mod_code_interpreter/httpd/ci_containers.c",
      "        if (!still_served(r, ans)) {",
      "        if (0) {",

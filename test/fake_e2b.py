@@ -38,11 +38,13 @@ Test control (no authentication):
 * ``POST /_expire`` with ``{"id": ...}`` (or ``{}`` for all) expires sandboxes
   now, as if their timeout had passed.
 * ``POST /_release`` with ``{"gate": name}`` opens a gate (before or while it is
-  waited on). The switches ``hold_execute`` and ``hold_delete`` name a gate:
-  an execution then runs its code (the stream has begun, keepalives flow) only
-  once that gate is open, a delete is answered only then. A gate still shut
-  after ``HOLD_LIMIT`` seconds gives up: the execution ends with an error line
-  named ``FakeHoldExpired``, the delete with a 500.
+  waited on). The switches ``hold_execute``, ``hold_delete`` and
+  ``hold_create`` name a gate: an execution then runs its code (the stream has
+  begun, keepalives flow) only once that gate is open, a delete is answered
+  only then, and an authorized create makes its sandbox (and answers) only
+  then (it is in ``creates`` meanwhile, its ``status`` null). A gate still
+  shut after ``HOLD_LIMIT`` seconds gives up: the execution ends with an error
+  line named ``FakeHoldExpired``, the delete and the create with a 500.
 * ``GET /_state`` returns what happened (see ``FakeE2BServer.snapshot``): among
   others, every control-plane, execute and context request with the client's
   address:port (``peer``): ``creates``, ``deletes``, ``timeouts`` (each
@@ -130,6 +132,7 @@ SWITCHES = {
     "create_without_domain": bool,
     "hold_execute": str,
     "hold_delete": str,
+    "hold_create": str,
     # seconds a sandbox may live from its start (the plan's cap): a timeout
     # call ends it no later, and once it is older the call answers 400
     "max_instance_length": float,
@@ -1326,9 +1329,14 @@ class Handler(BaseHTTPRequestHandler):
             domain = None if srv.switches.get("create_without_domain") else \
                 srv.switches.get("domain", srv.domain)
             default_timeout = srv.switches.get("default_timeout", API_DEFAULT_TIMEOUT)
+            gate = srv.switches.get("hold_create")
         if not authorized:
             record["status"] = 401
             self._api_error(401, "Invalid API key")
+            return
+        if gate is not None and not srv.hold(gate, "create", None):
+            record["status"] = 500
+            self._api_error(500, "gate %s was not opened within %g s" % (gate, HOLD_LIMIT))
             return
         if forced is not None and forced != 201:
             record["status"] = forced

@@ -525,6 +525,25 @@ def test_held_delete_is_answered_once_released(fake):
     assert [d["status"] for d in st["deletes"]] == [204] and st["live"] == []
 
 
+def test_held_create_makes_its_sandbox_once_released(fake):
+    fake.control(hold_create="make")
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("r", Client(fake.port).json(
+        "POST", "/sandboxes", {"templateID": "code-interpreter-v1"})))
+    t.start()
+    st = wait_state(fake, lambda s: s["held"], "the held create")
+    assert st["held"] == [{"gate": "make", "what": "create", "sandbox_id": None}]
+    assert [c["status"] for c in st["creates"]] == [None]
+    assert st["live"] == [] and "r" not in out
+    fake.json("POST", "/_release", {"gate": "make"}, key=None)
+    t.join(10)
+    status, body, _ = out["r"]
+    assert status == 201
+    st = fake.state()
+    assert [c["status"] for c in st["creates"]] == [201]
+    assert st["live"] == [body["sandboxID"]]
+
+
 def test_gate_left_shut_gives_up(fake, monkeypatch):
     monkeypatch.setattr(fake_e2b, "HOLD_LIMIT", 0.2)
     sb = fake.create()

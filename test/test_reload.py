@@ -1,5 +1,7 @@
-"""Graceful reloads under load, key rotation, and a child killed in the
-middle of an E2B execution: what it left is deleted by a live child."""
+"""Graceful reloads under load (requests, and conversations in containers),
+key rotation, the tool removed, and a child killed in the middle of an E2B
+execution: every E2B sandbox made is deleted, with the key it was made with
+(what a dead child left, by a live child)."""
 import http.client
 import json
 import os
@@ -25,10 +27,11 @@ def e2b():
     proc.wait()
 
 
-def conf(model_port, e2b_port, key_file, with_e2b=True):
+def conf(model_port, e2b_port, key_file, with_e2b=True, idle=None):
     tool = ("CodeInterpreterSandbox cloud provider=e2b api_key=file:%s "
-            "api_base=http://127.0.0.1:%d sandbox_url=http://127.0.0.1:%d timeout=30\n"
-            % (key_file, e2b_port, e2b_port)) if with_e2b else ""
+            "api_base=http://127.0.0.1:%d sandbox_url=http://127.0.0.1:%d timeout=30%s\n"
+            % (key_file, e2b_port, e2b_port, " idle=%s" % idle if idle else "")
+            ) if with_e2b else ""
     return base_conf(model_port, """
 StartServers 2
 %s
@@ -169,6 +172,99 @@ def test_load_during_three_reloads(server, model, e2b):
             wrong.append((r["sent"], r["answered"], key_of.get(r["container"]), sorted(
                 map(str, keys))))
     assert wrong == [], "created with the wrong key (reloads %s): %s" % (reloads, wrong[:5])
+
+
+@pytest.fixture
+def idle_server(model, e2b):
+    """The server with E2B containers idle 10 s from its start (a reload
+    that changes only idle= leaves an older child making containers with
+    its own idle time, as documented)."""
+    server = Httpd("reload-idle", "", fakes=[e2b])
+    os.makedirs(server.root, exist_ok=True)
+    server.key_file = os.path.join(server.root, "e2b.key")
+    with open(server.key_file, "w") as f:
+        f.write(KEY_A + "\n")
+    server.write_conf(conf(model.port, e2b.port, server.key_file, idle="10s"))
+    e2b.reset()
+    server.start()
+    yield server
+    server.stop()
+
+
+def test_conversations_during_three_reloads_leave_no_sandbox(idle_server, model, e2b):
+    """Six clients, three of them two-turn conversations (containers, idle
+    10 s), through a key rotation, a rotation back and the removal of the
+    tool: once every container's idle time has passed, every E2B sandbox
+    made is deleted, with the key it was made with."""
+    server = idle_server
+    e2b.control(timeouts_ignored=True)     # whatever ends, the module ended
+    answered = []
+    stop = threading.Event()
+
+    def attempt(body, headers):
+        for _ in range(4):     # refused by an older child: retried at once
+            status, hdrs, out = server.post("/e2b/v1/responses", body, timeout=60,
+                                            headers=headers)
+            if (status, out) != (503, RECONFIGURED):
+                return status, out
+        return status, out
+
+    def anonymous():
+        while not stop.is_set():
+            answered.append(attempt({"model": "m", "tools": [TOOL], "input": script_input(
+                [[{"call": "print(1)"}], [{"text": "{{last_output}}"}]])}, ANONYMOUS))
+
+    def conversation(n):
+        me = {"Authorization": "Bearer sk-reload-conversation-%d" % n}
+        while not stop.is_set():
+            status, first = attempt({"model": "m", "tools": [TOOL], "input": script_input(
+                [[{"call": "x = 1"}], [{"text": "set"}]])}, me)
+            answered.append((status, first))
+            if status == 200:
+                answered.append(attempt({
+                    "model": "m", "tools": [TOOL], "previous_response_id": first["id"],
+                    "input": script_input([[{"call": "print(2)"}],
+                                           [{"text": "{{last_output}}"}]])}, me))
+
+    reloads = []
+    threads = [threading.Thread(target=anonymous) for _ in range(3)] + \
+        [threading.Thread(target=conversation, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for key in (KEY_B, KEY_A, None):
+            since = len(answered)
+            wait_for(lambda: len(answered) - since >= 30, 60, "requests served")
+            if key is None:
+                server.write_conf(conf(model.port, e2b.port, server.key_file,
+                                       with_e2b=False))
+            else:
+                with open(server.key_file, "w") as f:
+                    f.write(key + "\n")
+            began = time.time()
+            server.graceful()
+            reloads.append((began, key))
+        since = len(answered)
+        wait_for(lambda: len(answered) - since >= 30, 60, "requests served after")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert [a for a in answered if a[0] != 200] == []
+    # every container's idle time (10 s) passes, and its claim (once a second)
+    deadline = time.monotonic() + 60
+    while e2b.state()["live"] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    state = e2b.state()
+    assert state["live"] == [], "left (reloads at %s): %s" % (
+        [round(t, 2) for t, _ in reloads],
+        [(sb["metadata"], sb["api_key"][-4:], round(sb["created_at"], 2))
+         for sb in state["sandboxes"].values()])
+    made = {c["id"]: c["api_key"] for c in state["creates"] if c["status"] == 201}
+    gone = {d["id"]: d["api_key"] for d in state["deletes"] if d["status"] == 204}
+    assert (state["created"], state["deleted"]) == (len(made), len(made))
+    assert gone == made, "deleted with another key: %s" % sorted(
+        i for i in made if gone.get(i) != made[i])
 
 
 def kill_child_mid_execution(server, e2b, gate):

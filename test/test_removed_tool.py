@@ -6,6 +6,7 @@ one is told; a reload that declares the tool again keeps them usable.
 Counted from the fake E2B's live list and deletes, and from /proc."""
 import json
 import os
+import threading
 
 import pytest
 
@@ -142,6 +143,43 @@ def test_a_turn_on_a_removed_tools_container_is_told(server, model, e2b):
     status, _, out = server.post("/v1/containers/%s/files" % old, {"file_id": "file-x"},
                                  headers=ME)
     assert (status, out["error"]["code"]) == (409, "container_unavailable")
+
+
+def test_a_container_made_across_the_reload_that_removed_its_tool_is_deleted(
+        server, model, e2b):
+    """A turn accepted before the reload that rotates the key and removes the
+    tool makes its container's sandbox after it (the fake holds the create):
+    it finishes with the configuration it began with, and the sandbox is
+    deleted at its idle expiry with the key it was made with, also when the
+    conversation's next turn (on a new child) moves to a new container."""
+    e2b.control(hold_create="reload")
+    first = {}
+    t = threading.Thread(target=lambda: first.setdefault("out", turn(
+        server, "/cloud/v1/responses", [[{"call": "x = 1"}], [{"text": "set"}]])))
+    t.start()
+    e2b.until(lambda st: st["held"], "the create to reach the service")
+    with open(server.key_file, "w") as f:
+        f.write(KEY_B + "\n")
+    server.without_tools()
+    server.graceful()
+    e2b.release("reload")
+    t.join()
+    [create] = e2b.state()["creates"]
+    assert (create["api_key"], create["status"]) == (KEY_A, 201)
+    old = calls_of(first["out"])[0]["container_id"]
+    # the next turn, on a new child: a new (local) container, and the model
+    # is told why
+    second = turn(server, "/v1/responses", [[{"call": "print(2)"}],
+                                            [{"text": "{{last_output}}"}]],
+                  previous_response_id=first["out"]["id"])
+    assert calls_of(second)[0]["container_id"] != old
+    # the old container's idle time passes: its sandbox is deleted with KEY_A
+    state = e2b.until(lambda st: not st["live"], "the sandbox made across the reload "
+                      "to be deleted")
+    assert [(d["id"], d["api_key"], d["status"]) for d in state["deletes"]] == [
+        (create["id"], KEY_A, 204)]
+    status, _, listed = server.request("GET", "/v1/containers", headers=ME)
+    assert {c["id"]: c["status"] for c in json.loads(listed)["data"]}[old] == "expired"
 
 
 def test_a_tool_declared_again_keeps_its_containers(server, model, e2b):

@@ -163,7 +163,7 @@ static int expired(request_rec *r, const char *id, const char *param, ci_error *
 
 static int hold_seconds(request_rec *r, const ci_req_state *st);
 static int hold_seconds_from(request_rec *r, apr_time_t started);
-static void held_by(request_rec *r, ci_req_state *st, const char *id);
+static void held_by(request_rec *r, ci_req_state *st, const char *id, json_object *ans);
 static ci_dir_status status_of(json_object *ans);
 
 /* The container ID of the owner: its status, NULL answer when unreachable.
@@ -179,7 +179,7 @@ static json_object *lookup(request_rec *r, const char *owner, const char *id, in
         json_object_object_add(req, "hold", json_object_new_int(hold_seconds(r, st)));
     ans = dir_ask(r, req);
     if (st && ans && status_of(ans) == CI_DIR_OK)
-        held_by(r, st, id);
+        held_by(r, st, id, ans);
     return ans;
 }
 
@@ -257,7 +257,7 @@ static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object
     if (container)
         json_object_object_add(out, "container", json_object_get(container));
     if (status_of(out) == CI_DIR_OK)
-        held_by(r, st, ci_json_str(ans, "container_id"));
+        held_by(r, st, ci_json_str(ans, "container_id"), out);
     return out;
 }
 
@@ -400,6 +400,8 @@ static int resolve_auto(request_rec *r, ci_req_state *st, const char *chained,
     switch (status_of(ans)) {
     case CI_DIR_OK:
         if (!still_served(r, ans)) {
+            /* the turn goes on in a new container, whose hold lets go of
+             * this one (held_by) */
             st->container_lost = apr_pstrdup(r->pool, named);
             st->container_lost_tool = 1;
             break;
@@ -640,7 +642,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
             return APR_EAGAIN;
         }
         st->container_exists = 1;
-        held_by(r, st, st->container_id);
+        held_by(r, st, st->container_id, ans);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
                       "(tool %s)%s%s", st->container_id, st->sandbox->name,
                       ci_json_get(ans, "evicted", json_type_object)
@@ -671,6 +673,16 @@ void ci_containers_expired(request_rec *r, ci_req_state *st)
 
 /* ---- what the response leaves ------------------------------------------------ */
 
+/* Let go of the container ST holds: a finish that records nothing (it may
+ * then be evicted once idle, and expires with its idle time). */
+static void let_go_now(request_rec *r, apr_pool_t *p, ci_req_state *st)
+{
+    json_object *req = dir_request(p, "finish", st->owner);
+    put_str(req, "container_id", st->container_held);
+    st->container_held = NULL;
+    ci_dirclient_ask_and_end(r->server, p, req);
+}
+
 /* The end of a request that held its container without finishing (an
  * error, a client gone): the hold is let go now rather than at its lease's
  * end, so that the container may be evicted once idle. */
@@ -679,21 +691,31 @@ static apr_status_t let_go(void *data)
     request_rec *r = data;
     ci_req_state *st = ci_request_state(r);
     apr_pool_t *p;
-    json_object *req;
     if (!st || !st->container_held || !st->owner)
         return APR_SUCCESS;
     apr_pool_create(&p, NULL);
-    req = dir_request(p, "finish", st->owner);
-    put_str(req, "container_id", st->container_held);
-    st->container_held = NULL;
-    ci_dirclient_ask_and_end(r->server, p, req);
+    let_go_now(r, p, st);
     apr_pool_destroy(p);
     return APR_SUCCESS;
 }
 
-static void held_by(request_rec *r, ci_req_state *st, const char *id)
+/* ST holds container ID now (ANS: the answer that found or made it). A
+ * request holds one container at a time: one
+ * it held before and goes on without (the chain's, whose tool a reload
+ * removed, when the turn moves to a new container) is let go first, else it
+ * stays held for the rest of the lease (the request's deadline and a
+ * minute), neither evicted nor expired, its remote sandbox running on. */
+static void held_by(request_rec *r, ci_req_state *st, const char *id, json_object *ans)
 {
-    if (!st->container_held)
+    ci_container c;
+    /* held, it lives at least until the hold ends and its idle time passes
+     * after: the credentials it was made with are kept that long */
+    if (!ci_dirclient_container(r->pool, ans, "container", &c))
+        ci_dirclient_needs_cred(&c, apr_time_now() +
+                                    apr_time_from_sec(hold_seconds(r, st)));
+    if (st->container_held && strcmp(st->container_held, id))
+        let_go_now(r, r->pool, st);
+    else if (!st->container_held)
         apr_pool_pre_cleanup_register(r->pool, r, let_go);
     st->container_held = apr_pstrdup(r->pool, id);
 }

@@ -147,10 +147,22 @@ ci_dir_status ci_dirclient_status_of(json_object *ans)
     return ci_dirops_status_of(ci_json_str(ans, "status"));
 }
 
+/* Container C was read for a use (every use reads it here): the
+ * credentials its remote sandbox is deleted with are needed at least until
+ * it can expire, whatever a reload retires meanwhile. */
+void ci_dirclient_needs_cred(const ci_container *c, apr_time_t until)
+{
+    if (c->cred && c->status == CI_CNTR_RUNNING)
+        ci_registry_cred_needed(c->cred, until + apr_time_from_sec(c->idle_seconds));
+}
+
 int ci_dirclient_container(apr_pool_t *p, json_object *ans, const char *key,
                            ci_container *c)
 {
-    return ci_dirops_container_from(p, ci_json_get(ans, key, json_type_object), c);
+    int rc = ci_dirops_container_from(p, ci_json_get(ans, key, json_type_object), c);
+    if (!rc)
+        ci_dirclient_needs_cred(c, apr_time_now());
+    return rc;
 }
 
 int ci_dirclient_status(server_rec *s, apr_pool_t *p, const char **answer,
@@ -364,7 +376,13 @@ static void *APR_THREAD_FUNC claim_loop(apr_thread_t *t, void *data)
     apr_thread_mutex_lock(cl->lock);
     while (!cl->stop) {
         apr_thread_mutex_unlock(cl->lock);
-        claim_once(cl, p);
+        /* A child of an older configuration (finishing its requests after
+         * a reload) claims nothing: a due container is handed out once,
+         * and one made with credentials a later configuration brought
+         * would be ended here with the wrong ones, or not at all. The
+         * newest configuration's children know every credential kept. */
+        if (!ci_registry_superseded())
+            claim_once(cl, p);
         if (cl->be->reconcile && !cl->failing && ++rounds % RECONCILE_EVERY == 0)
             cl->be->reconcile(cl->s, p);
         apr_pool_clear(p);

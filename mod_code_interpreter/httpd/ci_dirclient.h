@@ -107,10 +107,16 @@ json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_s
 void ci_dirclient_end(server_rec *s, apr_pool_t *p, const apr_array_header_t *gone);
 
 /* An answer's status, and its record KEY ("container", "evicted") into *C:
- * 0, or -1 when it has none. */
+ * 0, or -1 when it has none. A running container read so may be used: the
+ * credentials it was made with are needed until its idle expiry
+ * (ci_dirclient_needs_cred). */
 ci_dir_status ci_dirclient_status_of(json_object *ans);
 int ci_dirclient_container(apr_pool_t *p, json_object *ans, const char *key,
                            ci_container *c);
+
+/* Running container C's credentials are needed until its idle expiry
+ * counted from UNTIL (a request's hold ends then; ci_registry_cred_needed). */
+void ci_dirclient_needs_cred(const ci_container *c, apr_time_t until);
 
 /* What this node's supervisor says it runs (server-status). */
 int ci_dirclient_status(server_rec *s, apr_pool_t *p, const char **answer,

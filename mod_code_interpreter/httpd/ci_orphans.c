@@ -135,8 +135,18 @@ static apr_status_t reaper_stop(void *data)
     return APR_SUCCESS;
 }
 
+/* The registry's generation this child was forked in. */
+static apr_uint32_t child_generation;
+
+int ci_registry_superseded(void)
+{
+    return ci_reg && apr_atomic_read32(&ci_reg->generation) != child_generation;
+}
+
 void ci_registry_child_init(apr_pool_t *pchild, server_rec *s)
 {
+    if (ci_reg)
+        child_generation = apr_atomic_read32(&ci_reg->generation);
     if (!ci_reg || !ci_registry_remote_creds())
         return;             /* no remote sandboxes configured, ever */
     reaper.s = s;

@@ -4,14 +4,22 @@
  * provider's reap_cred: for E2B, api_base and key) in its private retained
  * memory, keyed by a digest; children inherit a copy when forked. A slot, a
  * container's record and the tool table hold only the digest. Credentials a
- * reload no longer uses are retired: kept as long as a container made with
- * them may live, then forgotten.
+ * reload no longer uses are retired: kept as long as something made with
+ * them may live, then forgotten. What may live: a sandbox a child of a
+ * generation that used them may still make (a request accepted before the
+ * reload finishes with the configuration it began with, and may create its
+ * sandbox with the retired key up to its deadline), a container whose
+ * record names them (the children write, in the registry, until when each
+ * one they use or hold may live: ci_registry_cred_needed), and a registry
+ * slot holding a remote sandbox made with them.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <apr_atomic.h>
 #include <apr_strings.h>
 #include <ap_mpm.h>
 #include <mpm_common.h>
+#include <scoreboard.h>
 #include "ci_settings.h"
 #include "ci_registry_internal.h"
 
@@ -132,6 +140,121 @@ void ci_reg_keep_credentials(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen)
     retire_credentials(gen);
 }
 
+/* ---- what containers still need (children write, the parent reads) ------ */
+
+static void raise_until(reg_cred_need *n, apr_uint32_t until)
+{
+    for (;;) {
+        apr_uint32_t was = apr_atomic_read32(&n->until);
+        if (was >= until || apr_atomic_cas32(&n->until, until, was) == was)
+            return;
+    }
+}
+
+/* N is (still) DIGEST's entry: it was not freed and reused meanwhile. */
+static int need_is(reg_cred_need *n, const char *digest)
+{
+    return apr_atomic_read32(&n->state) == NEED_SET && !strcmp(n->digest, digest);
+}
+
+void ci_registry_cred_needed(const char *digest, apr_time_t until)
+{
+    apr_uint32_t sec = (apr_uint32_t)apr_time_sec(until) + 1;
+    int i, tries;
+    if (!ci_reg || !digest || !*digest)
+        return;
+    for (tries = 0; tries < 3; tries++) {
+        for (i = 0; i < REG_NEEDS; i++) {
+            reg_cred_need *n = &ci_reg->needs[i];
+            if (!need_is(n, digest))
+                continue;
+            raise_until(n, sec);
+            if (need_is(n, digest))
+                return;
+        }
+        for (i = 0; i < REG_NEEDS; i++) {
+            reg_cred_need *n = &ci_reg->needs[i];
+            if (apr_atomic_cas32(&n->state, NEED_WRITING, NEED_FREE) != NEED_FREE)
+                continue;
+            apr_cpystrn(n->digest, digest, sizeof(n->digest));
+            apr_atomic_set32(&n->until, sec);
+            apr_atomic_set32(&n->state, NEED_SET);
+            return;
+        }
+    }
+    /* Every entry in use (as many credentials as REG_NEEDS in use at once):
+     * the retired ones are kept for their own time only. */
+}
+
+/* Parent: entries whose time (and the claims' slack after it) has passed
+ * are free again. */
+static void free_past_needs(apr_time_t now)
+{
+    apr_uint32_t sec = (apr_uint32_t)apr_time_sec(now - RETIRED_SLACK);
+    int i;
+    for (i = 0; ci_reg && i < REG_NEEDS; i++) {
+        reg_cred_need *n = &ci_reg->needs[i];
+        if (apr_atomic_read32(&n->until) >= sec ||
+            apr_atomic_cas32(&n->state, NEED_WRITING, NEED_SET) != NEED_SET)
+            continue;
+        /* a child may have raised it before the state changed */
+        if (apr_atomic_read32(&n->until) >= sec) {
+            apr_atomic_set32(&n->state, NEED_SET);
+            continue;
+        }
+        n->digest[0] = '\0';
+        apr_atomic_set32(&n->state, NEED_FREE);
+    }
+}
+
+/* Containers made with C may live past NOW (plus the claims' slack). */
+static int needed_by_containers(const cred *c, apr_time_t now)
+{
+    apr_uint32_t sec = (apr_uint32_t)apr_time_sec(now - RETIRED_SLACK);
+    int i;
+    for (i = 0; ci_reg && i < REG_NEEDS; i++)
+        if (need_is(&ci_reg->needs[i], c->digest) &&
+            apr_atomic_read32(&ci_reg->needs[i].until) >= sec)
+            return 1;
+    return 0;
+}
+
+/* A child of a generation that used C (as current) lives: it may still
+ * make a sandbox with it, for a request it accepted before the reload. */
+static int needed_by_children(const cred *c)
+{
+    int i, limit = 0;
+    if (!ap_scoreboard_image)
+        return 0;
+    ap_mpm_query(AP_MPMQ_HARD_LIMIT_DAEMONS, &limit);
+    for (i = 0; i < limit; i++) {
+        process_score *ps = ap_get_scoreboard_process(i);
+        if (ps && ps->pid && (apr_uint32_t)ps->generation <= c->generation)
+            return 1;
+    }
+    return 0;
+}
+
+/* A registry slot holds a remote sandbox made with C (a request's own,
+ * or one a dead child left for the reaper). */
+static int needed_by_slots(const cred *c)
+{
+    int i;
+    for (i = 0; ci_reg && i < REG_SLOTS; i++) {
+        reg_slot *sl = &ci_reg->slots[i];
+        apr_uint32_t st = apr_atomic_read32(&sl->state);
+        if ((st == SLOT_IN_USE || st == SLOT_ORPHANED || st == SLOT_REAPING) &&
+            sl->remote_id[0] && !strcmp(sl->cred, c->digest))
+            return 1;
+    }
+    return 0;
+}
+
+static int still_needed(const cred *c, apr_time_t now)
+{
+    return needed_by_containers(c, now) || needed_by_children(c) || needed_by_slots(c);
+}
+
 static void cred_free(cred *c)
 {
     explicit_bzero((char *)c->c.secret, strlen(c->c.secret));
@@ -148,10 +271,11 @@ static void forget_retired(ap_generation_t gen)
     int current = 0;
     apr_time_t now = apr_time_now();
     ap_mpm_query(AP_MPMQ_GENERATION, &current);
+    free_past_needs(now);
     while (at && *at) {
         cred *c = *at;
         if (c->generation <= (apr_uint32_t)gen && c->generation != (apr_uint32_t)current &&
-            c->keep_until && c->keep_until <= now) {
+            c->keep_until && c->keep_until <= now && !still_needed(c, now)) {
             *at = c->next;
             cred_free(c);
         }

@@ -46,8 +46,18 @@ const char *ci_registry_cred_digest(apr_pool_t *p, const ci_sandbox_def *def);
 int ci_registry_cred_of(const char *digest, const ci_provider **provider,
                         ci_reap_cred *out);
 
+/* Child: a container made with credentials DIGEST (its record's "cred")
+ * may live until UNTIL (it was just used, or is held): the parent keeps
+ * those credentials, even retired by a reload, at least as long. */
+void ci_registry_cred_needed(const char *digest, apr_time_t until);
+
 /* Whether this process knows credentials for any remote sandbox. */
 int ci_registry_remote_creds(void);
+
+/* Child: a reload since this child was forked made a newer configuration
+ * (whose children know every credential still kept, this one only those
+ * of its own and older configurations). */
+int ci_registry_superseded(void);
 
 /* Child: start the thread that deletes remote sandboxes dead children left. */
 void ci_registry_child_init(apr_pool_t *pchild, server_rec *s);

@@ -15,9 +15,10 @@
 /* ---- the shared memory's layout ----------------------------------------- */
 
 #define REG_MAGIC 0x43495247u
-#define REG_LAYOUT 5u
+#define REG_LAYOUT 6u
 #define REG_SLOTS 4096
 #define REG_TOOLS 64
+#define REG_NEEDS 64
 
 enum { SLOT_FREE = 0, SLOT_CLAIMING = 1, SLOT_IN_USE = 2, SLOT_ORPHANED = 3,
        SLOT_REAPING = 4 };
@@ -57,6 +58,18 @@ typedef struct reg_tool_table {
     reg_tool_entry e[REG_TOOLS];
 } reg_tool_table;
 
+/* Credentials a container still needs: a child that uses (or holds) a
+ * container whose record names credentials DIGEST writes here until when
+ * the container may live; the parent forgets retired credentials only
+ * after that (ci_reap_creds.c). Digests only. */
+enum { NEED_FREE = 0, NEED_WRITING = 1, NEED_SET = 2 };
+
+typedef struct reg_cred_need {
+    volatile apr_uint32_t state;
+    volatile apr_uint32_t until;             /* seconds since the epoch */
+    char digest[APR_SHA1_DIGESTSIZE * 2 + 1];
+} reg_cred_need;
+
 typedef struct registry {
     apr_uint32_t magic, layout;
     volatile apr_uint32_t generation;
@@ -72,6 +85,7 @@ typedef struct registry {
     reg_tool_table tables[2];
     reg_tool tools[REG_TOOLS];
     reg_slot slots[REG_SLOTS];
+    reg_cred_need needs[REG_NEEDS];
 } registry;
 
 /* The segment, in every process after post_config (NULL before, or when it
