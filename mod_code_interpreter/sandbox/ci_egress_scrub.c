@@ -237,24 +237,23 @@ ci_egress_scrub *ci_egress_scrub_make(apr_pool_t *p, const apr_array_header_t *s
 typedef enum { M_NO, M_YES, M_UNDECIDED } match_result;
 
 /* Whether VALUE (VN bytes) starts at S (N bytes there): *SPAN its length
- * in S. ENCODED: a byte may also be %XX (either case), a space '+'. */
+ * in S. ENCODED: a byte may also be %XX (either case), a space '+'.
+ * AT_END: nothing follows the N bytes (a match that needs more is none). */
 static match_result match_at(const char *s, apr_size_t n, const char *value,
-                             apr_size_t vn, int encoded, apr_size_t *span)
+                             apr_size_t vn, int encoded, int at_end, apr_size_t *span)
 {
     apr_size_t j = 0, k = 0;
     while (j < vn) {
         unsigned char want = (unsigned char)value[j];
         if (k >= n)
-            return M_UNDECIDED;
+            return at_end ? M_NO : M_UNDECIDED;
         if (encoded && s[k] == '%') {
-            int hi, lo;
-            if (k + 1 >= n)
+            /* -2: not there yet */
+            int hi = k + 1 < n ? hex_value((unsigned char)s[k + 1]) : -2;
+            int lo = hi >= 0 ? (k + 2 < n ? hex_value((unsigned char)s[k + 2]) : -2) : -1;
+            if (!at_end && (hi == -2 || lo == -2))
                 return M_UNDECIDED;
-            hi = hex_value((unsigned char)s[k + 1]);
-            if (hi >= 0 && k + 2 >= n)
-                return M_UNDECIDED;
-            lo = hi >= 0 ? hex_value((unsigned char)s[k + 2]) : -1;
-            if (lo >= 0 && (unsigned char)(hi * 16 + lo) == want) {
+            if (hi >= 0 && lo >= 0 && (unsigned char)(hi * 16 + lo) == want) {
                 j++;
                 k += 3;
                 continue;
@@ -271,17 +270,19 @@ static match_result match_at(const char *s, apr_size_t n, const char *value,
     return M_YES;
 }
 
-/* Whether some value starts at S (N bytes): its span in *SPAN. A value's
- * encoded form is tried first, then its literal form alone (a value that
- * holds "%25" is found where it is echoed as it is). */
+/* Whether some value starts at S (N bytes; AT_END: nothing follows): its
+ * span in *SPAN. A value's encoded form is tried first, then its literal
+ * form alone (a value that holds "%25" is found where it is echoed as it
+ * is). */
 static match_result any_value_at(const ci_egress_scrub *sc, const char *s, apr_size_t n,
-                                 apr_size_t *span)
+                                 int at_end, apr_size_t *span)
 {
     match_result r = M_NO;
     int i, encoded;
     for (i = 0; i < sc->nvalues; i++) {
         for (encoded = 1; encoded >= 0; encoded--) {
-            match_result m = match_at(s, n, sc->values[i], sc->lens[i], encoded, span);
+            match_result m = match_at(s, n, sc->values[i], sc->lens[i], encoded, at_end,
+                                      span);
             if (m == M_YES)
                 return M_YES;
             if (m == M_UNDECIDED)
@@ -297,13 +298,13 @@ static apr_size_t scan_held(ci_egress_scrub *s, int at_end)
 {
     apr_size_t i = 0, span;
     while (i < s->held_len) {
-        match_result m = any_value_at(s, s->held + i, s->held_len - i, &span);
+        match_result m = any_value_at(s, s->held + i, s->held_len - i, at_end, &span);
         if (m == M_YES) {
             memset(s->held + i, CI_EGRESS_MASK, span);
             s->count++;
             i += span;
         }
-        else if (m == M_UNDECIDED && !at_end) {
+        else if (m == M_UNDECIDED) {
             break;
         }
         else {
