@@ -334,10 +334,11 @@ static void release(ci_egress_scrub *s, apr_size_t released, const char **out,
                     apr_size_t *out_len)
 {
     s->out = room(s->pool, s->out, &s->out_cap, 0, released);
-    if (released)
+    if (released) {
         memcpy(s->out, s->held, released);
-    memmove(s->held, s->held + released, s->held_len - released);
-    s->held_len -= released;
+        memmove(s->held, s->held + released, s->held_len - released);
+        s->held_len -= released;
+    }
     *out = s->out;
     *out_len = released;
 }
