@@ -188,6 +188,8 @@ typedef struct peers {
     pthread_t origin_thread, proxy_thread;
     pthread_mutex_t lock;
     char origin_head[4096];         /* the last head the origin got */
+    char tls_after[4096];           /* what a TLS origin got after that head */
+    int tls_closed;                 /* TLS origin connections ended */
     char proxy_line[512];           /* the last CONNECT line the site proxy got */
 } peers;
 
@@ -436,6 +438,20 @@ static void *tls_origin_conn(void *arg)
             SSL_write(ssl, hello_answer, sizeof(hello_answer) - 1);
         }
         SSL_shutdown(ssl);
+        /* Whatever comes after the head, up to the proxy's close. */
+        {
+            char after[4096];
+            size_t n = 0;
+            int r;
+            while (n < sizeof(after) - 1 &&
+                   (r = SSL_read(ssl, after + n, (int)(sizeof(after) - 1 - n))) > 0)
+                n += (size_t)r;
+            after[n] = '\0';
+            pthread_mutex_lock(&world.lock);
+            strcpy(world.tls_after, after);
+            world.tls_closed++;
+            pthread_mutex_unlock(&world.lock);
+        }
     }
     SSL_free(ssl);
     close(fd);
@@ -554,6 +570,8 @@ static int tls_listener_start(server *s, int *port, void *(*conn)(void *), pthre
 static void peers_start(void)
 {
     memset(world.origin_head, 0, sizeof(world.origin_head));
+    memset(world.tls_after, 0, sizeof(world.tls_after));
+    world.tls_closed = 0;
     memset(world.proxy_line, 0, sizeof(world.proxy_line));
     world.origin_fd = tcp_listener(&world.origin_port);
     world.proxy_fd = tcp_listener(&world.proxy_port);
@@ -1384,6 +1402,44 @@ static void test_a_terminated_tunnel_checks_its_client_hello(void **state)
     assert_origin_got_nothing();
 }
 
+static int tls_origin_closed(void)
+{
+    int n;
+    pthread_mutex_lock(&world.lock);
+    n = world.tls_closed;
+    pthread_mutex_unlock(&world.lock);
+    return n;
+}
+
+static void test_one_request_per_terminated_connection(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 28);
+    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
+    static const char two[] =
+        "POST /first HTTP/1.1\r\nHost: api.tls.test\r\nContent-Length: 4\r\n\r\nbody"
+        "GET /second HTTP/1.1\r\nHost: evil.tls.test\r\nX-K: CI_SECRET_abc\r\n\r\n";
+    long long deadline = now_ms() + DEADLINE_MS;
+    int fd = open_tunnel(f, path, "api.tls.test");
+    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
+    /* Both requests in one write: the second never reaches the origin. */
+    assert_int_equal(SSL_write(ssl, two, sizeof(two) - 1), (int)sizeof(two) - 1);
+    assert_string_equal(tls_read_to_eof(f->pool, ssl), hello_answer);
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    while (tls_origin_closed() == 0 && now_ms() < deadline)
+        poll(NULL, 0, 20);
+    pthread_mutex_lock(&world.lock);
+    assert_int_equal(world.tls_closed, 1);
+    assert_string_equal(world.origin_head, "POST /first HTTP/1.1\r\nHost: api.tls.test\r\n"
+                                           "Content-Length: 4\r\nAccept-Encoding: identity\r\n"
+                                           "Connection: close\r\n\r\n");
+    assert_string_equal(world.tls_after, "body");
+    pthread_mutex_unlock(&world.lock);
+    assert_value_not_logged(f);
+}
+
 #define PROC(t) cmocka_unit_test_setup_teardown(t, setup, teardown)
 
 int main(void)
@@ -1408,6 +1464,7 @@ int main(void)
         PROC(test_values_are_taken_out_of_answers),
         PROC(test_a_tunnel_carries_only_its_own_name),
         PROC(test_a_terminated_tunnel_checks_its_client_hello),
+        PROC(test_one_request_per_terminated_connection),
         PROC(test_tunnel_head_naming_another_host_is_refused),
     };
     int rc;
