@@ -1911,7 +1911,7 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
     audit_fd = audit;
     if (ci_egress_tls_init())
         ci_log(CI_LOG_ERR, "CI0915: the egress proxy has no leaf key: TLS is not "
-               "terminated, secrets go in plain http requests only");
+               "terminated, no domain secret is sent");
     pthread_attr_init(&thread_attr);
     pthread_attr_setdetachstate(&thread_attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&thread_attr, THREAD_STACK);
