@@ -7,7 +7,9 @@
  */
 #include <string.h>
 #include <strings.h>
+#include <apr_lib.h>
 #include <apr_strings.h>
+#include "ci_buf.h"
 #include "ci_egress_content.h"
 
 /* ---- chunked framing ------------------------------------------------------- */
@@ -30,13 +32,7 @@ enum {
 
 static int hex_value(unsigned char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
+    return apr_isdigit(c) ? c - '0' : apr_isxdigit(c) ? apr_tolower(c) - 'a' + 10 : -1;
 }
 
 /* A size or trailer line's end: LF (a CR before it was taken already). */
@@ -205,15 +201,16 @@ void ci_egress_identity_encoding(apr_pool_t *p, ci_egress_request *req)
 
 /* ---- the scanner ----------------------------------------------------------- */
 
+/* A buffer's bound where what it holds is bounded otherwise (a read). */
+#define UNBOUNDED ((apr_size_t)-1 / 4)
+
 struct ci_egress_scrub {
     apr_pool_t *pool;
     int nvalues;
     const char **values;
     apr_size_t *lens;
-    char *held;                 /* bytes not released yet */
-    apr_size_t held_len, held_cap;
-    char *out;                  /* what the last call released */
-    apr_size_t out_cap;
+    ci_buf held;                /* bytes not released yet */
+    ci_buf out;                 /* what the last call released */
     int count;
 };
 
@@ -222,6 +219,8 @@ ci_egress_scrub *ci_egress_scrub_make(apr_pool_t *p, const apr_array_header_t *s
     ci_egress_scrub *s = apr_pcalloc(p, sizeof(*s));
     int i, n = secrets ? secrets->nelts : 0;
     s->pool = p;
+    ci_buf_init(&s->held, p, UNBOUNDED);
+    ci_buf_init(&s->out, p, UNBOUNDED);
     s->values = apr_pcalloc(p, (apr_size_t)(n + 1) * sizeof(*s->values));
     s->lens = apr_pcalloc(p, (apr_size_t)(n + 1) * sizeof(*s->lens));
     for (i = 0; i < n; i++) {
@@ -297,10 +296,10 @@ static match_result any_value_at(const ci_egress_scrub *sc, const char *s, apr_s
 static apr_size_t scan_held(ci_egress_scrub *s, int at_end)
 {
     apr_size_t i = 0, span;
-    while (i < s->held_len) {
-        match_result m = any_value_at(s, s->held + i, s->held_len - i, at_end, &span);
+    while (i < s->held.len) {
+        match_result m = any_value_at(s, s->held.data + i, s->held.len - i, at_end, &span);
         if (m == M_YES) {
-            memset(s->held + i, CI_EGRESS_MASK, span);
+            memset(s->held.data + i, CI_EGRESS_MASK, span);
             s->count++;
             i += span;
         }
@@ -314,42 +313,26 @@ static apr_size_t scan_held(ci_egress_scrub *s, int at_end)
     return i;
 }
 
-/* BUF (*CAP bytes) grown to hold N, in P: kept when it does (a stream's
- * buffers are allocated a few times, not once per read). */
-static char *room(apr_pool_t *p, char *buf, apr_size_t *cap, apr_size_t keep, apr_size_t n)
-{
-    char *grown;
-    if (n <= *cap)
-        return buf;
-    *cap = n * 2;
-    grown = apr_palloc(p, *cap);
-    if (keep)
-        memcpy(grown, buf, keep);
-    return grown;
-}
-
 /* The first RELEASED bytes of what is held go out (copied to the caller's
  * view), the rest stays. */
 static void release(ci_egress_scrub *s, apr_size_t released, const char **out,
                     apr_size_t *out_len)
 {
-    s->out = room(s->pool, s->out, &s->out_cap, 0, released);
+    ci_buf_clear(&s->out);
     if (released) {
-        memcpy(s->out, s->held, released);
-        memmove(s->held, s->held + released, s->held_len - released);
-        s->held_len -= released;
+        (void)ci_buf_append(&s->out, s->held.data, released);
+        memmove(s->held.data, s->held.data + released, s->held.len - released + 1);
+        s->held.len -= released;
     }
-    *out = s->out;
+    *out = ci_buf_str(&s->out);
     *out_len = released;
 }
 
 void ci_egress_scrub_feed(ci_egress_scrub *s, const char *in, apr_size_t n,
                           const char **out, apr_size_t *out_len)
 {
-    s->held = room(s->pool, s->held, &s->held_cap, s->held_len, s->held_len + n);
     if (n)
-        memcpy(s->held + s->held_len, in, n);
-    s->held_len += n;
+        (void)ci_buf_append(&s->held, in, n);
     release(s, scan_held(s, 0), out, out_len);
 }
 
@@ -377,13 +360,10 @@ struct ci_egress_answer_filter {
     int head_only;
     int state;
     apr_uint64_t sent;          /* bytes given to the sandbox so far */
-    char *head;                 /* the head being read */
-    apr_size_t head_len, head_cap;
+    ci_buf head;                /* the head being read */
     ci_egress_chunks chunks;
-    char *data;                 /* a chunked body's data of one feed */
-    apr_size_t data_len, data_cap;
-    char *out;                  /* what one feed gives the sandbox */
-    apr_size_t out_len, out_cap;
+    ci_buf data;                /* a chunked body's data of one feed */
+    ci_buf out;                 /* what one feed gives the sandbox */
 };
 
 ci_egress_answer_filter *ci_egress_answer_filter_make(apr_pool_t *p,
@@ -396,15 +376,16 @@ ci_egress_answer_filter *ci_egress_answer_filter_make(apr_pool_t *p,
     f->host = apr_pstrdup(p, host);
     f->head_only = head_only;
     f->state = A_HEAD;
+    ci_buf_init(&f->head, p, ANSWER_HEAD_MAX);
+    ci_buf_init(&f->data, p, UNBOUNDED);
+    ci_buf_init(&f->out, p, UNBOUNDED);
     return f;
 }
 
 static void put(ci_egress_answer_filter *f, const char *s, apr_size_t n)
 {
-    f->out = room(f->pool, f->out, &f->out_cap, f->out_len, f->out_len + n);
     if (n)
-        memcpy(f->out + f->out_len, s, n);
-    f->out_len += n;
+        (void)ci_buf_append(&f->out, s, n);
 }
 
 /* S (N bytes) scanned and given to the sandbox; FLUSH: the scanner holds
@@ -448,9 +429,7 @@ static void put_chunk(ci_egress_answer_filter *f, const char *s, apr_size_t n, i
 static void collect_data(void *arg, const char *data, apr_size_t n)
 {
     ci_egress_answer_filter *f = arg;
-    f->data = room(f->pool, f->data, &f->data_cap, f->data_len, f->data_len + n);
-    memcpy(f->data + f->data_len, data, n);
-    f->data_len += n;
+    (void)ci_buf_append(&f->data, data, n);
 }
 
 /* Where the head in BUF (LEN bytes) ends, searching from FROM: the length
@@ -509,14 +488,16 @@ static int status_of(const char *head, apr_size_t n)
  * -1 when what follows cannot be scanned. */
 static int take_answer_head(ci_egress_answer_filter *f)
 {
-    int twice = 0, status = status_of(f->head, f->head_len);
-    const char *ce = header_of(f->pool, f->head, f->head_len, "Content-Encoding", &twice);
-    const char *te = header_of(f->pool, f->head, f->head_len, "Transfer-Encoding", &twice);
+    const char *head = f->head.data;
+    apr_size_t n = f->head.len;
+    int twice = 0, status = status_of(head, n);
+    const char *ce = header_of(f->pool, head, n, "Content-Encoding", &twice);
+    const char *te = header_of(f->pool, head, n, "Transfer-Encoding", &twice);
     if (status < 0 || twice || (ce && strcasecmp(ce, "identity")) ||
         (te && !only_chunked(te)))
         return -1;
-    put_scanned(f, f->head, f->head_len, 1);
-    f->head_len = 0;
+    put_scanned(f, head, n, 1);
+    ci_buf_clear(&f->head);
     if (status >= 100 && status < 200 && status != 101)
         f->state = A_HEAD;          /* an interim answer: the final one follows */
     else if (te && !f->head_only && status != 204 && status != 304)
@@ -529,17 +510,15 @@ static int take_answer_head(ci_egress_answer_filter *f)
 /* Head bytes from IN (N): how many were taken, or -1. */
 static apr_ssize_t feed_head(ci_egress_answer_filter *f, const char *in, apr_size_t n)
 {
-    apr_size_t from = f->head_len > 2 ? f->head_len - 2 : 0, take, end;
-    take = n < ANSWER_HEAD_MAX - f->head_len ? n : ANSWER_HEAD_MAX - f->head_len;
-    f->head = room(f->pool, f->head, &f->head_cap, f->head_len, f->head_len + take);
-    memcpy(f->head + f->head_len, in, take);
-    f->head_len += take;
-    end = head_end(f->head, f->head_len, from);
+    apr_size_t from = f->head.len > 2 ? f->head.len - 2 : 0, take, end;
+    take = n < ANSWER_HEAD_MAX - f->head.len ? n : ANSWER_HEAD_MAX - f->head.len;
+    (void)ci_buf_append(&f->head, in, take);
+    end = head_end(f->head.data, f->head.len, from);
     if (!end)
-        return f->head_len == ANSWER_HEAD_MAX ? -1 : (apr_ssize_t)take;
+        return f->head.len == ANSWER_HEAD_MAX ? -1 : (apr_ssize_t)take;
     /* What came after the blank line is fed again, to the new state. */
-    take -= f->head_len - end;
-    f->head_len = end;
+    take -= f->head.len - end;
+    f->head.len = end;
     return take_answer_head(f) ? -1 : (apr_ssize_t)take;
 }
 
@@ -548,11 +527,11 @@ static apr_ssize_t feed_head(ci_egress_answer_filter *f, const char *in, apr_siz
 static apr_ssize_t feed_chunked(ci_egress_answer_filter *f, const char *in, apr_size_t n)
 {
     apr_ssize_t took;
-    f->data_len = 0;
+    ci_buf_clear(&f->data);
     took = chunks_feed(&f->chunks, in, n, collect_data, f);
     if (took < 0)
         return -1;
-    put_chunk(f, f->data, f->data_len, f->chunks.state == CH_DONE);
+    put_chunk(f, f->data.data, f->data.len, f->chunks.state == CH_DONE);
     if (f->chunks.state == CH_DONE) {
         /* Trailers are not relayed (a proxy may drop them). */
         put(f, "0\r\n\r\n", 5);
@@ -564,9 +543,9 @@ static apr_ssize_t feed_chunked(ci_egress_answer_filter *f, const char *in, apr_
 /* The answer's end: what is held goes. */
 static void feed_eof(ci_egress_answer_filter *f)
 {
-    if (f->state == A_HEAD && f->head_len) {
-        put_scanned(f, f->head, f->head_len, 1);
-        f->head_len = 0;
+    if (f->state == A_HEAD && f->head.len) {
+        put_scanned(f, f->head.data, f->head.len, 1);
+        ci_buf_clear(&f->head);
     }
     else if (f->state == A_CHUNKED) {
         put_chunk(f, NULL, 0, 1);
@@ -581,7 +560,7 @@ int ci_egress_answer_filter_feed(ci_egress_answer_filter *f, const char *in, apr
 {
     apr_size_t i = 0;
     int rc = 0;
-    f->out_len = 0;
+    ci_buf_clear(&f->out);
     while (rc == 0 && i < n && f->state != A_FAILED) {
         apr_ssize_t took;
         if (f->state == A_RAW) {
@@ -602,7 +581,7 @@ int ci_egress_answer_filter_feed(ci_egress_answer_filter *f, const char *in, apr
     if (rc < 0 || f->state == A_FAILED) {
         f->state = A_FAILED;
         rc = -1;
-        if (f->sent == 0 && f->out_len == 0) {
+        if (f->sent == 0 && f->out.len == 0) {
             apr_size_t len;
             const char *r = ci_egress_response(
                 f->pool, CI_EGRESS_STATUS_502,
@@ -610,9 +589,9 @@ int ci_egress_answer_filter_feed(ci_egress_answer_filter *f, const char *in, apr
             put(f, r, len);
         }
     }
-    f->sent += f->out_len;
-    *out = f->out;
-    *out_len = f->out_len;
+    f->sent += f->out.len;
+    *out = ci_buf_str(&f->out);
+    *out_len = f->out.len;
     return rc;
 }
 
