@@ -163,6 +163,30 @@ def raw(head, timeout=60):
 def connect(target):
     return raw("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
 
+def tunnel(target):
+    """A CONNECT to TARGET, its socket kept: (socket, the answer's head)."""
+    s = socket.create_connection(RELAY, timeout=60)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = s.recv(4096)
+        if not got:
+            break
+        data += got
+    return s, data.decode("utf-8", "replace")
+
+def rest(s):
+    """What S (a socket or a TLS one) gives up to its end."""
+    data = b""
+    while True:
+        try:
+            got = s.recv(65536)
+        except (ConnectionResetError, ssl.SSLError):
+            return data.decode("utf-8", "replace")
+        if not got:
+            return data.decode("utf-8", "replace")
+        data += got
+
 def get(url):
     ctx = ssl.create_default_context(cafile="/mnt/data/ca.pem") if url.startswith("https:") else None
     try:
@@ -608,24 +632,10 @@ def check_package_file(eg, net, cid, me):
 MANY = r'''
 answers, socks = [], []
 for i in range(%d):
-    s = socket.create_connection(RELAY, timeout=60)
-    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = s.recv(4096)
-        if not got:
-            break
-        data += got
-    if not data.startswith(b"HTTP/1.1 200"):
-        while True:
-            try:
-                got = s.recv(4096)
-            except ConnectionResetError:
-                break
-            if not got:
-                break
-            data += got
-    answers.append(data.decode("utf-8", "replace"))
+    s, data = tunnel("allowed.test:443")
+    if not data.startswith("HTTP/1.1 200"):
+        data += rest(s)
+    answers.append(data)
     socks.append(s)
 for s in socks:
     s.close()
@@ -970,26 +980,6 @@ def test_a_reflected_secret_never_reaches_the_sandbox(eg, net, me):
 
 
 TUNNEL_CODE = r'''
-def tunnel(target):
-    s = socket.create_connection(RELAY, timeout=60)
-    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = s.recv(4096)
-        if not got:
-            break
-        data += got
-    return s, data.decode()
-def rest(s):
-    data = b""
-    while True:
-        try:
-            got = s.recv(65536)
-        except (ConnectionResetError, ssl.SSLError) as e:
-            return data.decode() + "<%s>" % type(e).__name__
-        if not got:
-            return data.decode()
-        data += got
 out = {}
 # another name in the ClientHello of a tunnel to allowed.test:443
 s, answer = tunnel("allowed.test:443")
@@ -998,7 +988,7 @@ try:
     t = ctx.wrap_socket(s, server_hostname="outside.test")
     t.sendall(b"GET /echo/sni HTTP/1.1\r\nHost: outside.test\r\nConnection: close\r\n\r\n")
     out["sni"] = [answer, rest(t)]
-except (ssl.SSLError, OSError) as e:
+except (ssl.SSLError, OSError):
     out["sni"] = [answer, "handshake failed"]
 s.close()
 # CONNECT to port 80, then another Host inside

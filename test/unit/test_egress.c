@@ -771,6 +771,23 @@ static int open_tunnel(fixture *f, const char *path, const char *name)
     return fd;
 }
 
+/* REQUEST sent over TLS (verified against CA) in a tunnel to HOST:443 through
+ * the box at PATH: the whole answer. */
+static const char *tls_exchange(fixture *f, const char *path, const ci_egress_ca *ca,
+                                const char *host, const char *request)
+{
+    SSL_CTX *ctx = client_ctx(ca);
+    int fd = open_tunnel(f, path, host);
+    SSL *ssl = tls_connect(ctx, fd, host);
+    const char *answer;
+    assert_int_equal(SSL_write(ssl, request, (int)strlen(request)), (int)strlen(request));
+    answer = tls_read_to_eof(f->pool, ssl);
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    return answer;
+}
+
 /* ---- the tests ---------------------------------------------------------------- */
 
 static void test_http_get_through_the_site_proxy(void **state)
@@ -796,14 +813,8 @@ static void test_connect_tunnel_relays_both_ways(void **state)
     fixture *f = *state;
     const char *path = add_box(f, 2, policy(f, "cntr_2", "\"*.tls.test\"", 1));
     static const char get[] = "GET /hello HTTP/1.1\r\nHost: api.tls.test\r\n\r\n";
-    SSL_CTX *ctx = client_ctx(&pki.origin_ca);
-    int fd = open_tunnel(f, path, "api.tls.test");
-    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
-    assert_int_equal(SSL_write(ssl, get, sizeof(get) - 1), (int)sizeof(get) - 1);
-    assert_string_equal(tls_read_to_eof(f->pool, ssl), hello_answer);
-    SSL_free(ssl);
-    close(fd);
-    SSL_CTX_free(ctx);
+    assert_string_equal(tls_exchange(f, path, &pki.origin_ca, "api.tls.test", get),
+                        hello_answer);
     pthread_mutex_lock(&world.lock);
     assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
     assert_string_equal(world.origin_head, get);    /* untouched through a tunnel */
@@ -1276,19 +1287,13 @@ static void test_values_are_taken_out_of_answers(void **state)
 {
     fixture *f = *state;
     const char *path = secrets_box(f, 27);
-    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
     static const char echo[] = "GET /echo?k=CI_SECRET_abc HTTP/1.1\r\nHost: api.tls.test\r\n"
                                "X-Key: CI_SECRET_abc\r\n\r\n";
     static const char gzip[] = "GET /gzip HTTP/1.1\r\nHost: api.tls.test\r\n\r\n";
-    int fd = open_tunnel(f, path, "api.tls.test");
-    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
-    const char *got, *want_body, *head_end;
+    const char *got = tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", echo);
+    const char *want_body, *head_end;
     json_object **lines;
     apr_size_t n;
-    assert_int_equal(SSL_write(ssl, echo, sizeof(echo) - 1), (int)sizeof(echo) - 1);
-    got = tls_read_to_eof(f->pool, ssl);
-    SSL_free(ssl);
-    close(fd);
     head_end = strstr(got, "\r\n\r\n");
     assert_non_null(head_end);
     assert_string_equal(apr_pstrmemdup(f->pool, got, (apr_size_t)(head_end + 4 - got)),
@@ -1301,17 +1306,11 @@ static void test_values_are_taken_out_of_answers(void **state)
     pthread_mutex_unlock(&world.lock);
     assert_string_equal(dechunk(f->pool, head_end + 4), want_body);
     /* A compressed answer cannot be scanned: a 502 instead. */
-    fd = open_tunnel(f, path, "api.tls.test");
-    ssl = tls_connect(ctx, fd, "api.tls.test");
-    assert_int_equal(SSL_write(ssl, gzip, sizeof(gzip) - 1), (int)sizeof(gzip) - 1);
-    assert_string_equal(tls_read_to_eof(f->pool, ssl),
+    assert_string_equal(tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", gzip),
                         ci_egress_response(f->pool, CI_EGRESS_STATUS_502,
                                            "egress error: api.tls.test answered with a "
                                            "compressed or unframed body, which cannot be "
                                            "scanned for the domain's secrets\n", &n));
-    SSL_free(ssl);
-    close(fd);
-    SSL_CTX_free(ctx);
     lines = audit_lines(f, 2);
     /* status line, Location, X-Echo, and in the body: the query and X-Key */
     assert_string_equal(field(lines[0], "scrubbed"), "5");
@@ -1415,19 +1414,13 @@ static void test_one_request_per_terminated_connection(void **state)
 {
     fixture *f = *state;
     const char *path = secrets_box(f, 28);
-    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
     static const char two[] =
         "POST /first HTTP/1.1\r\nHost: api.tls.test\r\nContent-Length: 4\r\n\r\nbody"
         "GET /second HTTP/1.1\r\nHost: evil.tls.test\r\nX-K: CI_SECRET_abc\r\n\r\n";
     long long deadline = now_ms() + DEADLINE_MS;
-    int fd = open_tunnel(f, path, "api.tls.test");
-    SSL *ssl = tls_connect(ctx, fd, "api.tls.test");
     /* Both requests in one write: the second never reaches the origin. */
-    assert_int_equal(SSL_write(ssl, two, sizeof(two) - 1), (int)sizeof(two) - 1);
-    assert_string_equal(tls_read_to_eof(f->pool, ssl), hello_answer);
-    SSL_free(ssl);
-    close(fd);
-    SSL_CTX_free(ctx);
+    assert_string_equal(tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", two),
+                        hello_answer);
     while (tls_origin_closed() == 0 && now_ms() < deadline)
         poll(NULL, 0, 20);
     pthread_mutex_lock(&world.lock);
