@@ -5,6 +5,7 @@ test process, and the names the test httpd resolves.
   `openssl` CLI into a temporary directory (TestCA);
 - an http origin and an https origin (Origin), both serving
     /redirect?to=URL   302 to URL
+    /headers           200, the request's header lines as the body
     /huge              200 with a Content-Length of 4 GiB, sent until the
                        peer goes (the byte-budget test)
     /simple/...        a PEP 503 index of one pure-Python wheel (PACKAGE),
@@ -251,6 +252,9 @@ class _OriginHandler(BaseHTTPRequestHandler):
         if u.path == "/redirect":
             to = urllib.parse.parse_qs(u.query).get("to", [""])[0]
             return self._send(rec, 302, b"", extra=(("Location", to),))
+        if u.path == "/headers":
+            lines = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items())
+            return self._send(rec, 200, lines.encode())
         if u.path == "/huge":
             return self._huge(rec)
         if u.path.startswith("/hold/"):

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import threading
+import urllib.parse
 
 import pytest
 
@@ -171,6 +172,30 @@ def raw(head, timeout=60):
 
 def connect(target):
     return raw("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target))
+
+def tunnel(target):
+    """A CONNECT to TARGET, its socket kept: (socket, the answer's head)."""
+    s = socket.create_connection(RELAY, timeout=60)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = s.recv(4096)
+        if not got:
+            break
+        data += got
+    return s, data.decode("utf-8", "replace")
+
+def rest(s):
+    """What S (a socket or a TLS one) gives up to its end."""
+    data = b""
+    while True:
+        try:
+            got = s.recv(65536)
+        except (ConnectionResetError, ssl.SSLError):
+            return data.decode("utf-8", "replace")
+        if not got:
+            return data.decode("utf-8", "replace")
+        data += got
 
 def get(url):
     ctx = ssl.create_default_context(cafile="/mnt/data/ca.pem") if url.startswith("https:") else None
@@ -649,24 +674,10 @@ def check_package_file(eg, net, cid, me):
 MANY = r'''
 answers, socks = [], []
 for i in range(%d):
-    s = socket.create_connection(RELAY, timeout=60)
-    s.sendall(b"CONNECT allowed.test:443 HTTP/1.1\r\nHost: allowed.test:443\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = s.recv(4096)
-        if not got:
-            break
-        data += got
-    if not data.startswith(b"HTTP/1.1 200"):
-        while True:
-            try:
-                got = s.recv(4096)
-            except ConnectionResetError:
-                break
-            if not got:
-                break
-            data += got
-    answers.append(data.decode("utf-8", "replace"))
+    s, data = tunnel("allowed.test:443")
+    if not data.startswith("HTTP/1.1 200"):
+        data += rest(s)
+    answers.append(data)
     socks.append(s)
 for s in socks:
     s.close()
@@ -805,8 +816,10 @@ def test_every_connection_is_in_the_audit_and_refusals_are_counted(eg, net, me):
     for line in lines:
         assert set(line) == {"time", "event", "container_id", "tool", "domain", "port",
                              "method", "allowed", "reason", "bytes_out", "bytes_in",
-                             "duration_ms", "tls", "injected", "count", "outlived"}, line
-        assert (line["tls"], line["injected"], line["outlived"]) == (None, 0, False), line
+                             "duration_ms", "tls", "injected", "scrubbed", "count",
+                             "outlived"}, line
+        assert (line["tls"], line["injected"], line["scrubbed"], line["outlived"]) == (
+            None, 0, 0, False), line
         assert (line["tool"], type(line["bytes_out"]), type(line["bytes_in"]),
                 type(line["duration_ms"]) in (int, float)) == ("open", int, int, True), line
     refusals = {
@@ -897,7 +910,8 @@ def fetch(url, ctx=None):
                                                "X-Key": token})
     with urllib.request.urlopen(req, timeout=60, context=ctx) as r:
         return [r.status, r.read().decode()]
-out["http"] = fetch("http://allowed.test/echo/plain?key=" + token)
+out["http"] = raw("GET http://allowed.test/echo/plain?key=" + token + " HTTP/1.1\r\n"
+                  "Authorization: Bearer " + token + "\r\n\r\n")
 out["https"] = fetch("https://allowed.test/echo/tls?key=" + token)
 out["other"] = fetch("https://a.wild.test/echo/other",
                      ssl.create_default_context(cafile="/mnt/data/ca.pem"))
@@ -906,12 +920,21 @@ print(json.dumps(out))
 ''' % hashlib.sha256(SECRET_VALUE.encode()).hexdigest()
 
 
+def plain_refused(domain):
+    return ("egress refused: %s has domain secrets; plain http to it is not allowed, use "
+            "https\n" % domain)
+
+
+MASK = "*" * len(SECRET_VALUE)      # what the sandbox sees where the value came back
+
+
 def test_a_secret_is_injected_for_its_domain_only(eg, net, me):
     """The sandbox holds a placeholder; the origin of the secret's domain
-    gets the value (over http, and over https, which the proxy terminates
-    with its own CA that the sandbox trusts, verifying the origin against
-    egress_ca); another allowed domain gets the placeholder as it was sent,
-    through a tunnel (its own certificate)."""
+    gets the value over https, which the proxy terminates with its own CA
+    that the sandbox trusts, verifying the origin against egress_ca (the
+    query's echo comes back masked); plain http to the domain is refused;
+    another allowed domain gets the placeholder as it was sent, through a
+    tunnel (its own certificate)."""
     status, c = api(eg, "POST", "/open/v1/containers",
                     {"name": "secret", "network_policy": SECRET_POLICY}, me)
     assert status == 200, c
@@ -924,14 +947,16 @@ def test_a_secret_is_injected_for_its_domain_only(eg, net, me):
     placeholder = got["placeholder"]
     assert re.fullmatch(r"CI_SECRET_[0-9a-f]{32}", placeholder), got
     assert got["env_has_value"] is False
-    assert got["http"] == [200, "http allowed.test GET /echo/plain?key=%s\n" % SECRET_VALUE]
-    assert got["https"] == [200, "https allowed.test GET /echo/tls?key=%s\n" % SECRET_VALUE]
+    assert refused(got["http"], plain_refused("allowed.test")), got["http"]
+    assert got["https"] == [200, "https allowed.test GET /echo/tls?key=%s\n" % MASK]
     assert got["other"] == [200, "https a.wild.test GET /echo/other\n"]
     assert got["trusts_system_path"] is True
     by_path = {r["path"].split("?")[0]: r for r in net.http.records() + net.https.records()}
-    for path in ("/echo/plain", "/echo/tls"):
-        assert by_path[path]["headers"]["authorization"] == "Bearer " + SECRET_VALUE
-        assert by_path[path]["headers"]["x-key"] == SECRET_VALUE
+    assert "/echo/plain" not in by_path
+    assert by_path["/echo/tls"]["path"] == "/echo/tls?key=" + SECRET_VALUE
+    assert by_path["/echo/tls"]["headers"]["authorization"] == "Bearer " + SECRET_VALUE
+    assert by_path["/echo/tls"]["headers"]["x-key"] == SECRET_VALUE
+    assert by_path["/echo/tls"]["headers"]["accept-encoding"] == "identity"
     assert by_path["/echo/other"]["headers"]["authorization"] == "Bearer " + placeholder
     # the value is nowhere but at the origin
     status, _, listing = eg.request("GET", "/open/v1/containers", headers=me)
@@ -940,9 +965,112 @@ def test_a_secret_is_injected_for_its_domain_only(eg, net, me):
                         ("error log", eg.log()), ("audit log", open(eg.audit).read())):
         assert SECRET_VALUE not in text, where
     lines = [json.loads(x) for x in open(eg.audit) if '"egress"' in x]
-    tls = [x for x in lines if x.get("container_id") == c["id"] and x["port"] == 443]
-    assert sorted((x["domain"], x["tls"], x["injected"]) for x in tls) == [
-        ("a.wild.test", None, 0), ("allowed.test", "terminated", 3)]
+    mine = [x for x in lines if x.get("container_id") == c["id"]]
+    assert sorted((x["domain"], x["port"], x["tls"], x["injected"], x["scrubbed"],
+                   x["reason"]) for x in mine) == [
+        ("a.wild.test", 443, None, 0, 0, None),
+        ("allowed.test", 80, None, 0, 0,
+         "allowed.test has domain secrets; plain http to it is not allowed, use https"),
+        ("allowed.test", 443, "terminated", 3, 1, None)]
+
+
+REFLECT_CODE = r'''
+import http.client
+token = os.environ["API_TOKEN"]
+ctx = ssl.create_default_context()     # the server's egress CA is the system's here
+def tls_get(path, headers):
+    """GET PATH of allowed.test through the relay, no redirect followed:
+    [status, reason, Location, body]."""
+    c = http.client.HTTPSConnection(RELAY[0], RELAY[1], timeout=60, context=ctx)
+    c.set_tunnel("allowed.test", 443)
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    got = [r.status, r.reason, r.getheader("Location"), r.read().decode()]
+    c.close()
+    return got
+key = {"X-Key": token}
+out = {"path": tls_get("/echo/path/%s?q=%s&enc=%s" % (token, token, token), key),
+       "headers": tls_get("/headers", {"X-Key": "k=" + token, "X-Enc": token}),
+       "redirect": tls_get("/redirect?to=" + urllib.parse.quote(
+           "https://allowed.test/landing?k=%s" % token, safe=""), key)}
+print(json.dumps(out))
+'''
+
+
+def test_a_reflected_secret_never_reaches_the_sandbox(eg, net, me):
+    """Origins that echo the request (its path and query, its headers, a
+    redirect that keeps the query in Location) give the sandbox a mask
+    where the value was; the path before the query keeps the placeholder
+    (the value never goes there). The origin got the value each time."""
+    status, c = api(eg, "POST", "/open/v1/containers",
+                    {"name": "reflect", "network_policy": SECRET_POLICY}, me)
+    assert status == 200, c
+    status, f = upload(eg, c["id"], "ca.pem", net.ca_bytes, me, path="/open/v1/containers")
+    assert status == 200, f
+    logs = run(eg, c["id"], "import urllib.parse\n" + REFLECT_CODE, me)
+    assert SECRET_VALUE not in logs
+    got = json.loads(logs.strip().splitlines()[-1])
+    ph = re.search(r"CI_SECRET_[0-9a-f]{32}", logs).group(0)
+    assert got["path"] == [200, "OK", None, "https allowed.test GET /echo/path/%s?q=%s&enc=%s\n"
+                           % (ph, MASK, MASK)]
+    status_, reason, location, body = got["headers"]
+    assert (status_, reason, location) == (200, "OK", None)
+    assert sorted(body.splitlines()) == sorted([
+        "Host: allowed.test", "Accept-Encoding: identity", "X-Key: k=" + MASK,
+        "X-Enc: " + MASK, "Connection: close"]), body
+    assert got["redirect"] == [302, "Found", "https://allowed.test/landing?k=" + MASK, ""]
+    recs = {r["path"].split("?")[0]: r for r in net.https.records()}
+    assert recs["/echo/path/" + ph]["path"] == "/echo/path/%s?q=%s&enc=%s" % (
+        ph, SECRET_VALUE, SECRET_VALUE)
+    assert recs["/headers"]["headers"]["x-key"] == "k=" + SECRET_VALUE
+    assert recs["/redirect"]["path"] == "/redirect?to=" + urllib.parse.quote(
+        "https://allowed.test/landing?k=%s" % SECRET_VALUE, safe="")
+    lines = [x for x in audit_lines(eg, c["id"]) if x["domain"] == "allowed.test"]
+    assert sorted(x["scrubbed"] for x in lines) == [1, 2, 2], lines
+
+
+TUNNEL_CODE = r'''
+out = {}
+# another name in the ClientHello of a tunnel to allowed.test:443
+s, answer = tunnel("allowed.test:443")
+ctx = ssl.create_default_context(cafile="/mnt/data/ca.pem")
+try:
+    t = ctx.wrap_socket(s, server_hostname="outside.test")
+    t.sendall(b"GET /echo/sni HTTP/1.1\r\nHost: outside.test\r\nConnection: close\r\n\r\n")
+    out["sni"] = [answer, rest(t)]
+except (ssl.SSLError, OSError):
+    out["sni"] = [answer, "handshake failed"]
+s.close()
+# CONNECT to port 80, then another Host inside
+s, answer = tunnel("allowed.test:80")
+try:
+    s.sendall(b"GET /echo/port80 HTTP/1.1\r\nHost: outside.test\r\n\r\n")
+except OSError:
+    pass
+out["port80"] = answer + rest(s)
+s.close()
+print(json.dumps(out))
+'''
+
+
+def test_a_tunnel_carries_only_its_own_name(eg, net, me):
+    """CONNECT allowed.test:443 then a ClientHello for outside.test: closed
+    before the origin hears anything (the audit says why); CONNECT to port
+    80 is refused (plain http goes in absolute form, every request checked)."""
+    cid = make(eg, net, me)
+    got = run_json(eg, cid, TUNNEL_CODE, me)
+    assert got["sni"] == ["HTTP/1.1 200 Connection established\r\n\r\n", "handshake failed"]
+    assert refused(got["port80"], "egress refused: CONNECT allowed.test:80: plain http is "
+                   "sent as absolute-form requests (http://...), not through a tunnel\n"), got
+    # the origins' own records: nothing at all, least of all outside.test
+    assert net.origin_requests() == []
+    assert by_name(net.site.seen()) == [("CONNECT", "allowed.test", 443)]
+    lines = wait_until(lambda: (lambda ls: ls if len(ls) >= 2 else None)(
+        audit_lines(eg, cid)), "two egress lines of the container")
+    assert sorted((x["port"], x["allowed"], x["reason"]) for x in lines) == [
+        (80, False, "CONNECT allowed.test:80: plain http is sent as absolute-form requests "
+                    "(http://...), not through a tunnel"),
+        (443, False, "the TLS ClientHello names outside.test, not allowed.test")]
 
 
 def test_a_secret_in_a_request_is_not_echoed(eg, model, me):

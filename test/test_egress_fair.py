@@ -153,33 +153,21 @@ def test_every_connect_of_a_burst_is_answered(fr, net):
 
 # ----------------------------------------------------------- a share per owner
 
-# N tunnels (CONNECT allowed.test:80) opened one after the other and held;
-# then, through the first, a request the origin answers when the test says
-# (/hold/NAME); then all closed. The answers, in order.
+# N tunnels (CONNECT allowed.test:443, TLS inside, as the proxy requires of
+# a tunnel) opened one after the other and held; then, through the first, a
+# request the origin answers when the test says (/hold/NAME); then all
+# closed. The answers, in order.
 HOLD = r'''
+ctx = ssl.create_default_context(cafile="/mnt/data/ca.pem")
 socks, answers = [], []
 for i in range(%(n)d):
-    s = socket.create_connection(RELAY, timeout=100)
-    s.sendall(b"CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
-    data = b""
-    while b"\r\n\r\n" not in data:
-        got = s.recv(4096)
-        if not got:
-            break
-        data += got
-    if data.startswith(b"HTTP/1.1 200"):
-        socks.append(s)
+    s, answer = tunnel("allowed.test:443")
+    if answer.startswith("HTTP/1.1 200"):
+        socks.append(ctx.wrap_socket(s, server_hostname="allowed.test"))
     else:
-        while True:
-            try:
-                got = s.recv(4096)
-            except ConnectionResetError:
-                break
-            if not got:
-                break
-            data += got
+        answer += rest(s)
         s.close()
-    answers.append(data.decode("utf-8", "replace"))
+    answers.append(answer)
 w = socks[0]
 w.sendall(b"GET /hold/%(name)s HTTP/1.1\r\nHost: allowed.test\r\n\r\n")
 said = b""
@@ -211,7 +199,7 @@ def holding(server, jobs, result):
 
 
 def holds(net, name, n, result):
-    wait_until(lambda: sum(1 for r in net.http.records() if r["path"] == "/hold/" + name)
+    wait_until(lambda: sum(1 for r in net.https.records() if r["path"] == "/hold/" + name)
                == n or "error" in result, "%d containers of %s to hold their tunnels"
                % (n, name), 120)
     assert "error" not in result, result["error"]
@@ -245,8 +233,8 @@ def test_one_owner_at_its_limit_leaves_room_for_another(fr, net):
         holds(net, "other", 1, also)
         assert net.site.open_connections() == POOL
     finally:
-        net.http.release("greedy")
-        net.http.release("other")
+        net.https.release("greedy")
+        net.https.release("other")
         for t in threads:
             t.join(300)
     assert "error" not in held and "error" not in also, (held.get("error"), also.get("error"))
@@ -276,27 +264,28 @@ def test_a_name_that_does_not_resolve_goes_by_name_only_when_allowed(fr, net):
 # ------------------------------------------------------------------- lifetime
 
 LONG_TUNNEL = r'''
-s = socket.create_connection(RELAY, timeout=100)
-s.sendall(b"CONNECT allowed.test:80 HTTP/1.1\r\nHost: allowed.test:80\r\n\r\n")
-data, outcome = b"", None
-s.settimeout(%d)
+s, answer = tunnel("allowed.test:443")
+t = ssl.create_default_context(cafile="/mnt/data/ca.pem").wrap_socket(
+    s, server_hostname="allowed.test")
+t.settimeout(%d)
 try:
     while True:
-        got = s.recv(4096)
-        if not got:
+        if not t.recv(4096):
             outcome = "closed"
             break
-        data += got
 except socket.timeout:
     outcome = "still open"
-print(json.dumps([data.decode("utf-8", "replace"), outcome]))
+except (ssl.SSLError, OSError):
+    outcome = "closed"
+print(json.dumps([answer, outcome]))
 '''
 
 
 def test_a_tunnel_is_closed_at_its_lifetime(fr, net):
     me = owner("lifetime")
     cid = make(fr, net, me)
-    # a silent tunnel: the 60 s idle bound would close it, later than the lifetime
+    # a silent tunnel (its TLS set up): the 60 s idle bound would close it,
+    # later than the lifetime
     data, outcome = run_json(fr, cid, LONG_TUNNEL % 55, me)
     assert (data, outcome) == ("HTTP/1.1 200 Connection established\r\n\r\n", "closed")
     (line,) = wait_until(lambda: audit_lines(fr, cid), "the tunnel's audit line")

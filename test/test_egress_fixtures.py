@@ -68,6 +68,15 @@ def test_a_redirect_is_followed_to_its_target(net):
     assert net.site.seen() == [("GET", "allowed.test", 80), ("GET", "outside.test", 80)]
 
 
+def test_the_headers_page_echoes_the_request_headers(net):
+    req = urllib.request.Request("http://allowed.test/headers", headers={"X-Probe": "p 1"})
+    with opener(net).open(req, timeout=30) as r:
+        status, lines = r.status, r.read().decode().splitlines()
+    assert status == 200
+    assert "X-Probe: p 1" in lines and "Host: allowed.test" in lines, lines
+    assert all(": " in line for line in lines), lines
+
+
 def test_the_site_proxy_refuses_its_own_list_and_other_ports(net):
     with pytest.raises(urllib.error.HTTPError) as e:
         fetch(net, "http://%s/x" % SITE_REFUSES)

@@ -48,6 +48,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include "ci_egress.h"
+#include "ci_egress_content.h"
 #include "ci_egress_parse.h"
 #include "ci_egress_tls.h"
 #include "ci_log.h"
@@ -304,6 +305,7 @@ struct egress_conn {
     int tls_terminated;             /* the proxy was the TLS server to the sandbox */
     int injected;                   /* placeholders replaced by values */
     int outlived;                   /* closed at lifetime_seconds */
+    int scrubbed;                   /* values taken out of what came back */
 };
 
 static ci_egress_limits limits;
@@ -486,6 +488,7 @@ static void write_audit(const egress_conn *c, int count)
     json_object_object_add(o, "injected", json_object_new_int(c->injected));
     json_object_object_add(o, "count", json_object_new_int(count));
     json_object_object_add(o, "outlived", json_object_new_boolean(c->outlived));
+    json_object_object_add(o, "scrubbed", json_object_new_int(c->scrubbed));
     json_object_object_add(o, "duration_ms",
                            json_object_new_int64(now_ms() - c->started_ms));
     text = json_object_to_json_string_ext(o, JSON_C_TO_STRING_PLAIN |
@@ -513,13 +516,13 @@ static void log_connection(const egress_conn *c)
                *c->box->container ? c->box->container : "-", limits.lifetime_seconds);
     ci_log(CI_LOG_INFO, "CI0901: egress %s %s:%d for container %s (tool %s): %s%s%s, "
            "%" APR_UINT64_T_FMT " bytes out, %" APR_UINT64_T_FMT " in, %" APR_INT64_T_FMT " ms, "
-           "tls %s, %d injected",
+           "tls %s, %d injected, %d scrubbed",
            c->method ? c->method : "-", c->domain ? c->domain : "-", c->port,
            *c->box->container ? c->box->container : "-",
            *c->box->tool ? c->box->tool : "-", c->allowed ? "relayed" : "not relayed",
            c->allowed ? "" : ": ", c->allowed ? "" : (c->reason ? c->reason : "?"),
            c->bytes_out, c->bytes_in, (apr_int64_t)(now_ms() - c->started_ms),
-           c->tls_terminated ? "terminated" : "-", c->injected);
+           c->tls_terminated ? "terminated" : "-", c->injected, c->scrubbed);
 }
 
 /* The line of COUNT connections not relayed, C (built from a note) the
@@ -1001,10 +1004,21 @@ static tunnel_status site_proxy_tunnel(egress_conn *c, const struct sockaddr *ad
 
 /* ---- relaying -------------------------------------------------------------- */
 
+/* What a direction does to the bytes it read (ci_egress_content.h): IN (N
+ * bytes; EOF: FROM is done) into *OUT / *OUT_LEN. 0; 1 nothing more is
+ * read from FROM (and TO is not told: the other way goes on); -1 *OUT is
+ * the last that goes. */
+typedef int (*relay_filter_fn)(void *arg, const char *in, apr_size_t n, int eof,
+                               const char **out, apr_size_t *out_len);
+
 typedef struct relay_dir {
     endpoint *from, *to;
     char buf[RELAY_BUF];
-    apr_size_t len, off;            /* bytes in BUF still to write: [off, len) */
+    const char *data;               /* what is written: BUF, or the filter's */
+    apr_size_t len, off;            /* bytes in DATA still to write: [off, len) */
+    relay_filter_fn filter;         /* NULL: the bytes go as they are */
+    void *filter_arg;
+    int last;                       /* the filter ended the relay: DATA goes, then the end */
     int eof;                        /* FROM is done */
     int shut;                       /* TO had its write side shut */
     apr_uint64_t *count;
@@ -1030,7 +1044,7 @@ static int dir_write(relay_dir *d)
     ssize_t n;
     if (d->off == d->len)
         return 0;
-    n = ep_send(d->to, d->buf + d->off, d->len - d->off);
+    n = ep_send(d->to, (d->data ? d->data : d->buf) + d->off, d->len - d->off);
     if (n == IO_AGAIN)
         return 0;
     if (n < 0)
@@ -1041,6 +1055,29 @@ static int dir_write(relay_dir *d)
         d->off = d->len = 0;
     dir_forward_eof(d);
     return 1;
+}
+
+/* D's filter applied to N bytes of its buffer (EOF: FROM is done): DATA
+ * and LEN set. 0, or -1 (what it gave goes out first, then the relay
+ * ends). A filter that wants nothing more from FROM counts as its EOF,
+ * without TO being told. */
+static int dir_filter(relay_dir *d, apr_size_t n, int eof)
+{
+    const char *out;
+    apr_size_t out_len;
+    int rc = d->filter(d->filter_arg, d->buf, n, eof, &out, &out_len);
+    d->data = out;
+    d->off = 0;
+    d->len = out_len;
+    if (rc == 1) {
+        d->eof = 1;
+        d->shut = 1;
+    }
+    if (rc < 0) {
+        d->eof = 1;
+        d->last = 1;
+    }
+    return rc < 0 ? -1 : 0;
 }
 
 /* Reads into D's empty buffer, within the box's budget: 1 bytes came, 0
@@ -1055,11 +1092,23 @@ static int dir_read(egress_conn *c, relay_dir *d)
     if (n < 0)
         return -1;
     if (n == 0) {
+        if (d->filter)
+            (void)dir_filter(d, 0, 1);
         d->eof = 1;
         dir_forward_eof(d);
         return 0;
     }
     granted = budget_take(c->box, (apr_size_t)n);
+    if (d->filter) {
+        if (dir_filter(d, granted, granted < (apr_size_t)n) < 0 || granted < (apr_size_t)n) {
+            (void)ep_write_all(d->to, d->data, d->len, now_ms() + ANSWER_WAIT_MS);
+            *d->count += d->len;
+            d->off = d->len = 0;
+            return -1;
+        }
+        return 1;
+    }
+    d->data = d->buf;
     d->off = 0;
     d->len = granted;
     if (granted < (apr_size_t)n) {
@@ -1243,6 +1292,18 @@ static int head_outcome(egress_conn *c, endpoint *e, head_status st)
     return 0;
 }
 
+/* A tunnel closed after its 200 (nothing reached the origin): WHY in the
+ * audit and the log. -1. */
+static int tunnel_refused(egress_conn *c, const char *why)
+{
+    c->allowed = 0;
+    c->reason = why;
+    ci_log(CI_LOG_NOTICE, "CI0940: egress: a tunnel of container %s to %s:%d was closed: %s",
+           *c->box->container ? c->box->container : "-", c->domain ? c->domain : "-",
+           c->port, why);
+    return -1;
+}
+
 /* SECRETS put into REQ (counted in C), or -1 after answering on E that
  * the head would be too long. */
 static int inject_into(egress_conn *c, endpoint *e, ci_egress_request *req,
@@ -1257,8 +1318,55 @@ static int inject_into(egress_conn *c, endpoint *e, ci_egress_request *req,
     return 0;
 }
 
-/* The plain path: an absolute-form request (its head rewritten, secrets
- * already in it) or a tunnel relayed untouched. AFTER: what the sandbox
+/* A tunnel to REQ's host (port 443) carries only that name: the sandbox's
+ * first bytes are read (within head_seconds) up to a whole TLS
+ * ClientHello (AFTER: what came with the CONNECT's head), whose server
+ * name (SNI) must be REQ's host; then they go to the origin as they came
+ * (*HELLO, *HELLO_LEN). 0, or -1 after closing
+ * the tunnel with the reason in the audit: the 200 is already sent, so
+ * there is no answer to give but the close. */
+static int tunnel_hello(egress_conn *c, const ci_egress_request *req, const char *after,
+                        apr_size_t after_len, char **hello, apr_size_t *hello_len)
+{
+    char *buf = apr_palloc(c->pool, CI_EGRESS_HELLO_MAX);
+    long long deadline = now_ms() + (long long)limits.head_seconds * 1000;
+    apr_size_t got = after_len;
+    const char *name = NULL;
+    ci_egress_hello_status st = CI_EGRESS_HELLO_MORE;
+    /* What came with the CONNECT's head is the ClientHello's start. */
+    memcpy(buf, after, after_len);
+    if (got)
+        st = ci_egress_hello_sni(c->pool, (const unsigned char *)buf, got, &name);
+    while (st == CI_EGRESS_HELLO_MORE) {
+        ssize_t n;
+        int ready = wait_fd(c->client, POLLIN, deadline);
+        if (ready <= 0 || atomic_load(&c->cut))
+            return tunnel_refused(c, ready == 0
+                                  ? apr_psprintf(c->pool, CI_EGRESS_WHY_HELLO_SLOW,
+                                                 limits.head_seconds)
+                                  : "the connection ended before a whole TLS ClientHello");
+        n = recv(c->client, buf + got, CI_EGRESS_HELLO_MAX - got, 0);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+            continue;
+        if (n <= 0)
+            return tunnel_refused(c, "the connection ended before a whole TLS ClientHello");
+        got += (apr_size_t)n;
+        st = ci_egress_hello_sni(c->pool, (const unsigned char *)buf, got, &name);
+    }
+    if (st == CI_EGRESS_HELLO_BAD)
+        return tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_NOT_TLS, req->host));
+    if (st == CI_EGRESS_HELLO_NO_SNI)
+        return tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_SNI_NONE, req->host));
+    if (strcmp(name, req->host))
+        return tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_SNI_OTHER, name,
+                                              req->host));
+    *hello = buf;
+    *hello_len = got;
+    return 0;
+}
+
+/* The plain path: an absolute-form request (its head rewritten) or a
+ * tunnel relayed untouched once its ClientHello names its host. AFTER: what the sandbox
  * sent after its head; EXTRA: what the site proxy sent after its answer. */
 static void serve_plain(egress_conn *c, const ci_egress_request *req, int origin,
                         const char *after, apr_size_t after_len, const char *extra,
@@ -1271,9 +1379,14 @@ static void serve_plain(egress_conn *c, const ci_egress_request *req, int origin
     make_dirs(c, cl, or, &up, &down);
     c->allowed = 1;
     if (req->is_connect) {
+        char *hello;
+        apr_size_t hello_len;
         if (write_all(c->client, CI_EGRESS_ESTABLISHED, sizeof(CI_EGRESS_ESTABLISHED) - 1,
-                      now_ms() + ANSWER_WAIT_MS))
+                      now_ms() + ANSWER_WAIT_MS) ||
+            tunnel_hello(c, req, after, after_len, &hello, &hello_len) ||
+            dir_send_first(c, up, hello, hello_len))
             return;
+        after_len = 0;      /* sent, as the ClientHello's start */
     }
     else {
         apr_size_t len;
@@ -1323,68 +1436,154 @@ static SSL *origin_tls(egress_conn *c, const ci_egress_request *req, int fd)
     return NULL;
 }
 
-/* Inside a terminated tunnel: the sandbox's first head read (before
- * DEADLINE), its secrets put in, sent to the origin; then both ways. */
-static void relay_first_head(egress_conn *c, const ci_egress_request *tunnel,
-                             const apr_array_header_t *secrets, endpoint *cl, endpoint *or,
-                             long long deadline)
+/* The filters of a terminated tunnel's two directions: the sandbox's
+ * one request (its body, then nothing), the origin's answer (scanned). */
+typedef struct one_request {
+    egress_conn *c;
+    ci_egress_body body;
+    ci_egress_answer_filter *answer;
+} one_request;
+
+static int request_body_filter(void *arg, const char *in, apr_size_t n, int eof,
+                               const char **out, apr_size_t *out_len)
+{
+    one_request *o = arg;
+    apr_ssize_t took = ci_egress_body_take(&o->body, in, n);
+    (void)eof;
+    *out = in;
+    *out_len = took > 0 ? (apr_size_t)took : 0;
+    if (took < 0)
+        return -1;
+    /* What follows the body (another request) never goes: one request per
+     * connection, the origin told "Connection: close". */
+    return o->body.done ? 1 : 0;
+}
+
+static int answer_filter(void *arg, const char *in, apr_size_t n, int eof,
+                         const char **out, apr_size_t *out_len)
+{
+    one_request *o = arg;
+    int rc = ci_egress_answer_filter_feed(o->answer, in, n, eof, out, out_len);
+    o->c->scrubbed = ci_egress_answer_filter_count(o->answer);
+    if (rc < 0)
+        ci_log(CI_LOG_NOTICE, "CI0941: egress: container %s: the answer of %s could not be "
+               "scanned for its secrets (compressed, or malformed): cut",
+               *o->c->box->container ? o->c->box->container : "-", o->c->domain);
+    return rc;
+}
+
+/* Inside a terminated tunnel: the sandbox's one request read (its head
+ * before DEADLINE), checked (its Host the tunnel's), its secrets put in,
+ * identity encoding asked for, sent to the origin with its body; then the
+ * answer back, the values taken out of it. */
+static void relay_one_request(egress_conn *c, const ci_egress_request *tunnel,
+                              const apr_array_header_t *secrets, endpoint *cl, endpoint *or,
+                              long long deadline)
 {
     char *buf = apr_palloc(c->pool, CI_EGRESS_HEAD_MAX);
     apr_size_t got = 0, head_len = 0, len;
     ci_egress_request req;
     relay_dir *up, *down;
     const char *head;
+    one_request *o = apr_pcalloc(c->pool, sizeof(*o));
+    apr_ssize_t body;
+    int rc;
 
     if (head_outcome(c, cl, read_head_from(c, cl, buf, &got, &head_len, deadline)))
         return;
-    if (ci_egress_parse_tunnel_head(c->pool, buf, head_len, tunnel->host, tunnel->port,
-                                    cl->ssl != NULL, &req)) {
+    rc = ci_egress_parse_tunnel_head(c->pool, buf, head_len, tunnel->host, tunnel->port,
+                                     cl->ssl != NULL, &req);
+    if (rc == CI_EGRESS_OTHER_HOST) {
+        answer_on(c, cl, CI_EGRESS_STATUS_403, apr_psprintf(c->pool, CI_EGRESS_TXT_OTHER_HOST,
+                                                            tunnel->host, tunnel->port));
+        return;
+    }
+    if (rc || ci_egress_body_start(&req, &o->body)) {
         answer_on(c, cl, CI_EGRESS_STATUS_400, CI_EGRESS_TXT_MALFORMED);
         return;
     }
     if (inject_into(c, cl, &req, secrets))
         return;
+    ci_egress_identity_encoding(c->pool, &req);
     head = ci_egress_rewrite(c->pool, &req, &len);
+    o->c = c;
+    o->answer = ci_egress_answer_filter_make(c->pool, secrets, tunnel->host,
+                                             !strcmp(req.method, "HEAD"));
     make_dirs(c, cl, or, &up, &down);
-    if (dir_send_first(c, up, head, len) ||
-        (got > head_len && dir_send_first(c, up, buf + head_len, got - head_len)))
+    up->filter = request_body_filter;
+    up->filter_arg = o;
+    down->filter = answer_filter;
+    down->filter_arg = o;
+    body = ci_egress_body_take(&o->body, buf + head_len, got - head_len);
+    if (body < 0 || dir_send_first(c, up, head, len) ||
+        (body > 0 && dir_send_first(c, up, buf + head_len, (apr_size_t)body)))
         return;
+    if (o->body.done) {
+        up->eof = 1;
+        up->shut = 1;
+    }
     relay(c, up, down);
 }
 
-/* A CONNECT to a host with secrets: to port 443 TLS on both sides (the
- * origin verified before the 200), to port 80 plain; the first head inside
- * read and rewritten. */
+/* A CONNECT to port 443 of a host with secrets: TLS on both sides (the
+ * origin verified before the 200, the sandbox's ClientHello naming the
+ * host), one request read, checked and rewritten, its answer scanned. */
 static void serve_terminated(egress_conn *c, const ci_egress_request *req,
                              const apr_array_header_t *secrets, int origin)
 {
     endpoint *cl = apr_pcalloc(c->pool, sizeof(*cl)), *or = apr_pcalloc(c->pool, sizeof(*or));
-    int tls = req->port == 443;
+    ci_egress_sni_check *check = apr_pcalloc(c->pool, sizeof(*check));
     long long deadline;
     cl->fd = c->client;
     or->fd = origin;
-    if (tls && !(or->ssl = origin_tls(c, req, origin)))
+    if (!(or->ssl = origin_tls(c, req, origin)))
         return;
     if (write_all(c->client, CI_EGRESS_ESTABLISHED, sizeof(CI_EGRESS_ESTABLISHED) - 1,
                   now_ms() + ANSWER_WAIT_MS) == 0) {
         c->allowed = 1;
-        c->tls_terminated = tls;
+        c->tls_terminated = 1;
         deadline = now_ms() + (long long)limits.head_seconds * 1000;
-        if (!tls || ((cl->ssl = ci_egress_tls_server_ssl(c->client, req->host)) &&
-                     tls_handshake(c, cl->ssl, c->client, 1, deadline) == 0))
-            relay_first_head(c, req, secrets, cl, or, deadline);
+        if ((cl->ssl = ci_egress_tls_server_ssl(c->client, req->host, check)) &&
+            tls_handshake(c, cl->ssl, c->client, 1, deadline) == 0)
+            relay_one_request(c, req, secrets, cl, or, deadline);
+        else if (check->verdict == CI_EGRESS_HELLO_SNI)
+            tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_SNI_OTHER, check->name,
+                                           req->host));
+        else if (check->verdict == CI_EGRESS_HELLO_NO_SNI)
+            tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_SNI_NONE, req->host));
+        else if (check->verdict == CI_EGRESS_HELLO_BAD)
+            tunnel_refused(c, apr_psprintf(c->pool, CI_EGRESS_WHY_NOT_TLS, req->host));
     }
     SSL_free(cl->ssl);
     SSL_free(or->ssl);
 }
 
-/* Whether a CONNECT to REQ's host (SECRETS its secrets) is terminated. */
+/* What the policy refuses for domain secrets and tunnels, after the
+ * allowlist: a tunnel to port 80 (plain http is sent in absolute form,
+ * where every request is checked), plain http to a host with secrets (a
+ * value never crosses the network in clear). 0, or -1 after answering. */
+static int check_tunnels_and_secrets(egress_conn *c, const ci_egress_request *req,
+                                     const apr_array_header_t *secrets)
+{
+    if (req->is_connect && req->port == 80) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_CONNECT_80, req->host));
+        return -1;
+    }
+    if (!req->is_connect && secrets->nelts > 0) {
+        refuse(c, apr_psprintf(c->pool, CI_EGRESS_TXT_PLAIN_SECRET, req->host));
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether a CONNECT to REQ's host (SECRETS its secrets) is terminated
+ * (port 443 only: CONNECT to 80 is refused). */
 static int terminates(const egress_conn *c, const ci_egress_request *req,
                       const apr_array_header_t *secrets)
 {
     if (!req->is_connect || secrets->nelts == 0)
         return 0;
-    return req->port == 80 || (ci_egress_tls_can_terminate() && c->box->origin_ctx);
+    return ci_egress_tls_can_terminate() && c->box->origin_ctx;
 }
 
 static void serve_connection(egress_conn *c)
@@ -1409,7 +1608,7 @@ static void serve_connection(egress_conn *c)
     if (check_policy(c, &req))
         return;
     secrets = ci_egress_secrets_for(c->pool, c->box->secrets, c->box->nsecrets, req.host);
-    if (!req.is_connect && inject_into(c, &cl, &req, secrets))
+    if (check_tunnels_and_secrets(c, &req, secrets))
         return;
     if ((origin = reach_origin(c, &req, &extra, &extra_len)) < 0)
         return;
@@ -2096,7 +2295,7 @@ static void proxy_main(int control, int audit, const ci_egress_limits *lim)
     fit_descriptors();
     if (ci_egress_tls_init())
         ci_log(CI_LOG_ERR, "CI0915: the egress proxy has no leaf key: TLS is not "
-               "terminated, secrets go in plain http requests only");
+               "terminated, no domain secret is sent");
     pthread_attr_init(&thread_attr);
     pthread_attr_setdetachstate(&thread_attr, PTHREAD_CREATE_DETACHED);
     pthread_attr_setstacksize(&thread_attr, THREAD_STACK);

@@ -16,20 +16,24 @@
  * which domain was refused and why. Connections, bytes and idle time are
  * bounded; every connection is one audit line.
  *
+ * A tunnel carries only its own name: CONNECT is admitted to port 443 only
+ * (plain http goes in absolute form, each head checked), and the sandbox's
+ * TLS ClientHello must name the CONNECT's host (SNI) before a byte reaches
+ * the origin; otherwise the tunnel is closed and the audit says why.
+ *
  * Domain secrets: a container's policy may name secrets, each a domain, a
  * placeholder (what the sandbox holds) and a value. For a host a secret's
- * domain matches, the proxy puts the value in place of the placeholder in
- * the first request head of the connection that reaches the origin: in its
- * header values and its request target (percent-encoded there), never in
- * its body, never in a later request of the same connection (the origin
- * gets "Connection: close"; what follows the first request is relayed
- * untouched). Plain http requests (absolute form) are rewritten as they
- * pass; a CONNECT to port 80 of such a host has its first head read inside
- * the tunnel; a CONNECT to port 443 has TLS terminated: the proxy verifies
- * the origin first (against the policy's origin_ca, or the system's CAs;
- * the name too), then answers 200 and is the TLS server to the sandbox
- * with a certificate for the host signed by the server's CA. Hosts no
- * secret matches are tunnelled untouched. A value is never logged.
+ * domain matches, plain http is refused, and a CONNECT to port 443 has TLS
+ * terminated: the proxy verifies the origin first (against the policy's
+ * origin_ca, or the system's CAs; the name too), then answers 200 and is
+ * the TLS server to the sandbox with a certificate for the host signed by
+ * the server's CA. It reads one request (its Host the tunnel's), puts the
+ * value in place of the placeholder in its header values and its query
+ * (percent-encoded there; never its path before the query, never its
+ * body), asks for identity encoding and "Connection: close", relays the
+ * request's body and nothing after it, and takes every value out of the
+ * answer (ci_egress_content.h) before the sandbox sees it. Hosts no secret
+ * matches are tunnelled untouched. A value is never logged.
  *
  * The supervisor talks to it over a SOCK_SEQPACKET socketpair: one message
  * per command, a listening socket passed with SCM_RIGHTS.
@@ -82,7 +86,7 @@ const char *ci_egress_make_ca(apr_pool_t *p, ci_egress_ca *out);
 void ci_egress_default_limits(ci_egress_limits *lim);
 
 /* Fork the proxy. CA: the server's CA (NULL: no TLS is terminated; secrets
- * are then put in plain http requests only). AUDIT_FD: a file open for appending, one JSON line per
+ * are then never sent). AUDIT_FD: a file open for appending, one JSON line per
  * connection (-1: none; the error log has a line per connection either
  * way); the proxy takes a copy. The supervisor opens it before it gives
  * up root, as the file is root's.

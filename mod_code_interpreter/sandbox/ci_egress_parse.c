@@ -570,7 +570,8 @@ static int take_header(apr_pool_t *p, const char *s, apr_size_t n, ci_egress_req
 }
 
 /* REQ's Host headers: at most one, naming REQ's host and port (DEFAULT_PORT
- * when it names none). */
+ * when it names none): 0; -1 malformed or two; -2 one that names another
+ * host or port. */
 static int host_header_agrees(apr_pool_t *p, const ci_egress_request *req, int default_port)
 {
     const ci_egress_header *h = (const ci_egress_header *)req->headers->elts;
@@ -586,7 +587,7 @@ static int host_header_agrees(apr_pool_t *p, const ci_egress_request *req, int d
             named.port = default_port;
         if (named.port != req->port || named.host_is_ip != req->host_is_ip ||
             strcasecmp(named.host, req->host))
-            return -1;
+            return -2;
     }
     return 0;
 }
@@ -622,7 +623,7 @@ int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
 {
     if (parse_lines(p, head, len, take_request_line, req))
         return -1;
-    if (!req->is_connect && host_header_agrees(p, req, 80))
+    if (!req->is_connect && host_header_agrees(p, req, 80) != 0)
         return -1;
     return 0;
 }
@@ -827,6 +828,23 @@ static int inject_one(apr_pool_t *p, inject_state *st, const char **s, int encod
     return 0;
 }
 
+/* *PATH's query (after its first '?') with its placeholders replaced;
+ * the path before it is left as it is: an origin's error page or redirect
+ * quotes a path far more often than a query. 0 or -1. */
+static int inject_into_query(apr_pool_t *p, inject_state *st, const char **path)
+{
+    const char *mark = strchr(*path, '?'), *query;
+    if (!mark)
+        return 0;
+    query = mark + 1;
+    if (inject_one(p, st, &query, 1))
+        return -1;
+    if (query != mark + 1)
+        *path = apr_pstrcat(p, apr_pstrmemdup(p, *path, (apr_size_t)(mark + 1 - *path)),
+                            query, NULL);
+    return 0;
+}
+
 int ci_egress_inject(apr_pool_t *p, ci_egress_request *req,
                      const apr_array_header_t *secrets)
 {
@@ -834,7 +852,7 @@ int ci_egress_inject(apr_pool_t *p, ci_egress_request *req,
     int i;
     if (!secrets || secrets->nelts == 0)
         return 0;
-    if (req->path && inject_one(p, &st, &req->path, 1))
+    if (req->path && inject_into_query(p, &st, &req->path))
         return -1;
     for (i = 0; i < req->headers->nelts; i++) {
         ci_egress_header *h = &APR_ARRAY_IDX(req->headers, i, ci_egress_header);

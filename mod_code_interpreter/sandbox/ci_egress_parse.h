@@ -41,6 +41,13 @@
     "egress refused: %s is an IP address; only allowlisted domain names are reachable\n"
 #define CI_EGRESS_TXT_ADDRESS \
     "egress refused: %s resolves to %s, a %s address\n"                     /* DOMAIN, ADDR, KIND */
+#define CI_EGRESS_TXT_OTHER_HOST \
+    "egress refused: this tunnel is for %s:%d; a request in it names another host\n"
+#define CI_EGRESS_TXT_PLAIN_SECRET \
+    "egress refused: %s has domain secrets; plain http to it is not allowed, use https\n"
+#define CI_EGRESS_TXT_CONNECT_80 \
+    "egress refused: CONNECT %s:80: plain http is sent as absolute-form requests " \
+    "(http://...), not through a tunnel\n"
 #define CI_EGRESS_TXT_TOO_MANY \
     "egress refused: too many connections from this container (at most %d)\n"
 #define CI_EGRESS_TXT_OWNER_TOO_MANY \
@@ -119,9 +126,11 @@ int ci_egress_parse_head(apr_pool_t *p, const char *head, apr_size_t len,
 /* A head sent inside a CONNECT tunnel to HOST:PORT (which the proxy
  * terminates): "METHOD /origin-form HTTP/1.x", any Host header naming HOST
  * (and PORT, or no port), the same rules otherwise. 0 and *REQ filled (host
- * and port those of the tunnel, HTTPS as given), or -1 (400). A Host naming
- * another name is refused: a secret of HOST must not reach another virtual
- * host of the same server. */
+ * and port those of the tunnel, HTTPS as given), -1 (malformed: 400), or
+ * CI_EGRESS_OTHER_HOST: a well-formed Host that names another host or port
+ * (403, CI_EGRESS_TXT_OTHER_HOST): a tunnel carries only its own name, and
+ * a secret of HOST must not reach another virtual host of the same server. */
+#define CI_EGRESS_OTHER_HOST (-2)
 int ci_egress_parse_tunnel_head(apr_pool_t *p, const char *head, apr_size_t len,
                                 const char *host, int port, int https,
                                 ci_egress_request *req);
@@ -212,11 +221,12 @@ int ci_egress_secret_valid(const ci_egress_secret *s);
 apr_array_header_t *ci_egress_secrets_for(apr_pool_t *p, const ci_egress_secret *all,
                                           int n, const char *host);
 
-/* Replaces in REQ's target and header values (nowhere else; the Host header
- * is made again by ci_egress_rewrite) every placeholder of SECRETS (as
+/* Replaces in REQ's header values and the query of its target (nowhere
+ * else: not the path before the '?', not the body; the Host header is made
+ * again by ci_egress_rewrite) every placeholder of SECRETS (as
  * ci_egress_secrets_for returns) by its value: left to right, the longest
  * placeholder at a place first, a value put in never searched again. In the
- * target a value is percent-encoded but for RFC 3986's unreserved bytes.
+ * query a value is percent-encoded but for RFC 3986's unreserved bytes.
  * Returns how many were replaced, or -1 when the values would grow the
  * head by more than CI_EGRESS_INJECT_GROWTH_MAX (REQ is then not to be
  * sent). */

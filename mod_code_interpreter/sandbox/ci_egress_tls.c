@@ -12,6 +12,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include "ci_egress_content.h"
 #include "ci_egress_tls.h"
 
 #define CA_NAME "mod_code_interpreter egress CA"
@@ -20,6 +21,7 @@
 #define BACKDATE_SECONDS 3600
 #define LEAF_CACHE_MAX 1024
 
+static int sni_check_index = -1;      /* an SSL's ci_egress_sni_check */
 static X509 *ca_cert;
 static EVP_PKEY *ca_key;
 static EVP_PKEY *leaf_key;
@@ -174,6 +176,11 @@ int ci_egress_tls_init(void)
 {
     if (!ca_cert)
         return 0;
+    if (sni_check_index < 0 &&
+        (sni_check_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL)) < 0) {
+        ci_egress_tls_drop_ca();
+        return -1;
+    }
     if (!(leaf_key = new_p256_key())) {
         ci_egress_tls_drop_ca();
         return -1;
@@ -276,6 +283,35 @@ static X509 *make_leaf(const char *host)
     return x;
 }
 
+/* The ClientHello of a terminated tunnel: on only when its server name is
+ * the tunnel's (the check's host), else the handshake ends with an alert
+ * and the check says why. */
+static int check_client_hello(SSL *ssl, int *alert, void *arg)
+{
+    ci_egress_sni_check *check = SSL_get_ex_data(ssl, sni_check_index);
+    const unsigned char *ext;
+    size_t len;
+    const char *name = NULL;
+    apr_pool_t *p;
+    (void)arg;
+    *alert = SSL_AD_UNRECOGNIZED_NAME;
+    if (!check)
+        return SSL_CLIENT_HELLO_ERROR;
+    check->verdict = CI_EGRESS_HELLO_NO_SNI;
+    if (!SSL_client_hello_get0_ext(ssl, TLSEXT_TYPE_server_name, &ext, &len))
+        return SSL_CLIENT_HELLO_ERROR;
+    if (apr_pool_create_unmanaged_ex(&p, NULL, NULL) != APR_SUCCESS)
+        return SSL_CLIENT_HELLO_ERROR;
+    check->verdict = ci_egress_sni_extension(p, ext, len, &name);
+    if (check->verdict == CI_EGRESS_HELLO_SNI) {
+        apr_cpystrn(check->name, name, sizeof(check->name));
+        if (!strcmp(name, check->host))
+            check->verdict = 0;
+    }
+    apr_pool_destroy(p);
+    return check->verdict == 0 ? SSL_CLIENT_HELLO_SUCCESS : SSL_CLIENT_HELLO_ERROR;
+}
+
 static SSL_CTX *make_server_ctx(const char *host)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
@@ -289,6 +325,7 @@ static SSL_CTX *make_server_ctx(const char *host)
     }
     common_options(ctx);
     SSL_CTX_set_alpn_select_cb(ctx, select_http11, NULL);
+    SSL_CTX_set_client_hello_cb(ctx, check_client_hello, NULL);
     return ctx;
 }
 
@@ -326,7 +363,7 @@ static SSL_CTX *server_ctx(const char *host)
     return ctx;
 }
 
-SSL *ci_egress_tls_server_ssl(int fd, const char *host)
+SSL *ci_egress_tls_server_ssl(int fd, const char *host, ci_egress_sni_check *check)
 {
     SSL_CTX *ctx;
     SSL *ssl;
@@ -334,7 +371,10 @@ SSL *ci_egress_tls_server_ssl(int fd, const char *host)
         return NULL;
     ssl = SSL_new(ctx);
     SSL_CTX_free(ctx);      /* the SSL holds its own reference */
-    if (ssl && !SSL_set_fd(ssl, fd)) {
+    check->host = host;
+    check->verdict = 0;
+    check->name[0] = '\0';
+    if (ssl && (!SSL_set_fd(ssl, fd) || !SSL_set_ex_data(ssl, sni_check_index, check))) {
         SSL_free(ssl);
         ssl = NULL;
     }

@@ -36,10 +36,20 @@ SSL_CTX *ci_egress_tls_client_ctx(const char *origin_ca);
  * failure. */
 SSL *ci_egress_tls_client_ssl(SSL_CTX *ctx, int fd, const char *host);
 
+/* What the sandbox's ClientHello named, on a tunnel the proxy terminates:
+ * its handshake fails unless the server name (SNI) is the tunnel's HOST. */
+typedef struct ci_egress_sni_check {
+    const char *host;           /* the CONNECT's name, normalised */
+    int verdict;                /* 0: agreed; else a ci_egress_hello_status:
+                                   SNI (another, in NAME), NO_SNI, BAD */
+    char name[256];
+} ci_egress_sni_check;
+
 /* A server SSL on FD that presents a certificate for HOST (a normalised
  * name) signed by the CA: certificates are made once per host and kept
  * for the process's life (at most a bound of hosts; past it one is made
- * per connection). NULL on failure. */
-SSL *ci_egress_tls_server_ssl(int fd, const char *host);
+ * per connection). CHECK (its host HOST) gets the ClientHello's verdict;
+ * it must outlive the handshake. NULL on failure. */
+SSL *ci_egress_tls_server_ssl(int fd, const char *host, ci_egress_sni_check *check);
 
 #endif

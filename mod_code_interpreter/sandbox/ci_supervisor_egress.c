@@ -146,8 +146,8 @@ static const ci_egress_ca *server_ca(void)
         const char *err = ci_egress_make_ca(sup_state.p, &proxy_ca);
         proxy_ca_state = err ? -1 : 1;
         if (err)
-            ci_log(CI_LOG_ERR, "CI0645: the egress CA could not be made (%s): domain "
-                   "secrets go in plain http requests only", err);
+            ci_log(CI_LOG_ERR, "CI0645: the egress CA could not be made (%s): no domain "
+                   "secret is sent", err);
     }
     return proxy_ca_state > 0 ? &proxy_ca : NULL;
 }

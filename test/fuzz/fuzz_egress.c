@@ -8,7 +8,11 @@
  * line, as the proxy cuts it); whole, as a host; split at its first LF into
  * an allowlist (entries separated by commas) and a host; its first bytes as
  * an IPv4 and an IPv6 address; whole, as a head inside a terminated tunnel
- * to api.example.com; both kinds of head with domain secrets put in.
+ * to api.example.com; both kinds of head with domain secrets put in;
+ * whole, as the first bytes of a CONNECT tunnel (a TLS ClientHello and its
+ * server name); whole, as an origin's answer on a terminated connection
+ * (its values taken out), fed at once and in pieces; whole, as a request
+ * body after a tunnel head.
  *
  * Checked: no crash, leak or undefined behaviour; a head is never longer
  * than the bound nor than the input; a normalised name is lower-case LDH,
@@ -18,15 +22,17 @@
  * end) with one Host line, no Proxy-* or hop-by-hop line and "Connection:
  * close", and that head put back into absolute form parses again and
  * rewrites to the same bytes; addresses that embed IPv4 take its class;
- * after injection no placeholder is left in the target or a header value
+ * after injection no placeholder is left in the query or a header value
  * (the values hold none), the count is at most the number of places, the
  * rewrite is one head with the values in, and a tunnel head's rewrite
  * parses again as a tunnel head to the same host.
  */
 #include "fuzz_common.h"
+#include <ctype.h>
 #include <strings.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include "ci_egress_content.h"
 #include "ci_egress_parse.h"
 
 static char *exact_copy(const uint8_t *data, size_t n)
@@ -198,7 +204,8 @@ static char *check_inject(apr_pool_t *p, ci_egress_request *req, apr_size_t *len
     if (n < 0)
         return NULL;
     FUZZ_CHECK(mine->nelts > 0 || n == 0, "%d replaced without a secret", n);
-    FUZZ_CHECK(!holds_placeholder(mine, req->path), "a placeholder left in %s", req->path);
+    FUZZ_CHECK(!strchr(req->path, '?') || !holds_placeholder(mine, strchr(req->path, '?')),
+               "a placeholder left in the query of %s", req->path);
     for (i = 0; i < req->headers->nelts; i++)
         FUZZ_CHECK(!holds_placeholder(mine,
                                       APR_ARRAY_IDX(req->headers, i, ci_egress_header).value),
@@ -230,6 +237,96 @@ static void check_secrets(apr_pool_t *p, const uint8_t *data, size_t size)
                        "the injected tunnel head does not parse:\n%s", head);
     }
     free(buf);
+}
+
+/* The input as a tunnel's first bytes: a ClientHello's server name is a
+ * normalised name; a prefix of what is bad is never judged good. */
+static void check_client_hello(apr_pool_t *p, const uint8_t *data, size_t size)
+{
+    const char *name = NULL;
+    ci_egress_hello_status st = ci_egress_hello_sni(p, data, size, &name), half;
+    FUZZ_CHECK(st >= CI_EGRESS_HELLO_BAD && st <= CI_EGRESS_HELLO_NO_SNI, "status %d", st);
+    if (st == CI_EGRESS_HELLO_SNI)
+        check_name(p, name);
+    if (size > 1) {
+        half = ci_egress_hello_sni(p, data, size / 2, &name);
+        FUZZ_CHECK(!(half == CI_EGRESS_HELLO_BAD && st != CI_EGRESS_HELLO_BAD),
+                   "a prefix is bad, the whole is not");
+    }
+}
+
+/* What the answer filter gives for DATA, fed in pieces of at most STEP
+ * bytes, into *LEN; the filter's result in *RC. */
+static char *filtered(apr_pool_t *p, const uint8_t *data, size_t size, size_t step,
+                      apr_size_t *len, int *rc)
+{
+    ci_egress_answer_filter *f = ci_egress_answer_filter_make(
+        p, ci_egress_secrets_for(p, fuzz_secrets, 3, "api.example.com"), "api.example.com", 0);
+    apr_size_t cap = 4 * size + 4096;
+    char *all = apr_palloc(p, cap);
+    size_t at = 0;
+    const char *o;
+    apr_size_t on;
+    *len = 0;
+    for (;;) {
+        size_t n = size - at < step ? size - at : step;
+        *rc = ci_egress_answer_filter_feed(f, size ? (const char *)data + at : "", n,
+                                           at + n == size, &o, &on);
+        FUZZ_CHECK(*len + on <= cap, "the answer grew to %zu", (size_t)(*len + on));
+        if (on)
+            memcpy(all + *len, o, on);
+        *len += on;
+        at += n;
+        if (*rc < 0 || at == size)
+            break;
+    }
+    return all;
+}
+
+/* The input as an origin's answer: no value of the host comes out, fed
+ * whole or in pieces; both decide alike, and give the same bytes unless a
+ * body is chunked (its chunks follow the pieces). */
+static void check_answer(apr_pool_t *p, const uint8_t *data, size_t size)
+{
+    apr_size_t n1, n2;
+    int rc1, rc2;
+    char *a = filtered(p, data, size, size ? size : 1, &n1, &rc1);
+    char *b = filtered(p, data, size, size ? 1 + data[0] % 13 : 1, &n2, &rc2);
+    char *lower;
+    size_t i;
+    for (i = 0; i < 2; i++) {       /* the two secrets api.example.com has */
+        const char *v = fuzz_secrets[i].value;
+        FUZZ_CHECK(!memmem(a, n1, v, strlen(v)) && !memmem(b, n2, v, strlen(v)),
+                   "a value came out");
+    }
+    FUZZ_CHECK(rc1 == rc2, "whole and in pieces decide differently");
+    lower = apr_pmemdup(p, data, size ? size : 1);
+    for (i = 0; i < size; i++)
+        lower[i] = (char)tolower((unsigned char)lower[i]);
+    if (rc1 == 0 && !memmem(lower, size, "chunked", 7))
+        FUZZ_CHECK(n1 == n2 && !memcmp(a, b, n1), "whole and in pieces differ");
+}
+
+/* The input as a request body after a tunnel head that frames it: never
+ * more taken than given. */
+static void check_body(apr_pool_t *p, const uint8_t *data, size_t size)
+{
+    static const char *const heads[] = {
+        "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nContent-Length: 17\r\n\r\n" };
+    size_t i;
+    for (i = 0; i < 2; i++) {
+        ci_egress_request req;
+        ci_egress_body b;
+        apr_ssize_t took;
+        FUZZ_CHECK(ci_egress_parse_tunnel_head(p, heads[i], strlen(heads[i]), "a.example.com",
+                                               443, 1, &req) == 0 &&
+                   ci_egress_body_start(&req, &b) == 0, "a framing head");
+        took = ci_egress_body_take(&b, (const char *)data, size);
+        FUZZ_CHECK(took >= -1 && took <= (apr_ssize_t)size, "took %ld", (long)took);
+        FUZZ_CHECK(took < 0 || b.done || took == (apr_ssize_t)size,
+                   "stopped before the end without being done");
+    }
 }
 
 static void check_addresses(const uint8_t *data, size_t size)
@@ -270,6 +367,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int port = 0;
     check_head(p, data, size);
     check_secrets(p, data, size);
+    check_client_hello(p, data, size);
+    check_answer(p, data, size);
+    check_body(p, data, size);
     check_host(p, data, size);
     check_allowlist(p, data, size);
     check_addresses(data, size);

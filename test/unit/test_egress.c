@@ -50,6 +50,7 @@
 #include <openssl/x509v3.h>
 
 #include "ci_egress.h"
+#include "ci_egress_content.h"
 #include "ci_egress_parse.h"
 #include "ci_log.h"
 
@@ -187,6 +188,8 @@ typedef struct peers {
     pthread_t origin_thread, proxy_thread;
     pthread_mutex_t lock;
     char origin_head[4096];         /* the last head the origin got */
+    char tls_after[4096];           /* what a TLS origin got after that head */
+    int tls_closed;                 /* TLS origin connections ended */
     char proxy_line[512];           /* the last CONNECT line the site proxy got */
 } peers;
 
@@ -320,10 +323,27 @@ static SSL *tls_connect(SSL_CTX *ctx, int fd, const char *host)
     return ssl;
 }
 
+/* TLS over FD to HOST, asking for SNI (NULL: none): the SSL, or NULL when
+ * the handshake fails (the proxy closed the tunnel). */
+static SSL *tls_try(SSL_CTX *ctx, int fd, const char *sni)
+{
+    SSL *ssl = SSL_new(ctx);
+    SSL_set_fd(ssl, fd);
+    if (sni)
+        SSL_set_tlsext_host_name(ssl, sni);
+    SSL_set_verify(ssl, SSL_VERIFY_NONE, NULL);
+    if (SSL_connect(ssl) != 1) {
+        ERR_clear_error();
+        SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
+
 /* Everything SSL sends until its end. */
 static char *tls_read_to_eof(apr_pool_t *p, SSL *ssl)
 {
-    char buf[4096];
+    char buf[16384];
     apr_size_t got = 0;
     int n;
     while (got < sizeof(buf) - 1 && (n = SSL_read(ssl, buf + got, (int)(sizeof(buf) - 1 - got))) > 0)
@@ -361,7 +381,35 @@ static void *origin_conn(void *arg)
     return NULL;
 }
 
-/* The TLS origins: the head recorded, "hello" answered. */
+#define SECRET_VALUE "s3cr3t/Value+42"
+#define SECRET_IN_URL "s3cr3t%2FValue%2B42"
+#define SECRET_IN_URL_LOWER "s3cr3t%2fValue%2b42"
+#define MASK_VALUE "***************"              /* as long as SECRET_VALUE */
+#define MASK_IN_URL "*******************"         /* ... as SECRET_IN_URL */
+
+/* A reflecting origin's answer to HEAD: the value in its status line and
+ * headers (literal, percent-encoded in a Location), the head it got as its
+ * body in chunks of 5 bytes (a value split across chunks). */
+static char *reflection(const char *head)
+{
+    static char out[16384];
+    size_t n = strlen(head), i;
+    int o = snprintf(out, sizeof(out), "HTTP/1.1 302 %s\r\nLocation: https://api.tls.test/?k=%s"
+                     "\r\nX-Echo: %s\r\nTransfer-Encoding: chunked\r\n\r\n", SECRET_VALUE,
+                     SECRET_IN_URL_LOWER, SECRET_VALUE);
+    for (i = 0; i < n; i += 5)
+        o += snprintf(out + o, sizeof(out) - (size_t)o, "%x\r\n%.*s\r\n",
+                      (unsigned)(n - i < 5 ? n - i : 5), (int)(n - i < 5 ? n - i : 5),
+                      head + i);
+    snprintf(out + o, sizeof(out) - (size_t)o, "0\r\n\r\n");
+    return out;
+}
+
+static const char gzip_answer[] =
+    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: 3\r\n\r\nabc";
+
+/* The TLS origins: the head recorded, "hello" answered (GET /echo: its
+ * reflection; GET /gzip: a compressed answer). */
 static void *tls_origin_conn(void *arg)
 {
     int fd = (int)(intptr_t)arg & 0xffffff, bad = (int)((intptr_t)arg >> 24);
@@ -379,8 +427,31 @@ static void *tls_origin_conn(void *arg)
         pthread_mutex_lock(&world.lock);
         strcpy(world.origin_head, head);
         pthread_mutex_unlock(&world.lock);
-        SSL_write(ssl, hello_answer, sizeof(hello_answer) - 1);
+        if (!strncmp(head, "GET /echo", 9)) {
+            const char *r = reflection(head);
+            SSL_write(ssl, r, (int)strlen(r));
+        }
+        else if (!strncmp(head, "GET /gzip", 9)) {
+            SSL_write(ssl, gzip_answer, sizeof(gzip_answer) - 1);
+        }
+        else {
+            SSL_write(ssl, hello_answer, sizeof(hello_answer) - 1);
+        }
         SSL_shutdown(ssl);
+        /* Whatever comes after the head, up to the proxy's close. */
+        {
+            char after[4096];
+            size_t n = 0;
+            int r;
+            while (n < sizeof(after) - 1 &&
+                   (r = SSL_read(ssl, after + n, (int)(sizeof(after) - 1 - n))) > 0)
+                n += (size_t)r;
+            after[n] = '\0';
+            pthread_mutex_lock(&world.lock);
+            strcpy(world.tls_after, after);
+            world.tls_closed++;
+            pthread_mutex_unlock(&world.lock);
+        }
     }
     SSL_free(ssl);
     close(fd);
@@ -499,6 +570,8 @@ static int tls_listener_start(server *s, int *port, void *(*conn)(void *), pthre
 static void peers_start(void)
 {
     memset(world.origin_head, 0, sizeof(world.origin_head));
+    memset(world.tls_after, 0, sizeof(world.tls_after));
+    world.tls_closed = 0;
     memset(world.proxy_line, 0, sizeof(world.proxy_line));
     world.origin_fd = tcp_listener(&world.origin_port);
     world.proxy_fd = tcp_listener(&world.proxy_port);
@@ -717,6 +790,23 @@ static int open_tunnel(fixture *f, const char *path, const char *name)
     return fd;
 }
 
+/* REQUEST sent over TLS (verified against CA) in a tunnel to HOST:443 through
+ * the box at PATH: the whole answer. */
+static const char *tls_exchange(fixture *f, const char *path, const ci_egress_ca *ca,
+                                const char *host, const char *request)
+{
+    SSL_CTX *ctx = client_ctx(ca);
+    int fd = open_tunnel(f, path, host);
+    SSL *ssl = tls_connect(ctx, fd, host);
+    const char *answer;
+    assert_int_equal(SSL_write(ssl, request, (int)strlen(request)), (int)strlen(request));
+    answer = tls_read_to_eof(f->pool, ssl);
+    SSL_free(ssl);
+    close(fd);
+    SSL_CTX_free(ctx);
+    return answer;
+}
+
 /* ---- the tests ---------------------------------------------------------------- */
 
 static void test_http_get_through_the_site_proxy(void **state)
@@ -740,15 +830,12 @@ static void test_http_get_through_the_site_proxy(void **state)
 static void test_connect_tunnel_relays_both_ways(void **state)
 {
     fixture *f = *state;
-    const char *path = add_box(f, 2, policy(f, "cntr_2", "\"*.wild.test\"", 1));
-    static const char get[] = "GET /hello HTTP/1.1\r\nHost: api.wild.test\r\n\r\n";
-    size_t n;
-    int fd = open_tunnel(f, path, "api.wild.test");
-    assert_int_equal(write_all(fd, get, sizeof(get) - 1), 0);
-    assert_string_equal(read_to_eof(f->pool, fd, 4096, &n), hello_answer);
-    close(fd);
+    const char *path = add_box(f, 2, policy(f, "cntr_2", "\"*.tls.test\"", 1));
+    static const char get[] = "GET /hello HTTP/1.1\r\nHost: api.tls.test\r\n\r\n";
+    assert_string_equal(tls_exchange(f, path, &pki.origin_ca, "api.tls.test", get),
+                        hello_answer);
     pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "CONNECT api.wild.test:443 HTTP/1.1");
+    assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
     assert_string_equal(world.origin_head, get);    /* untouched through a tunnel */
     pthread_mutex_unlock(&world.lock);
 }
@@ -1068,9 +1155,6 @@ static void test_closing_control_ends_the_process(void **state)
 
 /* ---- domain secrets ------------------------------------------------------------ */
 
-#define SECRET_VALUE "s3cr3t/Value+42"
-#define SECRET_IN_URL "s3cr3t%2FValue%2B42"
-
 /* A box whose secrets are for api.tls.test, *.untrusted.test,
  * *.wrongname.test and plain.test (all the same placeholder). */
 static const char *secrets_box(fixture *f, apr_uint32_t key)
@@ -1112,8 +1196,9 @@ static void assert_value_not_logged(fixture *f)
 }
 
 static const char secret_request[] =
-    "GET /?key=CI_SECRET_abc HTTP/1.1\r\nHost: api.tls.test\r\n"
-    "Authorization: Bearer CI_SECRET_abc\r\nX-Other: CI_SECRET_abc\r\n\r\n";
+    "GET /p/CI_SECRET_abc?key=CI_SECRET_abc HTTP/1.1\r\nHost: api.tls.test\r\n"
+    "Authorization: Bearer CI_SECRET_abc\r\nX-Other: CI_SECRET_abc\r\n"
+    "Accept-Encoding: gzip, br\r\n\r\n";
 
 static void test_secret_put_in_over_terminated_tls(void **state)
 {
@@ -1137,16 +1222,18 @@ static void test_secret_put_in_over_terminated_tls(void **state)
     pthread_mutex_lock(&world.lock);
     assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
     assert_string_equal(world.origin_head,
-                        "GET /?key=" SECRET_IN_URL " HTTP/1.1\r\nHost: api.tls.test\r\n"
+                        "GET /p/CI_SECRET_abc?key=" SECRET_IN_URL " HTTP/1.1\r\n"
+                        "Host: api.tls.test\r\n"
                         "Authorization: Bearer " SECRET_VALUE "\r\n"
-                        "X-Other: " SECRET_VALUE "\r\nConnection: close\r\n\r\n");
+                        "X-Other: " SECRET_VALUE "\r\nAccept-Encoding: identity\r\n"
+                        "Connection: close\r\n\r\n");
     pthread_mutex_unlock(&world.lock);
     lines = audit_lines(f, 1);
     assert_string_equal(field(lines[0], "allowed"), "true");
     assert_string_equal(field(lines[0], "tls"), "terminated");
     assert_string_equal(field(lines[0], "injected"), "3");
     json_object_put(lines[0]);
-    assert_non_null(strstr(file_text(f, f->errlog), "tls terminated, 3 injected"));
+    assert_non_null(strstr(file_text(f, f->errlog), "tls terminated, 3 injected, 0 scrubbed"));
     assert_value_not_logged(f);
 }
 
@@ -1201,44 +1288,99 @@ static void test_unverified_origin_is_a_502(void **state)
     json_object_put(lines[1]);
 }
 
-static void test_secret_put_in_plain_http(void **state)
+/* The origin's record: no head at all. */
+static void assert_origin_got_nothing(void)
+{
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.origin_head, "");
+    pthread_mutex_unlock(&world.lock);
+}
+
+static void test_plain_http_to_a_secret_domain_is_refused(void **state)
 {
     fixture *f = *state;
     const char *path = secrets_box(f, 23);
-    static const char connect80[] = "CONNECT plain.test:80 HTTP/1.1\r\n\r\n";
-    static const char tunnelled[] = "GET /t?k=CI_SECRET_abc HTTP/1.1\r\nHost: plain.test\r\n"
-                                    "X-K: CI_SECRET_abc\r\n\r\n";
+    assert_answer(f, path, "GET http://plain.test/p?k=CI_SECRET_abc HTTP/1.1\r\n"
+                           "Authorization: Bearer CI_SECRET_abc\r\n\r\n",
+                  CI_EGRESS_STATUS_403, "egress refused: plain.test has domain secrets; plain "
+                                        "http to it is not allowed, use https\n");
+    assert_answer(f, path, "CONNECT plain.test:80 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
+                  "egress refused: CONNECT plain.test:80: plain http is sent as absolute-form "
+                  "requests (http://...), not through a tunnel\n");
+    pthread_mutex_lock(&world.lock);
+    assert_string_equal(world.proxy_line, "");
+    pthread_mutex_unlock(&world.lock);
+    assert_origin_got_nothing();
+    assert_value_not_logged(f);
+}
+
+/* BODY, a chunked body, decoded (the chunk sizes checked). */
+static char *dechunk(apr_pool_t *p, const char *body)
+{
+    char *out = apr_pcalloc(p, strlen(body) + 1);
+    size_t o = 0;
+    for (;;) {
+        char *end;
+        unsigned long n = strtoul(body, &end, 16);
+        assert_true(end != body && end[0] == '\r' && end[1] == '\n');
+        body = end + 2;
+        if (n == 0)
+            break;
+        assert_true(strlen(body) >= n + 2);
+        memcpy(out + o, body, n);
+        o += n;
+        body += n;
+        assert_memory_equal(body, "\r\n", 2);
+        body += 2;
+    }
+    assert_string_equal(body, "\r\n");
+    return out;
+}
+
+/* A copy of S with every FROM replaced by TO. */
+static char *replaced(apr_pool_t *p, const char *s, const char *from, const char *to)
+{
+    const char *at;
+    char *out = "";
+    while ((at = strstr(s, from)) != NULL) {
+        out = apr_pstrcat(p, out, apr_pstrmemdup(p, s, (apr_size_t)(at - s)), to, NULL);
+        s = at + strlen(from);
+    }
+    return apr_pstrcat(p, out, s, NULL);
+}
+
+static void test_values_are_taken_out_of_answers(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 27);
+    static const char echo[] = "GET /echo?k=CI_SECRET_abc HTTP/1.1\r\nHost: api.tls.test\r\n"
+                               "X-Key: CI_SECRET_abc\r\n\r\n";
+    static const char gzip[] = "GET /gzip HTTP/1.1\r\nHost: api.tls.test\r\n\r\n";
+    const char *got = tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", echo);
+    const char *want_body, *head_end;
     json_object **lines;
-    size_t n;
-    int fd;
-    assert_string_equal(ask(f, path, "GET http://plain.test/p?k=CI_SECRET_abc HTTP/1.1\r\n"
-                                     "Authorization: Bearer CI_SECRET_abc\r\n\r\n", NULL),
-                        hello_answer);
+    apr_size_t n;
+    head_end = strstr(got, "\r\n\r\n");
+    assert_non_null(head_end);
+    assert_string_equal(apr_pstrmemdup(f->pool, got, (apr_size_t)(head_end + 4 - got)),
+                        "HTTP/1.1 302 " MASK_VALUE "\r\n"
+                        "Location: https://api.tls.test/?k=" MASK_IN_URL "\r\n"
+                        "X-Echo: " MASK_VALUE "\r\nTransfer-Encoding: chunked\r\n\r\n");
     pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.origin_head,
-                        "GET /p?k=" SECRET_IN_URL " HTTP/1.1\r\nHost: plain.test\r\n"
-                        "Authorization: Bearer " SECRET_VALUE "\r\n"
-                        "Connection: close\r\n\r\n");
+    want_body = replaced(f->pool, replaced(f->pool, world.origin_head, SECRET_VALUE,
+                                           MASK_VALUE), SECRET_IN_URL, MASK_IN_URL);
     pthread_mutex_unlock(&world.lock);
-    /* CONNECT to port 80: the first head inside the tunnel. */
-    fd = connect_box(path);
-    assert_true(fd >= 0);
-    assert_int_equal(write_all(fd, connect80, sizeof(connect80) - 1), 0);
-    assert_string_equal(read_exactly(f->pool, fd, sizeof(CI_EGRESS_ESTABLISHED) - 1),
-                        CI_EGRESS_ESTABLISHED);
-    assert_int_equal(write_all(fd, tunnelled, sizeof(tunnelled) - 1), 0);
-    assert_string_equal(read_to_eof(f->pool, fd, 4096, &n), hello_answer);
-    close(fd);
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.origin_head,
-                        "GET /t?k=" SECRET_IN_URL " HTTP/1.1\r\nHost: plain.test\r\n"
-                        "X-K: " SECRET_VALUE "\r\nConnection: close\r\n\r\n");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(dechunk(f->pool, head_end + 4), want_body);
+    /* A compressed answer cannot be scanned: a 502 instead. */
+    assert_string_equal(tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", gzip),
+                        ci_egress_response(f->pool, CI_EGRESS_STATUS_502,
+                                           "egress error: api.tls.test answered with a "
+                                           "compressed or unframed body, which cannot be "
+                                           "scanned for the domain's secrets\n", &n));
     lines = audit_lines(f, 2);
-    assert_null(field(lines[0], "tls"));
-    assert_string_equal(field(lines[0], "injected"), "2");
-    assert_null(field(lines[1], "tls"));
-    assert_string_equal(field(lines[1], "injected"), "2");
+    /* status line, Location, X-Echo, and in the body: the query and X-Key */
+    assert_string_equal(field(lines[0], "scrubbed"), "5");
+    assert_string_equal(field(lines[1], "scrubbed"), "0");
     json_object_put(lines[0]);
     json_object_put(lines[1]);
     assert_value_not_logged(f);
@@ -1256,11 +1398,107 @@ static void test_tunnel_head_naming_another_host_is_refused(void **state)
     apr_size_t n;
     assert_int_equal(SSL_write(ssl, req, sizeof(req) - 1), (int)sizeof(req) - 1);
     assert_string_equal(tls_read_to_eof(f->pool, ssl),
-                        ci_egress_response(f->pool, CI_EGRESS_STATUS_400,
-                                           CI_EGRESS_TXT_MALFORMED, &n));
+                        ci_egress_response(f->pool, CI_EGRESS_STATUS_403,
+                                           "egress refused: this tunnel is for api.tls.test:443; "
+                                           "a request in it names another host\n", &n));
     SSL_free(ssl);
     close(fd);
     SSL_CTX_free(ctx);
+    assert_value_not_logged(f);
+}
+
+static void test_a_tunnel_carries_only_its_own_name(void **state)
+{
+    fixture *f = *state;
+    /* a container each: a container's refusals in one second are one line */
+    const char *path = add_box(f, 25, policy(f, "cntr_n", "\"*.tls.test\"", 1));
+    const char *path2 = add_box(f, 40, policy(f, "cntr_n2", "\"*.tls.test\"", 1));
+    const char *path3 = add_box(f, 41, policy(f, "cntr_n3", "\"*.tls.test\"", 1));
+    SSL_CTX *ctx = client_ctx(&pki.origin_ca);
+    static const char plain[] = "GET / HTTP/1.1\r\nHost: other.tls.test\r\n\r\n";
+    const char *why[3];
+    json_object **lines;
+    size_t n;
+    int fd, i;
+    /* Another name in the ClientHello: closed before the origin hears a byte. */
+    fd = open_tunnel(f, path, "api.tls.test");
+    assert_null(tls_try(ctx, fd, "other.tls.test"));
+    close(fd);
+    /* No name. */
+    fd = open_tunnel(f, path2, "api.tls.test");
+    assert_null(tls_try(ctx, fd, NULL));
+    close(fd);
+    /* No TLS at all. */
+    fd = open_tunnel(f, path3, "api.tls.test");
+    assert_int_equal(write_all(fd, plain, sizeof(plain) - 1), 0);
+    assert_string_equal(read_to_eof(f->pool, fd, 4096, &n), "");
+    close(fd);
+    SSL_CTX_free(ctx);
+    assert_origin_got_nothing();
+    lines = audit_lines(f, 3);
+    for (i = 0; i < 3; i++) {
+        assert_string_equal(field(lines[i], "allowed"), "false");
+        why[i] = apr_pstrdup(f->pool, field(lines[i], "reason"));
+        json_object_put(lines[i]);
+    }
+    assert_string_equal(why[0], "the TLS ClientHello names other.tls.test, not api.tls.test");
+    assert_string_equal(why[1], "the TLS ClientHello names no server (SNI), not api.tls.test");
+    assert_string_equal(why[2], "the tunnel to api.tls.test:443 did not start with a TLS "
+                                "ClientHello");
+    assert_non_null(strstr(file_text(f, f->errlog), "CI0940: egress: a tunnel of container "
+                                                    "cntr_n to api.tls.test:443 was closed: "
+                                                    "the TLS ClientHello names other.tls.test"));
+}
+
+static void test_a_terminated_tunnel_checks_its_client_hello(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 26);
+    SSL_CTX *ctx = client_ctx(&pki.proxy_ca);
+    json_object **lines;
+    int fd = open_tunnel(f, path, "api.tls.test");
+    assert_null(tls_try(ctx, fd, "evil.tls.test"));
+    close(fd);
+    SSL_CTX_free(ctx);
+    lines = audit_lines(f, 1);
+    assert_string_equal(field(lines[0], "allowed"), "false");
+    assert_string_equal(field(lines[0], "reason"),
+                        "the TLS ClientHello names evil.tls.test, not api.tls.test");
+    json_object_put(lines[0]);
+    /* The origin's TLS was made (it is verified before the 200), no
+     * request went in it. */
+    assert_origin_got_nothing();
+}
+
+static int tls_origin_closed(void)
+{
+    int n;
+    pthread_mutex_lock(&world.lock);
+    n = world.tls_closed;
+    pthread_mutex_unlock(&world.lock);
+    return n;
+}
+
+static void test_one_request_per_terminated_connection(void **state)
+{
+    fixture *f = *state;
+    const char *path = secrets_box(f, 28);
+    static const char two[] =
+        "POST /first HTTP/1.1\r\nHost: api.tls.test\r\nContent-Length: 4\r\n\r\nbody"
+        "GET /second HTTP/1.1\r\nHost: evil.tls.test\r\nX-K: CI_SECRET_abc\r\n\r\n";
+    long long deadline = now_ms() + DEADLINE_MS;
+    /* Both requests in one write: the second never reaches the origin. */
+    assert_string_equal(tls_exchange(f, path, &pki.proxy_ca, "api.tls.test", two),
+                        hello_answer);
+    while (tls_origin_closed() == 0 && now_ms() < deadline)
+        poll(NULL, 0, 20);
+    pthread_mutex_lock(&world.lock);
+    assert_int_equal(world.tls_closed, 1);
+    assert_string_equal(world.origin_head, "POST /first HTTP/1.1\r\nHost: api.tls.test\r\n"
+                                           "Content-Length: 4\r\nAccept-Encoding: identity\r\n"
+                                           "Connection: close\r\n\r\n");
+    assert_string_equal(world.tls_after, "body");
+    pthread_mutex_unlock(&world.lock);
     assert_value_not_logged(f);
 }
 
@@ -1284,7 +1522,11 @@ int main(void)
         PROC(test_secret_put_in_over_terminated_tls),
         PROC(test_other_host_is_tunnelled_untouched),
         PROC(test_unverified_origin_is_a_502),
-        PROC(test_secret_put_in_plain_http),
+        PROC(test_plain_http_to_a_secret_domain_is_refused),
+        PROC(test_values_are_taken_out_of_answers),
+        PROC(test_a_tunnel_carries_only_its_own_name),
+        PROC(test_a_terminated_tunnel_checks_its_client_hello),
+        PROC(test_one_request_per_terminated_connection),
         PROC(test_tunnel_head_naming_another_host_is_refused),
         cmocka_unit_test_setup_teardown(test_owners_share_and_names_resolve_here,
                                         setup_owners_resolving_here, teardown),

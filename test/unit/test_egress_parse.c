@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -17,6 +18,7 @@
 #include <apr_pools.h>
 #include <apr_strings.h>
 
+#include "ci_egress_content.h"
 #include "ci_egress_parse.h"
 #include "ci_secret_value.h"
 #include "unit_pool.h"
@@ -527,11 +529,13 @@ static void test_inject_replaces_in_headers_and_target(void **state)
                              "X-Other-Domain: CI_SECRET_bbb\r\n"
                              "CI_SECRET_aaa: names are not touched\r\n"
                              "Content-Length: 13\r\nConnection: close\r\n\r\n");
-    /* In the target a value is percent-encoded; in a header it is as is. */
+    /* In the query a value is percent-encoded; in a header it is as is; the
+     * path before the query keeps its placeholder (an origin quotes a path
+     * in error pages and redirects). */
     out = inject_rewrite(p, "GET http://a.example.org/CI_SECRET_bbb?q=CI_SECRET_bbb HTTP/1.1\r\n"
                             "X-K: CI_SECRET_bbb\r\n\r\n", "a.example.org", &n);
-    assert_int_equal(n, 3);
-    assert_string_equal(out, "GET /value%20B%2F%2B?q=value%20B%2F%2B HTTP/1.1\r\n"
+    assert_int_equal(n, 2);
+    assert_string_equal(out, "GET /CI_SECRET_bbb?q=value%20B%2F%2B HTTP/1.1\r\n"
                              "Host: a.example.org\r\nX-K: value B/+\r\n"
                              "Connection: close\r\n\r\n");
     /* Another host: nothing replaced. */
@@ -583,8 +587,6 @@ static void test_tunnel_heads(void **state)
         "CONNECT api.example.com:443 HTTP/1.1\r\n\r\n",
         "GET * HTTP/1.1\r\n\r\n",
         "GET /#f HTTP/1.1\r\n\r\n",
-        "GET / HTTP/1.1\r\nHost: evil.com\r\n\r\n",             /* another vhost */
-        "GET / HTTP/1.1\r\nHost: api.example.com:444\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: api.example.com\r\nHost: api.example.com\r\n\r\n",
         "GET / HTTP/1.1\r\nX-A: 1\r\n\r\nextra",
     };
@@ -592,6 +594,13 @@ static void test_tunnel_heads(void **state)
     for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(ci_egress_parse_tunnel_head(p, bad[i], strlen(bad[i]),
                                                      "api.example.com", 443, 1, &req), -1);
+    /* Another host or port: refused as such (403), not as malformed. */
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\nHost: evil.com\r\n\r\n",
+                            "api.example.com", 443, 1, &req), CI_EGRESS_OTHER_HOST);
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\nHost: api.example.com:444\r\n\r\n",
+                            "api.example.com", 443, 1, &req), CI_EGRESS_OTHER_HOST);
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\nHost: api.example.com\r\nX: 1\r\n"
+                            "Host: evil.com\r\n\r\n", "api.example.com", 443, 1, &req), -1);
     assert_int_equal(tunnel(p, "GET /a?b HTTP/1.1\r\nHost: API.example.com\r\nProxy-X: 1\r\n\r\n",
         "api.example.com", 443, 1, &req), 0);
     assert_string_equal(ci_egress_rewrite(p, &req, &len),
@@ -605,6 +614,348 @@ static void test_tunnel_heads(void **state)
     assert_string_equal(ci_egress_rewrite(p, &req, &len),
                         "GET / HTTP/1.0\r\nHost: api.example.com\r\n"
                         "Connection: close\r\n\r\n");
+}
+
+/* ---- the ClientHello's server name ------------------------------------------ */
+
+/* A ClientHello (TLS 1.2 form) with EXT (EXT_LEN bytes) as its extensions
+ * block body (NULL: no extensions block), in one record, into OUT: its
+ * length. */
+static size_t client_hello(unsigned char *out, const unsigned char *ext, size_t ext_len)
+{
+    unsigned char body[4096];
+    size_t b = 0, n;
+    body[b++] = 3;
+    body[b++] = 3;
+    memset(body + b, 0x11, 32);             /* random */
+    b += 32;
+    body[b++] = 0;                          /* session id */
+    body[b++] = 0;
+    body[b++] = 2;
+    body[b++] = 0x13;
+    body[b++] = 0x01;                       /* one suite */
+    body[b++] = 1;
+    body[b++] = 0;                          /* null compression */
+    if (ext) {
+        body[b++] = (unsigned char)(ext_len >> 8);
+        body[b++] = (unsigned char)ext_len;
+        memcpy(body + b, ext, ext_len);
+        b += ext_len;
+    }
+    n = 0;
+    out[n++] = 22;
+    out[n++] = 3;
+    out[n++] = 1;
+    out[n++] = (unsigned char)((b + 4) >> 8);
+    out[n++] = (unsigned char)(b + 4);
+    out[n++] = 1;
+    out[n++] = 0;
+    out[n++] = (unsigned char)(b >> 8);
+    out[n++] = (unsigned char)b;
+    memcpy(out + n, body, b);
+    return n + b;
+}
+
+/* A server_name extension (type, length, list) naming NAME, into OUT. */
+static size_t sni_ext(unsigned char *out, const char *name)
+{
+    size_t nl = strlen(name), n = 0;
+    out[n++] = 0;
+    out[n++] = 0;
+    out[n++] = (unsigned char)((nl + 5) >> 8);
+    out[n++] = (unsigned char)(nl + 5);
+    out[n++] = (unsigned char)((nl + 3) >> 8);
+    out[n++] = (unsigned char)(nl + 3);
+    out[n++] = 0;
+    out[n++] = (unsigned char)(nl >> 8);
+    out[n++] = (unsigned char)nl;
+    memcpy(out + n, name, nl);
+    return n + nl;
+}
+
+static void test_client_hello_server_name(void **state)
+{
+    apr_pool_t *p = *state;
+    unsigned char ext[600], hello[5000], split[5100];
+    const char *name = NULL;
+    size_t e, n, i;
+    /* another extension first (ALPN-like), then SNI */
+    static const unsigned char other[] = { 0, 16, 0, 3, 0, 1, 'h' };
+    memcpy(ext, other, sizeof(other));
+    e = sizeof(other) + sni_ext(ext + sizeof(other), "API.Example.COM");
+    n = client_hello(hello, ext, e);
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_SNI);
+    assert_string_equal(name, "api.example.com");
+    /* Every prefix: read more. */
+    for (i = 0; i < n; i++)
+        assert_int_equal(ci_egress_hello_sni(p, hello, i, &name), CI_EGRESS_HELLO_MORE);
+    /* Records after it (early data) go on as they are. */
+    memcpy(split, hello, n);
+    memcpy(split + n, "\x17\x03\x03\x00\x01x", 6);
+    assert_int_equal(ci_egress_hello_sni(p, split, n + 6, &name), CI_EGRESS_HELLO_SNI);
+    /* The same ClientHello over two records, split after 10 bytes of it. */
+    memcpy(split, hello, 5);
+    split[3] = 0;
+    split[4] = 10;
+    memcpy(split + 5, hello + 5, 10);
+    split[15] = 22;
+    split[16] = 3;
+    split[17] = 1;
+    split[18] = (unsigned char)((n - 15) >> 8);
+    split[19] = (unsigned char)(n - 15);
+    memcpy(split + 20, hello + 15, n - 15);
+    assert_int_equal(ci_egress_hello_sni(p, split, n + 5, &name), CI_EGRESS_HELLO_SNI);
+    assert_string_equal(name, "api.example.com");
+    assert_int_equal(ci_egress_hello_sni(p, split, 17, &name), CI_EGRESS_HELLO_MORE);
+    /* No SNI: no extensions at all, or others only. */
+    n = client_hello(hello, NULL, 0);
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_NO_SNI);
+    n = client_hello(hello, other, sizeof(other));
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_NO_SNI);
+    /* Not a name, not TLS, two SNI extensions, a length past the end. */
+    n = client_hello(hello, ext, sizeof(other) + sni_ext(ext + sizeof(other), "127.0.0.1"));
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_BAD);
+    n = client_hello(hello, ext, sizeof(other) + sni_ext(ext + sizeof(other), "a b"));
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_BAD);
+    assert_int_equal(ci_egress_hello_sni(p, (const unsigned char *)"GET / HTTP/1.1\r\n", 16,
+                                         &name), CI_EGRESS_HELLO_BAD);
+    e = sni_ext(ext, "a.example.com");
+    e += sni_ext(ext + e, "b.example.com");
+    n = client_hello(hello, ext, e);
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_BAD);
+    e = sni_ext(ext, "a.example.com");
+    ext[3] += 1;                            /* the extension claims a byte more */
+    n = client_hello(hello, ext, e);
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_BAD);
+    /* A handshake message other than a ClientHello. */
+    n = client_hello(hello, NULL, 0);
+    hello[5] = 2;
+    assert_int_equal(ci_egress_hello_sni(p, hello, n, &name), CI_EGRESS_HELLO_BAD);
+}
+
+/* ---- the scanner ------------------------------------------------------------ */
+
+static const ci_egress_secret scrub_secret = { "api.example.com", "PH", "s3cr3t/Value+42" };
+
+static apr_array_header_t *one_secret(apr_pool_t *p)
+{
+    apr_array_header_t *a = apr_array_make(p, 1, sizeof(const ci_egress_secret *));
+    APR_ARRAY_PUSH(a, const ci_egress_secret *) = &scrub_secret;
+    return a;
+}
+
+/* IN fed to a new scanner in pieces cut at CUTS (ascending, N of them);
+ * what comes out, all of it; *COUNT the values masked. */
+static char *scrub_in_pieces(apr_pool_t *p, const char *in, const size_t *cuts, int ncuts,
+                             int *count)
+{
+    ci_egress_scrub *s = ci_egress_scrub_make(p, one_secret(p));
+    size_t len = strlen(in), from = 0;
+    char *all = apr_pcalloc(p, len + 1);
+    size_t got = 0;
+    const char *o;
+    apr_size_t on;
+    int i;
+    for (i = 0; i <= ncuts; i++) {
+        size_t to = i < ncuts ? cuts[i] : len;
+        ci_egress_scrub_feed(s, in + from, to - from, &o, &on);
+        memcpy(all + got, o, on);
+        got += on;
+        from = to;
+    }
+    ci_egress_scrub_flush(s, &o, &on);
+    memcpy(all + got, o, on);
+    got += on;
+    assert_int_equal(got, len);         /* the same length: nothing added or lost */
+    *count = ci_egress_scrub_count(s);
+    return all;
+}
+
+static void test_scrub_masks_every_form_however_split(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char in[] =
+        "HTTP/1.1 302 s3cr3t/Value+42\r\nLocation: /x?k=s3cr3t%2FValue%2B42&l=s3cr3t%2fValue%2b42\r\n"
+        "\r\nall: %73%33%63%72%33%74%2f%56%61%6c%75%65%2b%34%32, near: s3cr3t/Value+4, "
+        "spaced: s3cr3t%2FValue+42 end";
+    static const char want[] =
+        "HTTP/1.1 302 ***************\r\nLocation: /x?k=*******************&l=*******************\r\n"
+        "\r\nall: *********************************************, near: s3cr3t/Value+4, "
+        "spaced: *****************" " end";
+    size_t i, j, len = strlen(in);
+    int count;
+    assert_string_equal(scrub_in_pieces(p, in, NULL, 0, &count), want);
+    assert_int_equal(count, 5);
+    /* Split at every offset, and at every pair of offsets. */
+    for (i = 1; i < len; i++) {
+        size_t cut[1] = { i };
+        assert_string_equal(scrub_in_pieces(p, in, cut, 1, &count), want);
+        assert_int_equal(count, 5);
+    }
+    for (i = 1; i < 60; i++)
+        for (j = i; j < len; j += 7) {
+            size_t cuts[2] = { i, j };
+            assert_string_equal(scrub_in_pieces(p, in, cuts, 2, &count), want);
+        }
+}
+
+static void test_scrub_holds_back_only_a_possible_value(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_scrub *s = ci_egress_scrub_make(p, one_secret(p));
+    const char *o;
+    apr_size_t on;
+    /* Nothing could start a value: all of it goes at once. */
+    ci_egress_scrub_feed(s, "hello world", 11, &o, &on);
+    assert_int_equal(on, 11);
+    /* A possible start is held until it is decided. */
+    ci_egress_scrub_feed(s, "abc s3cr", 8, &o, &on);
+    assert_int_equal(on, 4);
+    assert_memory_equal(o, "abc ", 4);
+    ci_egress_scrub_feed(s, "eam", 3, &o, &on);
+    assert_int_equal(on, 7);
+    assert_memory_equal(o, "s3cream", 7);
+    ci_egress_scrub_flush(s, &o, &on);
+    assert_int_equal(on, 0);
+    assert_int_equal(ci_egress_scrub_count(s), 0);
+}
+
+/* ANSWER through a new answer filter in pieces of STEP bytes: what comes
+ * out, and the filter's result. */
+static char *answer_through(apr_pool_t *p, const char *answer, size_t step, int head_only,
+                            int *rc, int *count)
+{
+    ci_egress_answer_filter *f = ci_egress_answer_filter_make(p, one_secret(p),
+                                                              "api.example.com", head_only);
+    size_t len = strlen(answer), at = 0;
+    char *all = "";
+    const char *o;
+    apr_size_t on;
+    *rc = 0;
+    while (*rc == 0 && at < len) {
+        size_t n = len - at < step ? len - at : step;
+        *rc = ci_egress_answer_filter_feed(f, answer + at, n, 0, &o, &on);
+        all = apr_pstrcat(p, all, apr_pstrmemdup(p, o, on), NULL);
+        at += n;
+    }
+    if (*rc == 0) {
+        *rc = ci_egress_answer_filter_feed(f, NULL, 0, 1, &o, &on);
+        all = apr_pstrcat(p, all, apr_pstrmemdup(p, o, on), NULL);
+    }
+    *count = ci_egress_answer_filter_count(f);
+    return all;
+}
+
+static void test_answer_filter_rechunks_and_refuses_compression(void **state)
+{
+    apr_pool_t *p = *state;
+    static const char chunked[] =
+        "HTTP/1.1 100 Continue\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        "5\r\nxx s3\r\n4;ext=1\r\ncr3t\r\n6\r\n/Value\r\n3\r\n+42\r\n0\r\nX-T: 1\r\n\r\n";
+    static const char length[] =
+        "HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\nxx s3cr3t/Value+42";
+    size_t step;
+    int rc, count;
+    for (step = 1; step <= sizeof(chunked); step++) {
+        char *got = answer_through(p, chunked, step, 0, &rc, &count);
+        const char *body = strstr(got, "chunked\r\n\r\n");
+        assert_int_equal(rc, 0);
+        assert_int_equal(count, 1);
+        assert_non_null(body);
+        assert_null(strstr(got, "s3cr3t"));
+        assert_memory_equal(got, "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n", 42);
+        /* The body's data, as the sandbox decodes it: masked, in chunks. */
+        {
+            const char *b = body + 11;
+            char data[64] = "";
+            size_t d = 0;
+            for (;;) {
+                char *end;
+                unsigned long n = strtoul(b, &end, 16);
+                assert_memory_equal(end, "\r\n", 2);
+                b = end + 2;
+                if (!n)
+                    break;
+                memcpy(data + d, b, n);
+                d += n;
+                b += n + 2;
+            }
+            assert_string_equal(data, "xx ***************");
+            assert_string_equal(b, "\r\n");
+        }
+        got = answer_through(p, length, step, 0, &rc, &count);
+        assert_string_equal(got, "HTTP/1.1 200 OK\r\nContent-Length: 18\r\n\r\n"
+                                 "xx ***************");
+    }
+    /* Compressed, or a coding other than chunked: a 502 instead. */
+    {
+        apr_size_t n;
+        const char *want = ci_egress_response(p, CI_EGRESS_STATUS_502,
+            "egress error: api.example.com answered with a compressed or unframed body, "
+            "which cannot be scanned for the domain's secrets\n", &n);
+        assert_string_equal(answer_through(p, "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\n"
+                                              "\r\nxx", 4, 0, &rc, &count), want);
+        assert_int_equal(rc, -1);
+        assert_string_equal(answer_through(p, "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, "
+                                              "chunked\r\n\r\n", 4, 0, &rc, &count), want);
+        assert_string_equal(answer_through(p, "SSH-2.0-x\r\n\r\n", 4, 0, &rc, &count), want);
+        /* identity is no compression */
+        assert_string_equal(answer_through(p, "HTTP/1.1 200 OK\r\nContent-Encoding: identity"
+                                              "\r\n\r\ns3cr3t/Value+42", 4, 0, &rc, &count),
+                            "HTTP/1.1 200 OK\r\nContent-Encoding: identity\r\n\r\n"
+                            "***************");
+    }
+}
+
+static void test_one_request_body_then_nothing(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_egress_request req;
+    ci_egress_body b;
+    static const char chunked_body[] = "3\r\nabc\r\n0\r\n\r\nGET /second HTTP/1.1\r\n";
+    size_t i;
+    assert_int_equal(tunnel(p, "POST / HTTP/1.1\r\nContent-Length: 3"
+                                                 "\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), 0);
+    assert_int_equal(ci_egress_body_take(&b, "ab", 2), 2);
+    assert_false(b.done);
+    assert_int_equal(ci_egress_body_take(&b, "cGET /x", 7), 1);
+    assert_true(b.done);
+    assert_int_equal(ci_egress_body_take(&b, "GET /x", 6), 0);
+    /* No body: done at once; what follows the head is another request. */
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), 0);
+    assert_true(b.done);
+    /* Chunked, byte by byte: its end found, the next request not taken. */
+    assert_int_equal(tunnel(p, "POST / HTTP/1.1\r\nTransfer-Encoding: "
+                                                 "Chunked\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), 0);
+    for (i = 0; i < 13; i++) {
+        assert_false(b.done);
+        assert_int_equal(ci_egress_body_take(&b, chunked_body + i, 1), 1);
+    }
+    assert_true(b.done);
+    assert_int_equal(ci_egress_body_take(&b, chunked_body + 13, 5), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), 0);
+    assert_int_equal(ci_egress_body_take(&b, chunked_body, sizeof(chunked_body) - 1), 13);
+    /* Ambiguous framing: refused. */
+    assert_int_equal(tunnel(p, "POST / HTTP/1.1\r\nTransfer-Encoding: "
+                                                 "chunked\r\nContent-Length: 3\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), -1);
+    assert_int_equal(tunnel(p, "POST / HTTP/1.1\r\nContent-Length: 3\r\n"
+                                                 "Content-Length: 3\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    assert_int_equal(ci_egress_body_start(&req, &b), -1);
+    /* Accept-Encoding: identity, whatever was asked. */
+    assert_int_equal(tunnel(p, "GET / HTTP/1.1\r\nAccept-Encoding: gzip"
+                                                 "\r\nX: 1\r\n\r\n", "a.example.com", 443, 1, &req), 0);
+    ci_egress_identity_encoding(p, &req);
+    {
+        apr_size_t len;
+        assert_string_equal(ci_egress_rewrite(p, &req, &len),
+                            "GET / HTTP/1.1\r\nHost: a.example.com\r\nX: 1\r\n"
+                            "Accept-Encoding: identity\r\nConnection: close\r\n\r\n");
+    }
 }
 
 int main(void)
@@ -628,6 +979,11 @@ int main(void)
         TEST(test_inject_replaces_in_headers_and_target),
         TEST(test_inject_growth_is_bounded),
         TEST(test_tunnel_heads),
+        TEST(test_client_hello_server_name),
+        TEST(test_scrub_masks_every_form_however_split),
+        TEST(test_scrub_holds_back_only_a_possible_value),
+        TEST(test_answer_filter_rechunks_and_refuses_compression),
+        TEST(test_one_request_body_then_nothing),
     };
     int rc;
     apr_initialize();
