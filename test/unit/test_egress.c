@@ -809,6 +809,22 @@ static const char *tls_exchange(fixture *f, const char *path, const ci_egress_ca
 
 /* ---- the tests ---------------------------------------------------------------- */
 
+/* A field of what the fake servers recorded, copied under their lock: an
+ * assertion that fails leaves the test by longjmp, and must not leave the
+ * lock held (every later test would wait on it forever). */
+static const char *world_copy(const char *field)
+{
+    static char copies[4][4096];
+    static int next;
+    char *out;
+    pthread_mutex_lock(&world.lock);
+    out = copies[next++ % 4];
+    snprintf(out, sizeof(copies[0]), "%s", field);
+    pthread_mutex_unlock(&world.lock);
+    return out;
+}
+#define WORLD(name) world_copy(world.name)
+
 static void test_http_get_through_the_site_proxy(void **state)
 {
     fixture *f = *state;
@@ -819,12 +835,10 @@ static void test_http_get_through_the_site_proxy(void **state)
                                    "Proxy-Connection: keep-alive\r\n"
                                    "Accept: */*\r\n\r\n", NULL);
     assert_string_equal(got, hello_answer);
-    pthread_mutex_lock(&world.lock);
     /* The site proxy was asked for the name; the origin got the rewritten head. */
-    assert_string_equal(world.proxy_line, "CONNECT allowed.test:80 HTTP/1.1");
-    assert_string_equal(world.origin_head, "GET /hello?x=1 HTTP/1.1\r\nHost: allowed.test\r\n"
+    assert_string_equal(WORLD(proxy_line), "CONNECT allowed.test:80 HTTP/1.1");
+    assert_string_equal(WORLD(origin_head), "GET /hello?x=1 HTTP/1.1\r\nHost: allowed.test\r\n"
                                            "Accept: */*\r\nConnection: close\r\n\r\n");
-    pthread_mutex_unlock(&world.lock);
 }
 
 static void test_connect_tunnel_relays_both_ways(void **state)
@@ -834,10 +848,8 @@ static void test_connect_tunnel_relays_both_ways(void **state)
     static const char get[] = "GET /hello HTTP/1.1\r\nHost: api.tls.test\r\n\r\n";
     assert_string_equal(tls_exchange(f, path, &pki.origin_ca, "api.tls.test", get),
                         hello_answer);
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
-    assert_string_equal(world.origin_head, get);    /* untouched through a tunnel */
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(proxy_line), "CONNECT api.tls.test:443 HTTP/1.1");
+    assert_string_equal(WORLD(origin_head), get);    /* untouched through a tunnel */
 }
 
 static void test_refusals_are_exact(void **state)
@@ -934,9 +946,7 @@ static void test_owners_share_and_names_resolve_here(void **state)
                   "(at most 3)\n");
     for (i = 0; i < 3; i++)
         close(held[i]);
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(proxy_line), "");
 }
 
 static void test_localhost_is_refused_as_loopback(void **state)
@@ -956,9 +966,7 @@ static void test_localhost_is_refused_as_loopback(void **state)
         fail();
     }
     /* Even with a site proxy: a name that resolves here is checked here. */
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(proxy_line), "");
 }
 
 static void test_connection_bound(void **state)
@@ -1219,15 +1227,13 @@ static void test_secret_put_in_over_terminated_tls(void **state)
     SSL_free(ssl);
     close(fd);
     SSL_CTX_free(ctx);
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "CONNECT api.tls.test:443 HTTP/1.1");
-    assert_string_equal(world.origin_head,
+    assert_string_equal(WORLD(proxy_line), "CONNECT api.tls.test:443 HTTP/1.1");
+    assert_string_equal(WORLD(origin_head),
                         "GET /p/CI_SECRET_abc?key=" SECRET_IN_URL " HTTP/1.1\r\n"
                         "Host: api.tls.test\r\n"
                         "Authorization: Bearer " SECRET_VALUE "\r\n"
                         "X-Other: " SECRET_VALUE "\r\nAccept-Encoding: identity\r\n"
                         "Connection: close\r\n\r\n");
-    pthread_mutex_unlock(&world.lock);
     lines = audit_lines(f, 1);
     assert_string_equal(field(lines[0], "allowed"), "true");
     assert_string_equal(field(lines[0], "tls"), "terminated");
@@ -1256,9 +1262,7 @@ static void test_other_host_is_tunnelled_untouched(void **state)
     SSL_free(ssl);
     close(fd);
     SSL_CTX_free(ctx);
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.origin_head, req);
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(origin_head), req);
     lines = audit_lines(f, 1);
     assert_null(field(lines[0], "tls"));
     assert_string_equal(field(lines[0], "injected"), "0");
@@ -1291,9 +1295,7 @@ static void test_unverified_origin_is_a_502(void **state)
 /* The origin's record: no head at all. */
 static void assert_origin_got_nothing(void)
 {
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.origin_head, "");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(origin_head), "");
 }
 
 static void test_plain_http_to_a_secret_domain_is_refused(void **state)
@@ -1307,9 +1309,7 @@ static void test_plain_http_to_a_secret_domain_is_refused(void **state)
     assert_answer(f, path, "CONNECT plain.test:80 HTTP/1.1\r\n\r\n", CI_EGRESS_STATUS_403,
                   "egress refused: CONNECT plain.test:80: plain http is sent as absolute-form "
                   "requests (http://...), not through a tunnel\n");
-    pthread_mutex_lock(&world.lock);
-    assert_string_equal(world.proxy_line, "");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(proxy_line), "");
     assert_origin_got_nothing();
     assert_value_not_logged(f);
 }
@@ -1492,13 +1492,11 @@ static void test_one_request_per_terminated_connection(void **state)
                         hello_answer);
     while (tls_origin_closed() == 0 && now_ms() < deadline)
         poll(NULL, 0, 20);
-    pthread_mutex_lock(&world.lock);
-    assert_int_equal(world.tls_closed, 1);
-    assert_string_equal(world.origin_head, "POST /first HTTP/1.1\r\nHost: api.tls.test\r\n"
+    assert_int_equal(tls_origin_closed(), 1);
+    assert_string_equal(WORLD(origin_head), "POST /first HTTP/1.1\r\nHost: api.tls.test\r\n"
                                            "Content-Length: 4\r\nAccept-Encoding: identity\r\n"
                                            "Connection: close\r\n\r\n");
-    assert_string_equal(world.tls_after, "body");
-    pthread_mutex_unlock(&world.lock);
+    assert_string_equal(WORLD(tls_after), "body");
     assert_value_not_logged(f);
 }
 
