@@ -465,6 +465,15 @@ SECRETS = {"type": "allowlist", "allowed_domains": ["allowed.test"],
                                "value": "s3cret-never-echoed"}]}
 MALFORMED = ["not a domain", "https://pypi.test/", "a..test", "pypi.test:443"]
 
+def bad_secret_value(value):
+    """A case: a secret whose VALUE the server refuses, and the 400 it says."""
+    return ("/open", dict(SECRETS, domain_secrets=[
+        {"domain": "allowed.test", "name": "T", "value": value}]), lambda p: (
+        "invalid_value", p + ".domain_secrets[0].value",
+        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
+        "16384 bytes of a header value, with no control character but tab." % p))
+
+
 CASES = {
     "egress off": ("", policy("allowed.test"), lambda p: (
         "unsupported_parameter", p,
@@ -493,23 +502,11 @@ CASES = {
         {"domain": "allowed.test", "name": "T", "value": "w"}]), lambda p: (
         "invalid_value", p + ".domain_secrets[1].name",
         "Invalid value for '%s.domain_secrets[1].name': 'T' is given twice." % p)),
-    "a secret on two lines": ("/open", dict(SECRETS, domain_secrets=[
-        {"domain": "allowed.test", "name": "T", "value": "v\r\nX-Injected: 1"}]), lambda p: (
-        "invalid_value", p + ".domain_secrets[0].value",
-        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
-        "16384 bytes of a header value, with no control character but tab." % p)),
+    "a secret on two lines": bad_secret_value("v\r\nX-Injected: 1"),
     # the egress proxy refuses what the request parser once let through: the
     # container was made, and its proxy then had no secret and no network
-    "a secret with a control character": ("/open", dict(SECRETS, domain_secrets=[
-        {"domain": "allowed.test", "name": "T", "value": "v\x01w"}]), lambda p: (
-        "invalid_value", p + ".domain_secrets[0].value",
-        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
-        "16384 bytes of a header value, with no control character but tab." % p)),
-    "a secret with DEL": ("/open", dict(SECRETS, domain_secrets=[
-        {"domain": "allowed.test", "name": "T", "value": "v\x7f"}]), lambda p: (
-        "invalid_value", p + ".domain_secrets[0].value",
-        "Invalid value for '%s.domain_secrets[0].value': a secret's value must be 1 to "
-        "16384 bytes of a header value, with no control character but tab." % p)),
+    "a secret with a control character": bad_secret_value("v\x01w"),
+    "a secret with DEL": bad_secret_value("v\x7f"),
 }
 for _bad in MALFORMED:
     CASES["malformed %r" % _bad] = ("/open", policy("allowed.test", _bad),
