@@ -286,7 +286,8 @@ static json_object *chain_request(apr_pool_t *p, const char *owner, const char *
 }
 
 /* Let go of the hold an early answer ANS took for a request that does not
- * go on in that container: a finish that records nothing. */
+ * go on in that container: a finish that records nothing, and no use (the
+ * question was the use; this may come after the request's answer). */
 static void let_go_early(request_rec *r, apr_pool_t *p, const char *owner, json_object *ans)
 {
     const char *cid = ci_json_str(ans, "container_id");
@@ -296,6 +297,7 @@ static void let_go_early(request_rec *r, apr_pool_t *p, const char *owner, json_
         return;
     req = dir_request(p, "finish", owner);
     put_str(req, "container_id", cid);
+    json_object_object_add(req, "touch", json_object_new_boolean(0));
     ci_dirclient_ask_and_end(r->server, p, req);
 }
 
@@ -315,6 +317,12 @@ static apr_status_t early_left(void *data)
     e->sent = NULL;
     apr_pool_destroy(p);
     return APR_SUCCESS;
+}
+
+void ci_containers_chain_early_unused(ci_recall_baton *b)
+{
+    if (b->early)
+        early_left(b->early);
 }
 
 void ci_containers_ask_chain_early(ci_recall_baton *b, const char *body, apr_size_t len)

@@ -37,6 +37,11 @@ typedef struct ci_recall_baton {
  * its answer read at resolve, after the parse (B->early). Whatever the
  * request becomes, its answer is read and any hold it took let go. */
 void ci_containers_ask_chain_early(ci_recall_baton *b, const char *body, apr_size_t len);
+/* The request will not go on in the chain's container (refused, or passed
+ * through): the early question's answer is read and its hold let go now,
+ * before the request's answer is sent, so that the caller's next request
+ * finds it let go. (Otherwise the request pool's cleanup does it.) */
+void ci_containers_chain_early_unused(ci_recall_baton *b);
 const char *ci_containers_recall(void *baton, const char *item_id,
                                  const char **container);
 

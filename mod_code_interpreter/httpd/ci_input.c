@@ -279,7 +279,7 @@ static int misconfigured(request_rec *r, const char *name)
 }
 
 static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *req,
-                     const ci_recall_baton *recall)
+                     ci_recall_baton *recall)
 {
     ci_req_state *st;
     ci_error err;
@@ -295,6 +295,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
         ci_error_set(&err, 503, CI_SERVER, NULL, "sandbox_reconfigured", r->pool,
                      "The server is reloading its configuration; retry the request.");
         err.retry_after = 1;
+        ci_containers_chain_early_unused(recall);
         return ci_send_error(r, &err);
     }
     if (req->shell_function && !(sandbox->provider->caps & CI_CAP_SHELL)) {
@@ -303,6 +304,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
                      "unsupported_tool", r->pool, "The hosted shell is not available "
                      "here: this server's sandbox tool '%s' (provider %s) cannot run "
                      "commands.", sandbox->name, sandbox->provider->name);
+        ci_containers_chain_early_unused(recall);
         return ci_send_error(r, &err);
     }
     st = ci_request_state_create(r);
@@ -315,6 +317,7 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0106: refused (%d): %s",
                       err.status, err.message);
         ap_set_module_config(r->request_config, &code_interpreter_module, NULL);
+        ci_containers_chain_early_unused(recall);
         return ci_send_error(r, &err);
     }
     apr_table_unset(r->headers_in, "Accept-Encoding");
@@ -371,17 +374,21 @@ static int ci_fixups(request_rec *r)
     opts.recall_baton = &recall;
     switch (ci_request_rewrite(r->pool, body, len, &opts, &req, &err)) {
     case CI_REQ_PASS:
+        ci_containers_chain_early_unused(&recall);
         replay(r, rd.kept, rd.len, 1);
         return DECLINED;
     case CI_REQ_ERROR:
+        ci_containers_chain_early_unused(&recall);
         if (recall.failed)
             ci_containers_unavailable(r->pool, &err);
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r,
                       "CI0102: refused (%d): %s", err.status, err.message);
         return ci_send_error(r, &err);
     default:
-        if (!sandbox)
+        if (!sandbox) {
+            ci_containers_chain_early_unused(&recall);
             return misconfigured(r, d->sandbox);
+        }
         rc = intercept(r, sandbox, req, &recall);
         if (rc == OK)           /* (an error answer sets no state) */
             ci_request_state(r)->module_time += apr_time_now() - t0;

@@ -762,7 +762,12 @@ local function op_finish(o)
   if r.status == 'running' then
     local held = held_now(r)
     if held then r.held_until = 0 end         -- the request is done with it
-    touch_saving(r, held)
+    -- touch false: a hold let go unused (see ci_directory_ops.c)
+    if o.req.touch == false then
+      if held then save(r) end
+    else
+      touch_saving(r, held)
+    end
   end
   for _, it in ipairs(type(o.req.items) == 'table' and o.req.items or {}) do
     local id, text = str_of(it, 'id'), str_of(it, 'text')

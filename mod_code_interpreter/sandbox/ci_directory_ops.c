@@ -294,6 +294,18 @@ static void op_response(op *o)
     }
 }
 
+/* A finish with "touch": false lets a hold go without a use: the hold a
+ * chained turn's early question took, for a request that then never went on
+ * in that container. Its release can come after the request's answer was
+ * sent (a pool cleanup), later than the caller's next request: counted as a
+ * use, it would reorder which container is the least recently used. */
+static int finish_is_no_use(json_object *req)
+{
+    json_object *touch;
+    return json_object_object_get_ex(req, "touch", &touch) &&
+           json_object_is_type(touch, json_type_boolean) && !json_object_get_boolean(touch);
+}
+
 static void op_finish(op *o)
 {
     const char *cid = ci_json_str(o->req, "container_id");
@@ -309,7 +321,8 @@ static void op_finish(op *o)
     /* An expired one is still what the response led to: the next turn is
      * told its state is gone rather than nothing. */
     if (st == CI_DIR_OK) {
-        ci_directory_touch(o->d, c, o->now);
+        if (!finish_is_no_use(o->req))
+            ci_directory_touch(o->d, c, o->now);
         ci_directory_hold(o->d, c, 0);           /* the request is done with it */
     }
     for (i = 0; i < n; i++) {

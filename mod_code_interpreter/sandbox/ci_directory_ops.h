@@ -22,8 +22,9 @@
  *               pending?, container_status?, container?}: with touch (a
  *               boolean), the container it led to as get answers it
  *               (touched and held when true): a chained turn's one question
- *   finish      container_id, response_id?, items [{id, text}], pending?
- *               -> {status}   (the request lets go of its hold)
+ *   finish      container_id, response_id?, items [{id, text}], pending?,
+ *               touch? -> {status}   (the request lets go of its hold; a
+ *               use unless touch is false: a hold let go unused)
  *   recall      item_id -> {status, text?, container_id?}
  *   adopt       id, tool, memory_limit?, idle -> {status}: a shadow of a
  *               shared directory's container, whose local sandbox runs here

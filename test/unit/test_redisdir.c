@@ -427,6 +427,32 @@ static void test_response_with_touch_is_get_too(void **state)
     assert_true(last_active(o) == T0 + 5);
 }
 
+/* A hold let go unused ("finish" with touch false: a chained turn refused
+ * after its early question) ends the hold but is no use, in both back ends:
+ * the container's last use stays the question's, and a new container of
+ * its owner may now evict it. */
+static void test_a_hold_let_go_unused_is_no_use(void **state)
+{
+    fx *f = *state;
+    json_object *o;
+    create_a(f);
+    both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+         "\",\"response_id\":\"resp_1\",\"items\":[]}", T0 + 1);
+    both(f, "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\","
+         "\"touch\":true,\"hold\":100}", T0 + 5);
+    o = both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+             "\",\"touch\":false}", T0 + 9);
+    assert_string_equal(status(o), "ok");
+    o = both(f, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}", T0 + 10);
+    assert_true(last_active(o) == T0 + 5);
+    o = both(f, apr_psprintf(f->p, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":"
+                             "\"n1\",\"id\":\"%s\",\"tool\":\"local\",\"limits\":"
+                             "{\"node\":5,\"owner\":1,\"retention\":60}}",
+                             id_of(f->p, 1)), T0 + 11);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(member(o, "evicted"), "id"), ID_A);
+}
+
 static void create_named(fx *f, const char *owner, int n, const char *name, apr_time_t now)
 {
     json_object *o = both(f, apr_psprintf(f->p, "{\"op\":\"create\",\"owner\":\"%s\","
@@ -1193,6 +1219,7 @@ int main(int argc, char **argv)
         TEST(test_delete_names_what_goes),
         TEST(test_eviction_names_the_owners_own),
         TEST(test_finish_response_recall),
+        TEST(test_a_hold_let_go_unused_is_no_use),
         TEST(test_response_with_touch_is_get_too),
         TEST(test_list_pages_and_orders),
         TEST(test_expire_at_the_provider),
