@@ -86,6 +86,21 @@ def test_egress_keys_are_checked(request, words, message):
     assert_syntax_error(server, r, line, "CodeInterpreterSandbox s: " + message)
 
 
+@pytest.mark.parametrize("line,message", [
+    ("CodeInterpreterSandboxCgroup sys/fs/cgroup",
+     "CodeInterpreterSandboxCgroup: 'sys/fs/cgroup' is not auto, off or an absolute path"),
+    ("CodeInterpreterSandboxCgroup /sys/fs/cgroup/../tmp",  # check-clone: a hostile path
+     "CodeInterpreterSandboxCgroup: '/sys/fs/cgroup/../tmp' climbs with '..'"),  # check-clone: it
+    ("CodeInterpreterSandboxCPUs 0",
+     "CodeInterpreterSandboxCPUs: '0' is not a number of CPUs from 0.01 to 1024, nor max"),
+    ("CodeInterpreterSandboxCPUs 1x",
+     "CodeInterpreterSandboxCPUs: '1x' is not a number of CPUs from 0.01 to 1024, nor max"),
+], ids=["cgroup-relative", "cgroup-climbs", "cpus-zero", "cpus-word"])
+def test_sandbox_cgroup_directives_are_checked(request, line, message):
+    server, r = configtest(request, line)
+    assert_syntax_error(server, r, line, message)
+
+
 UNKNOWN_KEY_LINES = {
     "local": "CodeInterpreterSandbox s provider=local foo=1",
     "e2b": "CodeInterpreterSandbox s provider=e2b api_key=k foo=1",

@@ -19,6 +19,7 @@ MODULE_PATH = "usr/lib/apache2/modules/mod_code_interpreter.so"
 HEADER_PATHS = ["usr/include/apache2/" + h
                 for h in ("ci_exec.h", "ci_sandbox.h", "mod_code_interpreter.h")]
 PACKAGE = "libapache2-mod-code-interpreter"
+DROPIN = "lib/systemd/system/apache2.service.d/code-interpreter.conf"
 BUILD_TIMEOUT = 900
 
 
@@ -185,7 +186,8 @@ def test_debian_package():
                      "./etc/apache2/mods-available/code_interpreter.load",
                      "./etc/apache2/mods-available/code_interpreter.conf",
                      "./usr/share/doc/%s/copyright" % PACKAGE,
-                     "./usr/share/doc/%s/CONFIGURATION.md" % PACKAGE]:
+                     "./usr/share/doc/%s/CONFIGURATION.md" % PACKAGE,
+                     "./" + DROPIN]:
             assert path in listing, listing
 
         control = os.path.join(work, "control")
@@ -201,6 +203,10 @@ def test_debian_package():
 
         tree = os.path.join(work, "tree")
         run(["dpkg-deb", "-x", deb, tree], work)
+        # apache2's cgroup delegated to httpd, for the sandboxes' cgroups
+        with open(os.path.join(tree, DROPIN)) as f:
+            assert [l for l in f.read().splitlines() if l and not l.startswith("#")] == [
+                "[Service]", "Delegate=cpu memory pids"]
         mods = os.path.join(tree, "etc/apache2/mods-available")
         with open(os.path.join(mods, "code_interpreter.load")) as f:
             load = f.read()

@@ -253,6 +253,8 @@ static void exec_child(const spawn_req *req, int in_r, int out_w, int err_w)
     if (req->limits->switch_user && getuid() == 0 &&
         (setgroups(0, NULL) || setgid(req->limits->gid) || setuid(req->limits->uid)))
         _exit(125);
+    if (req->limits->join_cgroup && write(req->limits->cgroup_fd, "0", 1) != 1)
+        _exit(123);
     if (dup2(in_r, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
         _exit(126);
     /* bubblewrap hands every open descriptor to the sandbox: keep 0-2 only. */

@@ -48,6 +48,10 @@ typedef struct ci_spawn_limits {
                                    raised), and no new session (setsid and
                                    terminal input refused by a seccomp
                                    filter, where ci_spawn_sessions_refused) */
+    int join_cgroup;            /* write "0" to CGROUP_FD before exec: the
+                                   child is in its cgroup before any of its
+                                   code runs (ci_cgroup_make) */
+    int cgroup_fd;
     uid_t uid;
     gid_t gid;
 } ci_spawn_limits;

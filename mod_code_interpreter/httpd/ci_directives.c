@@ -3,6 +3,7 @@
  * read into the configuration records (ci_settings.h), and the checks
  * across directives at configtest.
  */
+#include <string.h>
 #include <apr_strings.h>
 #include <http_core.h>
 #include <http_log.h>
@@ -158,6 +159,48 @@ static const char *set_egress_proxy_resolves(cmd_parms *cmd, void *dummy, const 
         return err;
     if ((err = ci_parse_on_off(cmd->pool, v, &c->egress_proxy_resolves)))
         return directive_error(cmd, err);
+    return NULL;
+}
+
+/* CodeInterpreterSandboxCgroup auto|off|PATH: where the sandboxes' cgroups
+ * v2 are made (ci_cgroup.h). auto: httpd's own service cgroup, when it is
+ * delegated to httpd; PATH: a cgroup v2 directory the operator gives. */
+static const char *set_sandbox_cgroup(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    if (err)
+        return err;
+    if (strcasecmp(v, "auto") && strcasecmp(v, "off") && v[0] != '/')
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not auto, off or "
+                                                 "an absolute path", v));
+    if (v[0] == '/' && (strstr(v, "/../") || !strcmp(v + strlen(v) - 3, "/..")))
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' climbs with '..'", v));
+    c->sandbox_cgroup = v[0] == '/' ? v : apr_pstrdup(cmd->pool, v);
+    return NULL;
+}
+
+/* CodeInterpreterSandboxCPUs N|max: the CPU one sandbox may use at most in
+ * its cgroup (cpu.max), in CPUs (0.01 to 1024; "max": no ceiling). */
+static const char *set_sandbox_cpus(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    char *end;
+    double cpus;
+    if (err)
+        return err;
+    if (!strcasecmp(v, "max")) {
+        c->sandbox_cpu_quota_us = 0;
+        c->sandbox_cpus_set = 1;
+        return NULL;
+    }
+    cpus = strtod(v, &end);
+    if (end == v || *end || !(cpus >= 0.01 && cpus <= 1024))
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not a number of "
+                                                 "CPUs from 0.01 to 1024, nor max", v));
+    c->sandbox_cpu_quota_us = (apr_uint64_t)(cpus * 100000 + 0.5);
+    c->sandbox_cpus_set = 1;
     return NULL;
 }
 
@@ -330,6 +373,12 @@ const command_rec ci_directives[] = {
     AP_INIT_TAKE1("CodeInterpreterEgressProxyResolves", set_egress_proxy_resolves, NULL,
                   RSRC_CONF, "On: a name that does not resolve on this server goes to "
                   "the site proxy by name (default Off: refused)"),
+    AP_INIT_TAKE1("CodeInterpreterSandboxCgroup", set_sandbox_cgroup, NULL, RSRC_CONF,
+                  "auto (httpd's own cgroup v2, when delegated to it), off, or the path "
+                  "of a cgroup v2 directory for the sandboxes' cgroups"),
+    AP_INIT_TAKE1("CodeInterpreterSandboxCPUs", set_sandbox_cpus, NULL, RSRC_CONF,
+                  "the CPUs one sandbox may use at most, in its cgroup (1; max: no "
+                  "ceiling)"),
     AP_INIT_TAKE1("CodeInterpreterAuditLog", ci_audit_set, NULL, RSRC_CONF,
                   "file or |command receiving one JSON line per execution"),
     AP_INIT_TAKE1("CodeInterpreterContainers", set_containers, NULL, DIR_CONF,

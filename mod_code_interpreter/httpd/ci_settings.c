@@ -83,6 +83,10 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->directory = add->directory ? add->directory : base->directory;
     c->directory_at = add->directory ? add->directory_at : base->directory_at;
     merge_egress(c, base, add);
+    c->sandbox_cgroup = add->sandbox_cgroup ? add->sandbox_cgroup : base->sandbox_cgroup;
+    c->sandbox_cpus_set = add->sandbox_cpus_set || base->sandbox_cpus_set;
+    c->sandbox_cpu_quota_us = add->sandbox_cpus_set ? add->sandbox_cpu_quota_us
+                                                    : base->sandbox_cpu_quota_us;
     return c;
 }
 

@@ -39,6 +39,11 @@ typedef struct ci_server_conf {
     int egress_max_per_owner;  /* CodeInterpreterEgressConnectionsPerOwner */
     int egress_lifetime;       /* CodeInterpreterEgressLifetime (s) */
     int egress_proxy_resolves; /* CodeInterpreterEgressProxyResolves */
+    const char *sandbox_cgroup;  /* CodeInterpreterSandboxCgroup: "auto", "off"
+                                    or a path; NULL: auto */
+    apr_uint64_t sandbox_cpu_quota_us; /* CodeInterpreterSandboxCPUs, per
+                                          100 ms; 0: no ceiling */
+    int sandbox_cpus_set;        /* ... was set (else 1 CPU) */
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */

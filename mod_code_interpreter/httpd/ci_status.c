@@ -33,7 +33,7 @@ static void admission_status(request_rec *r, int flags)
  * them. */
 static void containers_status(request_rec *r, int flags)
 {
-    const char *text = NULL, *err = NULL, *perr, *cpu;
+    const char *text = NULL, *err = NULL, *perr, *cpu, *cgroup;
     json_object *st, *cs, *tools;
     int running, executing, sandboxes, expired;
     if (ci_dirclient_status(r->server, r->pool, &text, &err) != 0 ||
@@ -50,11 +50,14 @@ static void containers_status(request_rec *r, int flags)
     expired = json_object_get_int(ci_json_get(cs, "expired", json_type_int));
     tools = ci_json_get(cs, "by_tool", json_type_object);
     cpu = ci_json_str(st, "cpu");
+    cgroup = ci_json_str(st, "cgroup");
     if (flags & AP_STATUS_SHORT)
-        ap_rprintf(r, "CodeInterpreterSandboxCPU: %s\n", cpu ? cpu : "unknown");
+        ap_rprintf(r, "CodeInterpreterSandboxCPU: %s\nCodeInterpreterSandboxCgroup: %s\n",
+                   cpu ? cpu : "unknown", cgroup ? cgroup : "unknown");
     else
-        ap_rprintf(r, "<p>Sandboxes' CPU: %s</p>\n",
-                   cpu ? ap_escape_html(r->pool, cpu) : "unknown");
+        ap_rprintf(r, "<p>Sandboxes' CPU: %s (%s)</p>\n",
+                   cpu ? ap_escape_html(r->pool, cpu) : "unknown",
+                   cgroup ? ap_escape_html(r->pool, cgroup) : "unknown");
     if (flags & AP_STATUS_SHORT) {
         ap_rprintf(r, "CodeInterpreterContainers: running=%d executing=%d idle=%d "
                       "local_sandboxes=%d expired=%d\n", running, executing,

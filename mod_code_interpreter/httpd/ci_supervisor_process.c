@@ -41,6 +41,7 @@
 #include <unixd.h>
 #include "ci_settings.h"
 #include "ci_audit.h"
+#include "ci_cgroup.h"
 #include "ci_log.h"
 #include "ci_registry.h"
 #include "ci_supervisor_process.h"
@@ -198,6 +199,75 @@ static void egress_settings(ci_sup_config *cfg, const ci_server_conf *c)
     cfg->egress_proxy_resolves = c->egress_proxy_resolves == 1;
 }
 
+/* The sandboxes' cgroups, as CodeInterpreterSandboxCgroup asks: found (or
+ * httpd's own split) and delegated by the parent, as root, before the
+ * supervisor is forked; the supervisor joins it and hands it on. */
+static struct {
+    const char *dir, *enabled, *why;
+} cgroup;
+
+/* CodeInterpreterSandboxCgroup for this start of the supervisor: -1 when an
+ * explicit directory cannot be used (then it is not started: the operator
+ * asked for bounds the kernel would not hold); auto falls back to
+ * scheduling alone, saying why. */
+static int find_cgroup(apr_pool_t *p, server_rec *s)
+{
+    const ci_server_conf *c = ci_server_config(s);
+    const char *mode = c->sandbox_cgroup ? c->sandbox_cgroup : "auto", *base, *d = NULL;
+    int explicit = mode[0] == '/';
+    cgroup.dir = NULL;
+    cgroup.enabled = "";
+    cgroup.why = NULL;
+    if (!strcasecmp(mode, "off"))
+        cgroup.why = "CodeInterpreterSandboxCgroup off";
+    else if (geteuid() != 0)
+        cgroup.why = "httpd does not start as root";
+    else if (explicit)
+        d = mode;
+    else if ((base = ci_cgroup_own_dir(p, &cgroup.why)) &&
+             ci_cgroup_split(p, base, "cpu", &d, &cgroup.why) != APR_SUCCESS)
+        d = NULL;
+    if (d && ci_cgroup_delegate(p, d, ap_unixd_config.user_id, ap_unixd_config.group_id,
+                                &cgroup.enabled, &cgroup.why) == APR_SUCCESS) {
+        cgroup.dir = d;
+        /* No supervisor runs now: every sandbox cgroup there is an earlier
+         * one's (one that died, or ran as another User), and goes. */
+        ci_cgroup_sweep(p, d, CI_CGROUP_SANDBOX_PREFIX, NULL, NULL);
+    }
+    if (explicit && !cgroup.dir) {
+        ap_log_error(APLOG_MARK, APLOG_STARTUP | APLOG_CRIT, 0, s, "CI0673: "
+                     "CodeInterpreterSandboxCgroup %s cannot be used: %s", mode,
+                     cgroup.why);
+        return -1;
+    }
+    ap_log_error(APLOG_MARK, APLOG_INFO, 0, s, "CI0674: sandboxes' cgroups: %s%s%s",
+                 cgroup.dir ? cgroup.dir : "none (", cgroup.dir ? "" : cgroup.why,
+                 cgroup.dir ? "" : ")");
+    return 0;
+}
+
+/* In the supervisor, still root: into its leaf of the sandboxes' cgroup
+ * directory, the common ancestor of every sandbox's cgroup that its user
+ * may write (a process is moved between cgroups only by one who may write
+ * the cgroup.procs of both ends' common ancestor). */
+static void join_cgroup(ci_sup_config *cfg, const ci_server_conf *c, apr_pool_t *p)
+{
+    char err[128];
+    apr_status_t rv;
+    cfg->cgroup_why = cgroup.why;
+    cfg->cgroup_cpu_quota_us = c->sandbox_cpus_set ? c->sandbox_cpu_quota_us : 100000;
+    if (!cgroup.dir)
+        return;
+    if ((rv = ci_cgroup_join(apr_pstrcat(p, cgroup.dir, "/supervisor", NULL))) !=
+        APR_SUCCESS) {
+        cfg->cgroup_why = apr_psprintf(p, "the supervisor could not join %s/supervisor: "
+                                       "%s", cgroup.dir, apr_strerror(rv, err, sizeof(err)));
+        return;
+    }
+    cfg->cgroup_dir = cgroup.dir;
+    cfg->cgroup_enabled = cgroup.enabled;
+}
+
 static void supervisor_main(int lfd, pid_t parent, server_rec *s)
 {
     apr_pool_t *p;
@@ -215,6 +285,8 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     /* the audit log is root's: opened now, for the egress proxy's lines */
     audit_fd = open_audit(s);
     apr_pool_create(&p, NULL);
+    memset(&cfg, 0, sizeof(cfg));
+    join_cgroup(&cfg, ci_server_config(s), p);
     ci_log_set(ci_log_stderr_sink, ap_get_server_module_loglevel(s, APLOG_MODULE_INDEX));
     /* Every sandbox is the OOM killer's first choice (oom_score_adj 1000),
      * before anything of httpd's: set here, while the process may still
@@ -234,7 +306,6 @@ static void supervisor_main(int lfd, pid_t parent, server_rec *s)
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(0);
-    memset(&cfg, 0, sizeof(cfg));
     cfg.listen_fd = lfd;
     cfg.parent = parent;
     cfg.uid = ap_unixd_config.user_id;
@@ -305,6 +376,10 @@ static int spawn(void)
     if (fd < 0) {
         ap_log_error(APLOG_MARK, APLOG_CRIT, errno, s, "CI0602: the sandbox "
                      "supervisor's socket %s could not be made", keep->path);
+        return -1;
+    }
+    if (find_cgroup(gen_pconf, s) < 0) {
+        close(fd);
         return -1;
     }
     if (make_egress_dir(gen_pconf) < 0)

@@ -221,6 +221,7 @@ static void handle_status(conn *c)
     json_object_object_add(o, "warm", json_object_new_int(warm));
     json_object_object_add(o, "connections", json_object_new_int(conns));
     json_object_object_add(o, "cpu", json_object_new_string(sup_cpu_mode()));
+    json_object_object_add(o, "cgroup", json_object_new_string(sup_cgroup_text(p)));
     cs = json_object_new_object();
     json_object_object_add(cs, "running",
                            json_object_new_int(ci_directory_live(sup_state.dir)));
@@ -458,7 +459,8 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg)
     sup_start_wants(p);
     ci_log(CI_LOG_NOTICE, "CI0617: sandbox supervisor %ld serving (protocol %d)",
            (long)getpid(), CI_SUP_VERSION);
-    ci_log(CI_LOG_NOTICE, "CI0670: sandboxes' CPU: %s", sup_cpu_mode_text());
+    ci_log(CI_LOG_NOTICE, "CI0670: sandboxes' CPU: %s", sup_cpu_mode_text(p));
+    sup_state.cgroup_sweep_due = 1;   /* what an earlier one left, still exiting */
     for (;;) {
         int i, n = build_pollset(pfds, refs);
         int rc = poll((struct pollfd *)pfds->elts, (nfds_t)n, poll_timeout());

@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <apr_pools.h>
 #include "ci_sandbox.h"
+#include "ci_cgroup.h"
 
 /* What the supervisor needs from the server: the registry's slots, so that
  * warm sandboxes count toward CodeInterpreterMaxSandboxes. */
@@ -36,6 +37,14 @@ typedef struct ci_sup_config {
     int egress_max_per_owner;    /* CodeInterpreterEgressConnectionsPerOwner */
     int egress_lifetime;         /* CodeInterpreterEgressLifetime (s) */
     int egress_proxy_resolves;   /* CodeInterpreterEgressProxyResolves On */
+    /* Sandboxes in cgroup v2 (CodeInterpreterSandboxCgroup): the delegated
+     * directory the supervisor is in (under "supervisor") and makes each
+     * sandbox's cgroup in; NULL: none, for the reason CGROUP_WHY. */
+    const char *cgroup_dir;
+    const char *cgroup_enabled;  /* the controllers its children have */
+    const char *cgroup_why;
+    apr_uint64_t cgroup_cpu_quota_us; /* CodeInterpreterSandboxCPUs: cpu.max per
+                                         100 ms period; 0: no ceiling */
 } ci_sup_config;
 
 /* The supervisor's loop. Returns only when the listening socket fails. */
@@ -52,9 +61,15 @@ void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg);
 
 /* Fork the bubblewrap process of DEF (the supervisor's main thread).
  * EGRESS_DIR: for a sandbox with an allowlist, the directory of its egress
- * socket, mounted inside; NULL: no way out. */
+ * socket, mounted inside; NULL: no way out. CGROUP_FD: the cgroup.procs of
+ * the cgroup it starts in (ci_cgroup_make), or -1. */
 apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def,
-                            const char *egress_dir, pid_t *pid,
+                            const char *egress_dir, int cgroup_fd, pid_t *pid,
                             int *in_fd, int *out_fd, int *err_fd);
+
+/* DEF's bounds on the whole sandbox for its cgroup: its process count
+ * (processes=) and its resident memory (its tier); the CPU is the
+ * supervisor's to set. */
+void ci_local_cgroup_limits(const ci_sandbox_def *def, ci_cgroup_limits *lim);
 
 #endif

@@ -63,6 +63,7 @@ static void drop_reader(box *b)
 void sup_box_kill(box *b)
 {
     ci_spawn_kill(&b->pid);
+    sup_cgroup_end(b);              /* what outlived bubblewrap's init too */
     close_fd(&b->in_fd);
     close_fd(&b->out_fd);
     close_fd(&b->err_fd);
@@ -158,12 +159,21 @@ static void fresh_reader(box *b)
  * until its kernel says ready. -1 when it could not be forked. */
 int sup_box_spawn(box *b)
 {
+    apr_status_t rv;
+    int cgroup_fd;
     /* an allowlist's socket is made once: a sandbox forked again finds it */
     if (b->def->allowlist && !b->egress_dir && sup_egress_open(b) < 0)
         return -1;
-    if (ci_local_spawn(b->pool, b->def, b->egress_dir, &b->pid, &b->in_fd, &b->out_fd,
-                       &b->err_fd) != APR_SUCCESS)
+    if ((cgroup_fd = sup_cgroup_open(b)) == -2)
         return -1;
+    rv = ci_local_spawn(b->pool, b->def, b->egress_dir, cgroup_fd, &b->pid, &b->in_fd,
+                        &b->out_fd, &b->err_fd);
+    if (cgroup_fd >= 0)
+        close(cgroup_fd);
+    if (rv != APR_SUCCESS) {
+        sup_cgroup_end(b);
+        return -1;
+    }
     set_nonblock(b->in_fd);
     set_nonblock(b->out_fd);
     set_nonblock(b->err_fd);

@@ -131,6 +131,8 @@ typedef struct box {
     apr_size_t tail_len;
     const char *egress_dir;     /* with an allowlist: the directory of its
                                    egress socket, mounted inside; NULL */
+    const char *cgroup;         /* the name of its sandbox's cgroup under
+                                   cfg->cgroup_dir (one per start), or NULL */
     struct box *next;
 } box;
 
@@ -160,6 +162,9 @@ typedef struct sup_daemon {
     ci_directory *dir;
     apr_hash_t *by_container;   /* container id -> its box */
     apr_time_t next_expiry_check;
+    apr_uint32_t cgroup_seq;    /* the last sandbox cgroup's number */
+    int cgroup_sweep_due;       /* an ended sandbox's cgroup is not removed
+                                   yet (its processes still exiting) */
 } sup_daemon;
 
 extern sup_daemon sup_state;
@@ -266,7 +271,27 @@ int sup_descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int m
 void sup_watch_processes(void);
 /* How sandboxes' CPU is held: a word for status, a sentence for the log. */
 const char *sup_cpu_mode(void);
-const char *sup_cpu_mode_text(void);
+const char *sup_cpu_mode_text(apr_pool_t *p);
+
+/* ---- ci_supervisor_cgroup.c: a cgroup v2 per sandbox ------------------- */
+
+/* Whether sandboxes get cgroups (cfg->cgroup_dir), and whether their CPU is
+ * held there (the cpu controller is enabled for them). */
+int sup_cgroups_on(void);
+int sup_cgroups_hold_cpu(void);
+/* B's cgroup for its next start, with its bounds: the descriptor its child
+ * joins by (close it after the spawn), -1 when cgroups are off, -2 when it
+ * could not be made (the sandbox is then not started). */
+int sup_cgroup_open(box *b);
+/* B's cgroup ended: every process in it killed, the cgroup removed (or
+ * removed by a later sweep while its processes exit). */
+void sup_cgroup_end(box *b);
+/* Once a second: the cgroups of ended sandboxes that could not be
+ * removed at once (and, at start, what the parent's sweep of an earlier
+ * supervisor's left exiting) removed. */
+void sup_cgroup_sweep(void);
+/* The cgroup part of sup_cpu_mode_text, for the log and status. */
+const char *sup_cgroup_text(apr_pool_t *p);
 
 /* ---- ci_supervisor_egress.c: the egress proxy ------------------------ */
 

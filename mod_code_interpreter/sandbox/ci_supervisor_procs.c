@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <apr_file_info.h>
+#include <apr_strings.h>
 #include "ci_log.h"
 #include "ci_supervisor_internal.h"
 #include "ci_workers.h"
@@ -203,24 +204,28 @@ static void contain_cpu(box *b)
                b->id, moved);
 }
 
-/* How a sandbox's CPU is held, for status: every thread but its
- * interpreter's main thread at SCHED_IDLE, and no session of its own
- * ("sched_idle"); or, on an architecture the session filter does not know,
- * SCHED_IDLE alone, which the kernel's autogroups defeat
- * ("sched_idle_sessions_allowed"). */
+/* How a sandbox's CPU is held, for status: by the kernel in a cgroup v2 of
+ * its own, with the cpu controller ("cgroup2"; the scheduling below as
+ * well); or every thread but its interpreter's main thread at SCHED_IDLE,
+ * and no session of its own ("sched_idle"); or, on an architecture the
+ * session filter does not know, SCHED_IDLE alone, which the kernel's
+ * autogroups defeat ("sched_idle_sessions_allowed"). */
 const char *sup_cpu_mode(void)
 {
+    if (sup_cgroups_hold_cpu())
+        return "cgroup2";
     return ci_spawn_sessions_refused() ? "sched_idle" : "sched_idle_sessions_allowed";
 }
 
-const char *sup_cpu_mode_text(void)
+const char *sup_cpu_mode_text(apr_pool_t *p)
 {
-    return ci_spawn_sessions_refused()
-        ? "sched_idle (every process of a sandbox but its interpreter's main thread "
-          "at SCHED_IDLE, set by the supervisor; no new session in a sandbox)"
-        : "sched_idle_sessions_allowed (every process of a sandbox but its "
-          "interpreter's main thread at SCHED_IDLE; this architecture's sandboxes "
-          "may start sessions, which the kernel's autogroups schedule apart)";
+    const char *idle = ci_spawn_sessions_refused()
+        ? "every process of a sandbox but its interpreter's main thread at SCHED_IDLE, "
+          "set by the supervisor; no new session in a sandbox"
+        : "every process of a sandbox but its interpreter's main thread at SCHED_IDLE; "
+          "this architecture's sandboxes may start sessions, which the kernel's "
+          "autogroups schedule apart";
+    return apr_psprintf(p, "%s (%s; %s)", sup_cpu_mode(), sup_cgroup_text(p), idle);
 }
 
 /* Whether B's processes are to be found again now. */
@@ -277,4 +282,5 @@ void sup_watch_processes(void)
         enforce_memory(b);
     }
     apr_pool_destroy(p);
+    sup_cgroup_sweep();
 }

@@ -272,12 +272,20 @@ static void limits_of(const ci_sandbox_def *def, ci_spawn_limits *lim)
 
 /* In the supervisor: fork the sandbox of DEF from its only thread. */
 apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def,
-                            const char *egress_dir, pid_t *pid,
+                            const char *egress_dir, int cgroup_fd, pid_t *pid,
                             int *in_fd, int *out_fd, int *err_fd)
 {
     ci_spawn_limits lim;
     limits_of(def, &lim);
+    lim.join_cgroup = cgroup_fd >= 0;
+    lim.cgroup_fd = cgroup_fd;
     return ci_spawn_here(bwrap_argv(p, def, egress_dir), &lim, pid, in_fd, out_fd, err_fd);
+}
+
+void ci_local_cgroup_limits(const ci_sandbox_def *def, ci_cgroup_limits *lim)
+{
+    lim->pids = (apr_uint64_t)CI_LOCAL(def)->processes;
+    lim->memory = def->rss_bound;
 }
 
 static apr_status_t sandbox_cleanup(void *data)

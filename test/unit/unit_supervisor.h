@@ -37,7 +37,7 @@ static int unit_listen_at(const char *at)
 static void unit_run_supervisor(int fd)
 {
     ci_sup_config cfg = { fd, getppid(), getuid(), &unit_hooks, NULL, 0, NULL, -1,
-                          0, 0, 0, 0 };
+                          0, 0, 0, 0, NULL, NULL, "no cgroup in the unit tests", 0 };
     apr_pool_t *p;
     signal(SIGPIPE, SIG_IGN);        /* as the real one: a kernel may go */
     setsid();
