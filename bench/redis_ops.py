@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Redis' own time for each operation of the shared container directory
-(sandbox/ci_directory.lua, loaded as the module loads it: a function
+(core/ci_directory.lua, loaded as the module loads it: a function
 library), from its SLOWLOG, outside httpd: N conversations of a new turn
 (create, finish) and a chained turn (response with touch, finish), as the
 module asks them, against a redis-server of its own on loopback.

@@ -15,7 +15,7 @@ set -e
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --test
 ./scripts/build.sh
-./scripts/check-core.sh
+./scripts/check-rooms.sh
 # What the tests read lies in the clone (test/spec among it), and no build
 # product is tracked: a new user's clone runs every test.
 ./scripts/check-clone.sh

@@ -1,5 +1,5 @@
 """The container directory in Redis (test/unit/test_redisdir.c, the Lua
-script sandbox/ci_directory.lua through core/ci_redis.c) against real
+script core/ci_directory.lua through core/ci_redis.c) against real
 redis-servers: one without a password, one with a password and an ACL user;
 the C outage test runs a third of its own on a spare port. Built against
 the httpd-free library, run once per C test."""

@@ -1,7 +1,7 @@
 /*
  * ci_redis.h - the container directory shared by several nodes, in Redis,
  * through hiredis: the operations of ci_directory_ops (one JSON request in, one
- * JSON answer out) run by one Lua script (sandbox/ci_directory.lua, compiled in),
+ * JSON answer out) run by one Lua script (core/ci_directory.lua, compiled in),
  * each atomic. The script's header describes its keys, their TTLs and the
  * operations it adds (claim_due, busy); its answers carry "gone": [ids],
  * the containers whose sandboxes must go now.

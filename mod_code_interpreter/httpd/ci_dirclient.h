@@ -7,7 +7,7 @@
  *   (ci_dirclient_supervisor.c), asked over its socket;
  * - "redis": a directory several nodes share (CodeInterpreterDirectory
  *   redis://...; ci_dirclient_redis.c), each operation one atomic script
- *   (sandbox/ci_directory.lua), its records authenticated with the server
+ *   (core/ci_directory.lua), its records authenticated with the server
  *   secret. What runs on a node stays there: a local container's sandbox,
  *   in the node's supervisor, which keeps a shadow record of it (adopt) so
  *   that ATTACH, busy marks and its own expiry work as on one node.

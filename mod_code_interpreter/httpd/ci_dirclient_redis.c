@@ -2,7 +2,7 @@
  * ci_dirclient_redis.c - the "redis" back end of the container directory's
  * client (ci_dirclient.h): a directory several nodes share
  * (CodeInterpreterDirectory redis://...), each operation one atomic script
- * (sandbox/ci_directory.lua) run with ci_redis. Its records are authenticated
+ * (core/ci_directory.lua) run with ci_redis. Its records are authenticated
  * with the server secret; a local container's sandbox is shadowed in this
  * node's supervisor (adopt), and those whose containers Redis no longer
  * has running are ended (reconcile).

@@ -1,7 +1,7 @@
 /*
  * ci_supervisor_process.h - the local sandbox supervisor's life in httpd: forked by the
  * parent, kept across graceful restarts, respawned when it dies, stopped
- * when httpd stops. The supervisor itself is sandbox/ci_supervisor.c.
+ * when httpd stops. The supervisor itself is supervisor/ci_supervisor.c.
  */
 #ifndef CI_SUPERVISOR_PROCESS_H
 #define CI_SUPERVISOR_PROCESS_H

@@ -32,7 +32,6 @@
 #include "ci_sandbox.h"
 #include "ci_ndjson.h"
 #include "local_conf.h"
-#include "ci_supervisor.h"
 #include "ci_supervisor_client.h"
 #include "files_local.h"
 #include "ci_supervisor_wire.h"

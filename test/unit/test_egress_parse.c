@@ -1,6 +1,6 @@
 /*
  * test_egress_parse.c - the egress proxy's pure decisions
- * (mod_code_interpreter/sandbox/ci_egress_parse.c): request heads admitted
+ * (mod_code_interpreter/egress/ci_egress_parse.c): request heads admitted
  * and refused, host names and IP literals, allowlist matching, the class
  * of every kind of address, the head an origin gets, the answers' bytes.
  */

@@ -1,6 +1,6 @@
 /*
  * test_redisdir.c - the container directory in Redis (ci_redis.h,
- * sandbox/ci_directory.lua) against a real redis-server, started by the caller
+ * core/ci_directory.lua) against a real redis-server, started by the caller
  * (test/test_redisdir_unit.py):
  *
  *   REDIS_PORT        a server without a password (flushed by every test)

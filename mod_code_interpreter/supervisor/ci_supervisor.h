@@ -13,6 +13,7 @@
 #include <apr_pools.h>
 #include "ci_sandbox.h"
 #include "ci_cgroup.h"
+#include "local_conf.h"
 
 /* What the supervisor needs from the server: the registry's slots, so that
  * warm sandboxes count toward CodeInterpreterMaxSandboxes. */
@@ -49,27 +50,5 @@ typedef struct ci_sup_config {
 
 /* The supervisor's loop. Returns only when the listening socket fails. */
 void ci_supervisor_run(apr_pool_t *p, const ci_sup_config *cfg);
-
-/* ---- for the supervisor, from the local provider ----------------------- */
-
-/* The egress proxy's socket in the directory a sandbox with an allowlist
- * gets (ci_egress.h). */
-#define CI_EGRESS_SOCKET_NAME "proxy.sock"
-/* With domain secrets: the proxy's CA, and the system's bundle with it. */
-#define CI_EGRESS_CA_NAME "ca.pem"
-#define CI_EGRESS_BUNDLE_NAME "ca-bundle.pem"
-
-/* Fork the bubblewrap process of DEF (the supervisor's main thread).
- * EGRESS_DIR: for a sandbox with an allowlist, the directory of its egress
- * socket, mounted inside; NULL: no way out. CGROUP_FD: the cgroup.procs of
- * the cgroup it starts in (ci_cgroup_make), or -1. */
-apr_status_t ci_local_spawn(apr_pool_t *p, const ci_sandbox_def *def,
-                            const char *egress_dir, int cgroup_fd, pid_t *pid,
-                            int *in_fd, int *out_fd, int *err_fd);
-
-/* DEF's bounds on the whole sandbox for its cgroup: its process count
- * (processes=) and its resident memory (its tier); the CPU is the
- * supervisor's to set. */
-void ci_local_cgroup_limits(const ci_sandbox_def *def, ci_cgroup_limits *lim);
 
 #endif
