@@ -15,6 +15,7 @@
 #include <string.h>
 #include <apr_hash.h>
 #include <apr_strings.h>
+#include "ci_id.h"
 #include "ci_crypto.h"
 #include "ci_directory.h"
 #include "ci_loop.h"

@@ -43,3 +43,11 @@ const char *ci_error_body(apr_pool_t *p, const ci_error *err, apr_size_t *len)
     json_object_object_add(root, "error", e);
     return ci_json_pstr(p, root, len);
 }
+
+int ci_error_bad_type(apr_pool_t *p, ci_error *err, const char *param,
+                      const char *expected)
+{
+    ci_error_set(err, 400, CI_INVALID, param, "invalid_type", p,
+                 "Invalid type for '%s': expected %s.", param, expected);
+    return -1;
+}

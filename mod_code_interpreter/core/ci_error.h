@@ -32,6 +32,11 @@ ci_error *ci_error_set(ci_error *err, int status, const char *type,
 #define CI_INVALID "invalid_request_error"
 #define CI_SERVER "server_error"
 
+/* The 400 for a member PARAM of the wrong type ("Invalid type for
+ * 'PARAM': expected EXPECTED."): -1, for a parser's return. */
+int ci_error_bad_type(apr_pool_t *p, ci_error *err, const char *param,
+                      const char *expected);
+
 /* The JSON body for ERR, allocated from P. */
 const char *ci_error_body(apr_pool_t *p, const ci_error *err, apr_size_t *len);
 

@@ -6,6 +6,7 @@
 #include <apr_lib.h>
 #include <apr_tables.h>
 #include <apr_strings.h>
+#include "ci_id.h"
 #include "ci_json.h"
 
 static apr_status_t json_put_cleanup(void *data)
@@ -450,46 +451,6 @@ const char *ci_json_array_members(json_object *a, apr_size_t *len)
     }
     *len = n - 2;
     return text + 1;       /* (not NUL-terminated at *len: the ']' follows) */
-}
-
-/* ---- random hex -----------------------------------------------------------
- * Drawn from the system's generator 256 bytes at a time per thread: one
- * system call serves the ids of several requests instead of one per id.
- * Every byte is handed out once; a forked process starts afresh. */
-static _Thread_local struct {
-    unsigned char b[256];
-    apr_size_t left;
-} rnd;
-
-static void forget_random(void)
-{
-    rnd.left = 0;
-}
-
-static void register_forget(void)
-{
-    pthread_atfork(NULL, NULL, forget_random);
-}
-
-void ci_random_hex(char *out, apr_size_t nbytes)
-{
-    static const char digits[] = "0123456789abcdef";
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    apr_size_t i;
-    pthread_once(&once, register_forget);
-    for (i = 0; i < nbytes; i++) {
-        unsigned char c;
-        if (!rnd.left) {
-            if (apr_generate_random_bytes(rnd.b, sizeof(rnd.b)) != APR_SUCCESS)
-                memset(rnd.b, 0, sizeof(rnd.b));   /* not reached on Linux */
-            rnd.left = sizeof(rnd.b);
-        }
-        c = rnd.b[sizeof(rnd.b) - rnd.left];
-        rnd.b[sizeof(rnd.b) - rnd.left--] = 0;
-        out[2 * i] = digits[c >> 4];
-        out[2 * i + 1] = digits[c & 15];
-    }
-    out[2 * nbytes] = '\0';
 }
 
 const char *ci_json_with_array(apr_pool_t *p, json_object *root, const char *key,

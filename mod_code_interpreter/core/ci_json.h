@@ -113,10 +113,6 @@ int ci_json_strict_object(const char *text, apr_size_t len, const char *key,
  * which strict JSON allows only as whitespace between tokens. */
 int ci_json_has_control_byte(const char *s, apr_size_t n);
 
-/* NBYTES random bytes (from the system's generator) as 2 * NBYTES hex
- * digits and a NUL at OUT. */
-void ci_random_hex(char *out, apr_size_t nbytes);
-
 /* ROOT serialised with the value of KEY replaced by the array whose members
  * are the serialised texts A then B (either may be empty). Only ROOT minus
  * that value is encoded: large arrays are serialised once by the caller and

@@ -8,6 +8,7 @@
 #include <apr_hash.h>
 #include <apr_random.h>
 #include <apr_strings.h>
+#include "ci_id.h"
 #include "ci_json.h"
 #include "ci_loop.h"
 #include "ci_citations.h"
@@ -31,15 +32,6 @@ struct ci_loop {
     apr_array_header_t *calls; /* every call of ours (ci_call *), in order */
     const char *notice;      /* told to the model with the next output */
 };
-
-const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes)
-{
-    char hex[129];
-    if (nbytes > 64)
-        nbytes = 64;            /* ids never need more than 128 hex digits */
-    ci_random_hex(hex, nbytes);
-    return apr_pstrcat(p, prefix, hex, NULL);
-}
 
 ci_loop *ci_loop_create(apr_pool_t *p, ci_request *req, int max_rounds,
                         const char *container_id)

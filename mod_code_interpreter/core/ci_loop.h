@@ -148,9 +148,6 @@ json_object *ci_loop_failed_response(ci_loop *l, const char *code,
 int ci_loop_rounds(const ci_loop *l);
 int ci_loop_executions(const ci_loop *l);
 
-/* "PREFIX" + 2*NBYTES random hex digits. */
-const char *ci_mint_id(apr_pool_t *p, const char *prefix, apr_size_t nbytes);
-
 /* Messages the upstream writes get container_file_citation annotations
  * from C (ci_citations.h) as each round's response is taken; NULL: none. */
 struct ci_citer;

@@ -15,6 +15,7 @@
 #include <hiredis.h>
 #include <apr_sha1.h>
 #include <apr_strings.h>
+#include "ci_id.h"
 #include "ci_json.h"
 #include "ci_redis.h"
 

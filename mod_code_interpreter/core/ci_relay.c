@@ -1,10 +1,11 @@
 /* ci_relay.c - a streamed upstream response relayed as the client's stream. */
 #include <string.h>
-#include "ci_citations.h"
 #include <apr_hash.h>
 #include <apr_strings.h>
 #include "ci_buf.h"
+#include "ci_citations.h"
 #include "ci_code_decoder.h"
+#include "ci_id.h"
 #include "ci_json.h"
 #include "ci_relay.h"
 #include "ci_sse_reader.h"

@@ -9,6 +9,7 @@
 #include "ci_config.h"
 #include "ci_json.h"
 #include "ci_loop.h"
+#include "ci_policy.h"
 #include "ci_request.h"
 
 #define TOOL_TYPE "code_interpreter"
@@ -80,13 +81,6 @@ int ci_body_mentions_tool(const char *body, apr_size_t len)
 
 /* ---- small checks ------------------------------------------------------ */
 
-static int bad_type(apr_pool_t *p, ci_error *err, const char *param,
-                    const char *expected)
-{
-    ci_error_set(err, 400, CI_INVALID, param, "invalid_type", p,
-                 "Invalid type for '%s': expected %s.", param, expected);
-    return -1;
-}
 
 /* Member KEY, which must be absent, null or of one of the given types. */
 static int check_member(apr_pool_t *p, json_object *root, const char *key,
@@ -98,7 +92,7 @@ static int check_member(apr_pool_t *p, json_object *root, const char *key,
         return 0;
     if (json_object_is_type(v, t1) || json_object_is_type(v, t2))
         return 0;
-    return bad_type(p, err, key, expected);
+    return ci_error_bad_type(p, err, key, expected);
 }
 
 static int check_top_level_types(apr_pool_t *p, json_object *root, ci_error *err)
@@ -252,7 +246,7 @@ static int check_file_ids(apr_pool_t *p, json_object *v, const char *at, ci_requ
     const char *param = apr_pstrcat(p, at, ".file_ids", NULL);
     size_t i, n;
     if (!json_object_is_type(v, json_type_array))
-        return bad_type(p, err, param, "an array of file ids");
+        return ci_error_bad_type(p, err, param, "an array of file ids");
     n = json_object_array_length(v);
     if (n > CI_MAX_FILE_IDS) {
         ci_error_set(err, 400, CI_INVALID, param, "array_above_max_length", p,
@@ -265,7 +259,7 @@ static int check_file_ids(apr_pool_t *p, json_object *v, const char *at, ci_requ
         json_object *id = json_object_array_get_idx(v, i);
         if (!json_object_is_type(id, json_type_string) ||
             json_object_get_string_len(id) == 0 || json_object_get_string_len(id) > 128)
-            return bad_type(p, err, apr_psprintf(p, "%s[%d]", param, (int)i),
+            return ci_error_bad_type(p, err, apr_psprintf(p, "%s[%d]", param, (int)i),
                             "a file id");
     }
     if (n && req->file_ids)
@@ -290,236 +284,13 @@ static int check_auto_settings(apr_pool_t *p, json_object *c, const char *at,
     if (json_object_object_get_ex(c, "memory_limit", &v) && v != NULL) {
         const char *param = apr_pstrcat(p, at, ".memory_limit", NULL);
         if (!json_object_is_type(v, json_type_string))
-            return bad_type(p, err, param, "a string");
+            return ci_error_bad_type(p, err, param, "a string");
         if (req->memory_limit && strcmp(req->memory_limit, json_object_get_string(v)))
             return conflicting(p, err, param, "memory_limit");
         req->memory_limit = apr_pstrdup(p, json_object_get_string(v));
         req->settings_param = at;
     }
     return check_network_policy(p, c, at, req, err);
-}
-
-#define MAX_ALLOWED_DOMAINS 256
-
-static int bad_domain(apr_pool_t *p, ci_error *err, const char *param, const char *value)
-{
-    ci_error_set(err, 400, CI_INVALID, param, "invalid_value", p,
-                 "Invalid value for '%s': '%s' is not a domain name.", param, value);
-    return -1;
-}
-
-static int parse_allowed_domains(apr_pool_t *p, json_object *policy, const char *param,
-                                 apr_array_header_t **domains, ci_error *err)
-{
-    const char *at = apr_pstrcat(p, param, ".allowed_domains", NULL), *norm;
-    json_object *list = ci_json_get(policy, "allowed_domains", json_type_array);
-    apr_size_t i, n = list ? json_object_array_length(list) : 0;
-    if (n < 1 || n > MAX_ALLOWED_DOMAINS)
-        return bad_type(p, err, at, "a non-empty array of at most 256 domain names");
-    *domains = apr_array_make(p, (int)n, sizeof(const char *));
-    for (i = 0; i < n; i++) {
-        json_object *d = json_object_array_get_idx(list, i);
-        const char *entry = apr_psprintf(p, "%s[%d]", at, (int)i);
-        if (!json_object_is_type(d, json_type_string))
-            return bad_type(p, err, entry, "a string");
-        if (ci_parse_domain_pattern(p, json_object_get_string(d), &norm))
-            return bad_domain(p, err, entry, json_object_get_string(d));
-        *(const char **)apr_array_push(*domains) = norm;
-    }
-    return 0;
-}
-
-/* Variables the sandbox sets or its programs heed before anything: a
- * secret may not take their names. */
-static int reserved_name(const char *name)
-{
-    static const char *const exact[] = {
-        "HOME", "PATH", "LANG", "SHELL", "PWD", "TMPDIR", "HTTP_PROXY", "HTTPS_PROXY",
-        "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy", "no_proxy",
-        "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "MPLBACKEND", "MPLCONFIGDIR",
-        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", NULL };
-    static const char *const prefixes[] = { "LD_", "PYTHON", "BASH_", "OPENBLAS_", NULL };
-    int i;
-    for (i = 0; exact[i]; i++)
-        if (!strcmp(name, exact[i]))
-            return 1;
-    for (i = 0; prefixes[i]; i++)
-        if (!strncmp(name, prefixes[i], strlen(prefixes[i])))
-            return 1;
-    return 0;
-}
-
-static int is_variable_name(const char *s)
-{
-    apr_size_t i, n = strlen(s);
-    if (n < 1 || n > 128 || (!apr_isalpha(s[0]) && s[0] != '_'))
-        return 0;
-    for (i = 1; i < n; i++)
-        if (!apr_isalnum(s[i]) && s[i] != '_')
-            return 0;
-    return 1;
-}
-
-static int bad_value(apr_pool_t *p, ci_error *err, const char *param, const char *why)
-{
-    ci_error_set(err, 400, CI_INVALID, param, "invalid_value", p,
-                 "Invalid value for '%s': %s.", param, why);
-    return -1;
-}
-
-/* Whether one of DOMAINS covers PATTERN. */
-static int on_allowlist(const apr_array_header_t *domains, const char *pattern)
-{
-    int i;
-    for (i = 0; i < domains->nelts; i++)
-        if (ci_domain_covers(APR_ARRAY_IDX(domains, i, const char *), pattern))
-            return 1;
-    return 0;
-}
-
-int ci_secret_name_ok(const char *name)
-{
-    return is_variable_name(name) && !reserved_name(name);
-}
-
-static int parse_secrets(apr_pool_t *p, json_object *list, const char *param,
-                         const apr_array_header_t *domains, apr_array_header_t **secrets,
-                         ci_error *err)
-{
-    const char *at = apr_pstrcat(p, param, ".domain_secrets", NULL);
-    apr_size_t i, n = json_object_is_type(list, json_type_array)
-                      ? json_object_array_length(list) : 0;
-    apr_hash_t *names = apr_hash_make(p);
-    if (n < 1 || n > CI_MAX_SECRETS)
-        return bad_type(p, err, at, "a non-empty array of at most 32 secrets");
-    *secrets = apr_array_make(p, (int)n, sizeof(ci_domain_secret));
-    for (i = 0; i < n; i++) {
-        json_object *o = json_object_array_get_idx(list, i), *v;
-        const char *entry = apr_psprintf(p, "%s[%d]", at, (int)i), *norm;
-        ci_domain_secret *s = apr_array_push(*secrets);
-        const char *domain = ci_json_str(o, "domain"), *name = ci_json_str(o, "name");
-        if (!json_object_is_type(o, json_type_object) || !domain || !name ||
-            !json_object_object_get_ex(o, "value", &v) ||
-            !json_object_is_type(v, json_type_string))
-            return bad_type(p, err, entry, "an object with domain, name and value strings");
-        if (ci_parse_domain_pattern(p, domain, &norm))
-            return bad_domain(p, err, apr_pstrcat(p, entry, ".domain", NULL), domain);
-        if (!on_allowlist(domains, norm))
-            return bad_value(p, err, apr_pstrcat(p, entry, ".domain", NULL),
-                             apr_psprintf(p, "'%s' is not on the allowlist", domain));
-        if (!ci_secret_name_ok(name))
-            return bad_value(p, err, apr_pstrcat(p, entry, ".name", NULL), apr_psprintf(
-                                 p, "'%s' is not an environment variable name a secret "
-                                    "may take", name));
-        if (apr_hash_get(names, name, APR_HASH_KEY_STRING))
-            return bad_value(p, err, apr_pstrcat(p, entry, ".name", NULL),
-                             apr_psprintf(p, "'%s' is given twice", name));
-        apr_hash_set(names, name, APR_HASH_KEY_STRING, name);
-        /* never echoed: the message says what a value must be, not what it was */
-        if (!ci_secret_value_ok(json_object_get_string(v),
-                                (apr_size_t)json_object_get_string_len(v)))
-            return bad_value(p, err, apr_pstrcat(p, entry, ".value", NULL),
-                             "a secret's value must be 1 to 16384 bytes of a header "
-                             "value, with no control character but tab");
-        s->domain = norm;
-        s->name = apr_pstrdup(p, name);
-        s->value = apr_pstrmemdup(p, json_object_get_string(v),
-                                  (apr_size_t)json_object_get_string_len(v));
-    }
-    return 0;
-}
-
-int ci_network_policy_parse(apr_pool_t *p, json_object *v, const char *param,
-                            apr_array_header_t **domains, apr_array_header_t **secrets,
-                            ci_error *err)
-{
-    json_object *list;
-    *domains = NULL;
-    *secrets = NULL;
-    if (!json_object_is_type(v, json_type_object) ||
-        (!ci_json_is_type(v, "disabled") && !ci_json_is_type(v, "allowlist")))
-        return bad_type(p, err, param, "an object of type \"disabled\" or \"allowlist\"");
-    if (ci_json_is_type(v, "disabled"))
-        return 0;
-    if (parse_allowed_domains(p, v, param, domains, err) < 0)
-        return -1;
-    if (json_object_object_get_ex(v, "domain_secrets", &list) && list != NULL)
-        return parse_secrets(p, list, param, *domains, secrets, err);
-    return 0;
-}
-
-const char *ci_secrets_with_placeholders(apr_pool_t *p, const apr_array_header_t *secrets)
-{
-    json_object *a = ci_json_own(p, json_object_new_array());
-    int i;
-    for (i = 0; i < secrets->nelts; i++) {
-        const ci_domain_secret *s = &APR_ARRAY_IDX(secrets, i, ci_domain_secret);
-        json_object *o = json_object_new_object();
-        json_object_object_add(o, "domain", json_object_new_string(s->domain));
-        json_object_object_add(o, "name", json_object_new_string(s->name));
-        json_object_object_add(o, "placeholder",
-                               json_object_new_string(ci_mint_id(p, "CI_SECRET_", 16)));
-        json_object_object_add(o, "value", json_object_new_string(s->value));
-        json_object_array_add(a, o);
-    }
-    return ci_json_pstr(p, a, NULL);
-}
-
-/* The domain_secrets of a tool's network policy at C.KEY, without values. */
-static void redact_policy(json_object *tool, const char *key)
-{
-    json_object *c = ci_json_get(tool, key, json_type_object);
-    json_object *np = c ? ci_json_get(c, "network_policy", json_type_object) : NULL;
-    json_object *list = np ? ci_json_get(np, "domain_secrets", json_type_array) : NULL;
-    apr_size_t i, n = list ? json_object_array_length(list) : 0;
-    for (i = 0; i < n; i++) {
-        json_object *s = json_object_array_get_idx(list, i);
-        if (json_object_is_type(s, json_type_object))
-            json_object_object_del(s, "value");
-    }
-}
-
-void ci_redact_secrets(json_object *tools)
-{
-    apr_size_t i, n = json_object_is_type(tools, json_type_array)
-                      ? json_object_array_length(tools) : 0;
-    for (i = 0; i < n; i++) {
-        json_object *t = json_object_array_get_idx(tools, i);
-        redact_policy(t, "container");
-        redact_policy(t, "environment");
-    }
-}
-
-const char *ci_domains_join(apr_pool_t *p, const apr_array_header_t *domains)
-{
-    const char *out = NULL;
-    int i;
-    for (i = 0; domains && i < domains->nelts; i++)
-        out = out ? apr_pstrcat(p, out, ",", APR_ARRAY_IDX(domains, i, const char *), NULL)
-                  : APR_ARRAY_IDX(domains, i, const char *);
-    return out;
-}
-
-json_object *ci_domains_json(apr_pool_t *p, const char *list)
-{
-    apr_array_header_t *domains = ci_domains_split(p, list);
-    json_object *a = json_object_new_array();
-    int i;
-    for (i = 0; i < domains->nelts; i++)
-        json_object_array_add(a, json_object_new_string(APR_ARRAY_IDX(domains, i,
-                                                                      const char *)));
-    return a;
-}
-
-json_object *ci_network_policy_object(apr_pool_t *p, const char *allowlist)
-{
-    json_object *o = json_object_new_object();
-    json_object_object_add(o, "type", json_object_new_string(allowlist ? "allowlist"
-                                                                       : "disabled"));
-    if (allowlist)
-        json_object_object_add(o, "allowed_domains", ci_domains_json(p, allowlist));
-    return o;
 }
 
 /* The network policy of the container tool TOOL asks for, at AT: one per
@@ -569,13 +340,13 @@ static int check_container(apr_pool_t *p, json_object *tool, int index,
     if (json_object_is_type(c, json_type_string)) {
         const char *id = json_object_get_string(c);
         if (!*id || strlen(id) > 128)
-            return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
+            return ci_error_bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
                             "a container id or an object");
         return name_container(p, id, apr_psprintf(p, "tools[%d].container", index),
                               req, err);
     }
     if (!json_object_is_type(c, json_type_object))
-        return bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
+        return ci_error_bad_type(p, err, apr_psprintf(p, "tools[%d].container", index),
                         "an object");
     if (!ci_json_is_type(c, "auto"))
         return refuse_container(p, err, index, "type",
@@ -595,7 +366,7 @@ static int check_environment(apr_pool_t *p, json_object *tool, int index,
         const char *param = apr_pstrcat(p, at, ".container_id", NULL);
         const char *id = ci_json_str(env, "container_id");
         if (!id || !*id || strlen(id) > 128)
-            return bad_type(p, err, param, "a container id");
+            return ci_error_bad_type(p, err, param, "a container id");
         return name_container(p, id, param, req, err);
     }
     if (check_auto_settings(p, env, at, req, err))
@@ -645,10 +416,11 @@ static int check_environment_type(apr_pool_t *p, json_object *t, int i, ci_error
     const char *type;
     json_object_object_get_ex(t, "environment", &env);
     if (!json_object_is_type(env, json_type_object))
-        return bad_type(p, err, apr_psprintf(p, "tools[%d].environment", i), "an object");
+        return ci_error_bad_type(p, err, apr_psprintf(p, "tools[%d].environment", i),
+                                 "an object");
     type = ci_json_str(env, "type");
     if (!type)
-        return bad_type(p, err, apr_psprintf(p, "tools[%d].environment.type", i),
+        return ci_error_bad_type(p, err, apr_psprintf(p, "tools[%d].environment.type", i),
                         "a string");
     if (strcmp(type, ENV_AUTO) && strcmp(type, ENV_REFERENCE)) {
         ci_error_set(err, 400, CI_INVALID, apr_psprintf(p, "tools[%d].environment.type", i),
@@ -684,7 +456,7 @@ static int find_tools(apr_pool_t *p, json_object *tools, const char *fname,
         json_object *t = json_object_array_get_idx(tools, i);
         const char *name;
         if (!json_object_is_type(t, json_type_object))
-            return bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
+            return ci_error_bad_type(p, err, apr_psprintf(p, "tools[%d]", i), "an object");
         if (ci_json_is_type(t, TOOL_TYPE)) {
             if (req->tool_index >= 0)
                 return duplicate_tool(p, err, i, "code_interpreter");
@@ -740,12 +512,12 @@ static int rewrite_allowed_tools(apr_pool_t *p, json_object *choice,
     const char *mode = ci_json_str(choice, "mode"), *fname;
     int i, n;
     if (!tools)
-        return bad_type(p, err, "tool_choice.tools", "an array");
+        return ci_error_bad_type(p, err, "tool_choice.tools", "an array");
     n = (int)json_object_array_length(tools);
     for (i = 0; i < n; i++) {
         json_object *t = json_object_array_get_idx(tools, i);
         if (!json_object_is_type(t, json_type_object))
-            return bad_type(p, err, apr_psprintf(p, "tool_choice.tools[%d]", i),
+            return ci_error_bad_type(p, err, apr_psprintf(p, "tool_choice.tools[%d]", i),
                             "an object");
         if ((fname = our_choice(req, t)))
             json_object_array_put_idx(tools, i, function_choice(fname));
@@ -774,7 +546,7 @@ static int rewrite_tool_choice(apr_pool_t *p, json_object *root,
         return 0;
     }
     if (!ci_json_str(choice, "type"))
-        return bad_type(p, err, "tool_choice.type", "a string");
+        return ci_error_bad_type(p, err, "tool_choice.type", "a string");
     if (ci_json_is_type(choice, "allowed_tools"))
         return rewrite_allowed_tools(p, choice, req, err);
     req->forced_choice = 1;
@@ -812,11 +584,11 @@ static int translate_call(apr_pool_t *p, json_object *item, int index,
     const char *code = "";
 
     if (!id || !*id || strlen(id) > 64)
-        return bad_type(p, err, apr_psprintf(p, "input[%d].id", index),
+        return ci_error_bad_type(p, err, apr_psprintf(p, "input[%d].id", index),
                         "a string of 1 to 64 characters");
     if (json_object_object_get_ex(item, "code", &code_v) && code_v) {
         if (!json_object_is_type(code_v, json_type_string))
-            return bad_type(p, err, apr_psprintf(p, "input[%d].code", index),
+            return ci_error_bad_type(p, err, apr_psprintf(p, "input[%d].code", index),
                             "a string or null");
         code = json_object_get_string(code_v);
     }
@@ -890,10 +662,10 @@ static int translate_shell_call(apr_pool_t *p, json_object *item, int index,
     static const char *const limits[] = { "timeout_ms", "max_output_length" };
     unsigned k;
     if (!call_id || !*call_id || strlen(call_id) > 64)
-        return bad_type(p, err, apr_psprintf(p, "input[%d].call_id", index),
+        return ci_error_bad_type(p, err, apr_psprintf(p, "input[%d].call_id", index),
                         "a string of 1 to 64 characters");
     if (!commands)
-        return bad_type(p, err, apr_psprintf(p, "input[%d].action.commands", index),
+        return ci_error_bad_type(p, err, apr_psprintf(p, "input[%d].action.commands", index),
                         "an array of strings");
     if (ci_json_str(env, "container_id"))
         req->context_container = apr_pstrdup(p, ci_json_str(env, "container_id"));
@@ -1001,7 +773,7 @@ static json_object *translate_input(apr_pool_t *p, json_object *input,
         json_object *item = json_object_array_get_idx(input, i);
         int before;
         if (!json_object_is_type(item, json_type_object)) {
-            bad_type(p, err, apr_psprintf(p, "input[%d]", i), "an object");
+            ci_error_bad_type(p, err, apr_psprintf(p, "input[%d]", i), "an object");
             json_object_put(items);
             return NULL;
         }

@@ -3,6 +3,8 @@
  */
 #include <string.h>
 #include <apr_strings.h>
+#include "ci_policy.h"
+#include "ci_id.h"
 #include "ci_containers.h"
 #include <http_log.h>
 #include "ci_settings.h"

@@ -5,6 +5,8 @@
  */
 #include <string.h>
 #include <apr_strings.h>
+#include "ci_policy.h"
+#include "ci_id.h"
 #include "ci_containers_api.h"
 #include "ci_containers_api_internal.h"
 #include "ci_capi.h"

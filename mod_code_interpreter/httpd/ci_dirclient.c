@@ -11,6 +11,7 @@
 #include <httpd.h>
 #include <http_log.h>
 #include <ap_listen.h>
+#include "ci_policy.h"
 #include "ci_crypto.h"
 #include "ci_dirclient.h"
 #include "ci_settings.h"

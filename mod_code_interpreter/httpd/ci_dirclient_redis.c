@@ -11,6 +11,7 @@
 #include <apr_strings.h>
 #include <httpd.h>
 #include <http_log.h>
+#include "ci_id.h"
 #include "ci_crypto.h"
 #include "ci_dirclient.h"
 #include "ci_settings.h"

@@ -14,6 +14,7 @@
 #include <apr_atomic.h>
 #include <apr_strings.h>
 #include <http_request.h>
+#include "ci_policy.h"
 #include "ci_containers.h"
 #include "ci_settings.h"
 #include "ci_idle.h"

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <apr_strings.h>
 #include <apr_tables.h>
+#include "ci_policy.h"
 #include "ci_config.h"
 #include "ci_json.h"
 #include "ci_request.h"

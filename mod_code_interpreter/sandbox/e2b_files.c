@@ -27,6 +27,7 @@
 #include <apr_lib.h>
 #include <apr_strings.h>
 #include <apr_time.h>
+#include "ci_id.h"
 #include "ci_buf.h"
 #include "ci_cfiles.h"
 #include "ci_json.h"

@@ -33,6 +33,7 @@
 #include <apr_base64.h>
 #include <apr_lib.h>
 #include <apr_strings.h>
+#include "ci_id.h"
 #include "ci_buf.h"
 #include "ci_json.h"
 #include "ci_log.h"

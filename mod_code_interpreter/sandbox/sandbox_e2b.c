@@ -32,6 +32,7 @@
 #include <apr_network_io.h>
 #include <apr_strings.h>
 #include <apr_uri.h>
+#include "ci_policy.h"
 #include "ci_request.h"
 #include "ci_config.h"
 #include "ci_curl.h"

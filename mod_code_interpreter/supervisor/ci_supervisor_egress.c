@@ -18,6 +18,7 @@
 #include <apr_file_io.h>
 #include <apr_strings.h>
 #include <openssl/sha.h>
+#include "ci_policy.h"
 #include "ci_directory.h"
 #include "ci_request.h"
 #include "ci_egress.h"

@@ -14,6 +14,7 @@
  * valid JSON; the response lists every item of every round, and the tools
  * and tool_choice the client sent.
  */
+#include "ci_id.h"
 #include "fuzz_rounds.h"
 
 static void check_followup(apr_pool_t *p, const ci_request *req, const char *body,

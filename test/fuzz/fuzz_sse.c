@@ -15,6 +15,7 @@
  * where JSON is valid (strict RFC 8259, valid UTF-8), an object whose
  * "type" is TYPE and whose "sequence_number" counts from 0 without gaps.
  */
+#include "ci_id.h"
 #include "fuzz_rounds.h"
 #include "ci_sse.h"
 

@@ -28,6 +28,8 @@
 #include <apr_file_io.h>
 #include <json-c/json.h>
 
+#include "ci_policy.h"
+#include "ci_id.h"
 #include "ci_config.h"
 #include "ci_sandbox.h"
 #include "e2b_internal.h"
