@@ -11,7 +11,11 @@
  *
  *   and named by `CodeInterpreterSandbox NAME provider=mine ...` (its
  *   LoadModule comes before that line). The version changes whenever the
- *   interface does.
+ *   interface does. Its capabilities (CI_CAP_...) say which entries it
+ *   has; a configuration naming a provider that lacks one of them is
+ *   refused at configtest (ci_provider_check). Container files are listed
+ *   as ci_cfile (ci_cfiles.h, installed beside this header, with the
+ *   functions that make and order them: ci_cfiles_add, ci_cfiles_sort).
  *
  * - The execution hook: one call per execution (code_interpreter's code, or
  *   a shell's commands), on the request's thread, once it is over: its tool,
@@ -31,6 +35,7 @@
 #include <httpd.h>
 #include <apr_hooks.h>
 #include <apr_optional_hooks.h>
+#include "ci_cfiles.h"
 #include "ci_sandbox.h"
 
 /* ap_register_provider's group and version for sandbox providers. */

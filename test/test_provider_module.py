@@ -1,6 +1,6 @@
 """A sandbox provider and an execution hook from another module, built
 apart with apxs against the headers mod_code_interpreter installs
-(include/mod_code_interpreter.h, ci_sandbox.h, ci_exec.h) and nothing else
+(include/mod_code_interpreter.h, ci_sandbox.h, ci_exec.h, ci_cfiles.h) and nothing else
 of its tree: test/provider_module/mod_ci_echo.c registers the provider
 "echo" in httpd's provider registry and writes one line per execution from
 the execution hook. Counted from that file, which the other module writes."""
@@ -14,26 +14,31 @@ from conftest import RUN, TOP, Httpd, require, script_input
 
 HEADERS = ["include/mod_code_interpreter.h",
            "mod_code_interpreter/sandbox/ci_sandbox.h",
-           "mod_code_interpreter/core/ci_exec.h"]
+           "mod_code_interpreter/core/ci_exec.h",
+           "mod_code_interpreter/core/ci_cfiles.h"]
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 
 
-@pytest.fixture(scope="module")
-def echo_module():
-    """The other module, built with apxs from a directory holding its
-    source and the three installed headers only."""
+def build_echo(name, *defines):
+    """The other module, built with apxs (with DEFINES) from a directory
+    holding its source and the installed headers only."""
     require(shutil.which("apxs") is not None, "apxs is missing (apache2-dev)")
-    work = os.path.join(RUN, "provider-module")
+    work = os.path.join(RUN, name)
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.join(work, "include"))
     for h in HEADERS:
         shutil.copy(os.path.join(TOP, h), os.path.join(work, "include"))
     shutil.copy(os.path.join(TOP, "test/provider_module/mod_ci_echo.c"), work)
     r = subprocess.run(["apxs", "-c", "-I" + os.path.join(work, "include"),
-                        "-Wc,-Wall", "-Wc,-Werror", "mod_ci_echo.c"],
-                       cwd=work, capture_output=True, text=True)
+                        "-Wc,-Wall", "-Wc,-Werror"] + ["-D" + d for d in defines] +
+                       ["mod_ci_echo.c"], cwd=work, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return os.path.join(work, ".libs", "mod_ci_echo.so")
+
+
+@pytest.fixture(scope="module")
+def echo_module():
+    return build_echo("provider-module")
 
 
 def echo_conf(module, model_port, log):
@@ -102,3 +107,19 @@ CodeInterpreterSandbox s provider=echo colour=blue
     assert "CodeInterpreterSandbox s: unknown key 'colour' for provider echo: expected " \
         "one of " in r.stderr, r.stderr
     assert r.stderr.rstrip().endswith(", prefix") or ", prefix\n" in r.stderr, r.stderr
+
+
+def test_a_provider_without_the_entries_of_its_capabilities_is_refused(model):
+    """The same module built to claim the hosted shell without a
+    run_commands entry: refused at configtest, naming what it lacks,
+    before any request could meet the missing entry."""
+    module = build_echo("provider-module-shell", "CI_ECHO_CLAIMS_SHELL")
+    server = Httpd("provider-module-caps", "")
+    server.write_conf(f"""
+LoadModule ci_echo_module {module}
+CodeInterpreterSandbox s provider=echo
+""")
+    r = server.configtest()
+    assert r.returncode != 0
+    assert ("CodeInterpreterSandbox s: provider 'echo' has no run_commands entry, which "
+            "CI_CAP_SHELL needs") in r.stderr, r.stderr

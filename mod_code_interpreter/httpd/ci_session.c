@@ -234,7 +234,7 @@ ci_session *ci_session_create(request_rec *r, ci_req_state *st)
     s->r = r;
     s->st = st;
     s->container_id = container_id;
-    s->container = st->owner && def->provider->attach;
+    s->container = st->owner && (def->provider->caps & CI_CAP_CONTAINERS);
     s->slot = -1;
     s->root = session_pool();
     /* a sandbox of the request's own has the request's allowlist (a

@@ -3,6 +3,7 @@
  * every provider shares, then the provider's own), and the box: a sandbox
  * that restarts itself after a failed execution.
  */
+#include <stddef.h>
 #include <string.h>
 #include <unistd.h>
 #include <apr_atomic.h>
@@ -215,7 +216,54 @@ static const char *parse_common_key(apr_pool_t *p, ci_sandbox_def *d,
     return parse_egress_key(p, d, key, v, known);
 }
 
-/* The provider= word (the last one wins), or the default provider. */
+/* What each capability needs of a provider's entries, beside the ones
+ * every provider has. */
+#define ENTRY(f) { #f, offsetof(ci_provider, f) }
+typedef struct { const char *name; size_t at; } entry_at;
+static const struct {
+    unsigned cap;
+    const char *cap_name;
+    unsigned needs;                   /* other capabilities it needs */
+    entry_at entries[6];
+} cap_needs[] = {
+    { 0, NULL, 0, { ENTRY(defaults), ENTRY(conf_copy), ENTRY(fingerprint),
+                    ENTRY(parse_key), ENTRY(start), ENTRY(run) } },
+    { 0, NULL, 0, { ENTRY(interrupt), ENTRY(destroy) } },
+    { CI_CAP_WARM, "CI_CAP_WARM", 0, { ENTRY(warm_take) } },
+    { CI_CAP_REMOTE, "CI_CAP_REMOTE", 0, { ENTRY(remote_id), ENTRY(reap_cred),
+                                           ENTRY(reap) } },
+    { CI_CAP_CONTAINERS, "CI_CAP_CONTAINERS", 0, { ENTRY(attach), ENTRY(release) } },
+    { CI_CAP_FILES, "CI_CAP_FILES", CI_CAP_CONTAINERS,
+      { ENTRY(files_list), ENTRY(file_get), ENTRY(file_delete), ENTRY(file_put) } },
+    { CI_CAP_SHELL, "CI_CAP_SHELL", 0, { ENTRY(run_commands) } },
+};
+#undef ENTRY
+
+const char *ci_provider_check(apr_pool_t *p, const ci_provider *prov)
+{
+    size_t i, j;
+    if (!prov->name || !*prov->name)
+        return "a sandbox provider has no name";
+    for (i = 0; i < sizeof(cap_needs) / sizeof(cap_needs[0]); i++) {
+        if (cap_needs[i].cap && !(prov->caps & cap_needs[i].cap))
+            continue;
+        if ((prov->caps & cap_needs[i].needs) != cap_needs[i].needs)
+            return apr_psprintf(p, "provider '%s' declares %s without CI_CAP_CONTAINERS",
+                                prov->name, cap_needs[i].cap_name);
+        for (j = 0; j < 6 && cap_needs[i].entries[j].name; j++)
+            if (!*(void *const *)((const char *)prov + cap_needs[i].entries[j].at))
+                return apr_psprintf(p, "provider '%s' has no %s entry%s%s", prov->name,
+                                    cap_needs[i].entries[j].name,
+                                    cap_needs[i].cap ? ", which " : "",
+                                    cap_needs[i].cap ? apr_pstrcat(p, cap_needs[i].cap_name,
+                                                                   " needs", NULL) : "");
+    }
+    return NULL;
+}
+
+/* The provider= word (the last one wins), or the default provider; one
+ * whose entries do not match its capabilities is refused here, at the
+ * configuration, rather than met with a NULL entry at a request. */
 static const char *find_provider(apr_pool_t *p, int argc, const char *const *argv,
                                  const ci_provider **out)
 {
@@ -228,7 +276,7 @@ static const char *find_provider(apr_pool_t *p, int argc, const char *const *arg
             return apr_psprintf(p, "unknown provider '%s': expected %s",
                                 argv[i] + 9, ci_provider_names(p));
     }
-    return NULL;
+    return ci_provider_check(p, *out);
 }
 
 static const char *parse_word(apr_pool_t *p, ci_sandbox_def *d, const char *word)

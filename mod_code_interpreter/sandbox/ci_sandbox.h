@@ -257,6 +257,10 @@ struct ci_provider {
  * (the module: httpd's provider registry, ap_lookup_provider), else among
  * the built-in ones and those added with ci_provider_add. */
 const ci_provider *ci_provider_named(const char *name);
+/* NULL when PROV has every entry its capabilities need (CI_CAP_FILES also
+ * needs CI_CAP_CONTAINERS), else what it lacks (from P): a configuration
+ * naming it is refused with that message. */
+const char *ci_provider_check(apr_pool_t *p, const ci_provider *prov);
 /* Every provider's name, for messages ("local or e2b"). */
 const char *ci_provider_names(apr_pool_t *p);
 /* NAMES (const char *) as a message lists them: "a, b or c". */

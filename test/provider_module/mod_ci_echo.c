@@ -81,9 +81,17 @@ static void echo_destroy(ci_sandbox *sb)
 {
 }
 
+/* Built with -DCI_ECHO_CLAIMS_SHELL, it claims the hosted shell without
+ * the entry that runs it: the configuration must refuse it. */
+#ifdef CI_ECHO_CLAIMS_SHELL
+#define ECHO_CAPS CI_CAP_SHELL
+#else
+#define ECHO_CAPS 0
+#endif
+
 static const ci_provider echo_provider = {
     .name = "echo",
-    .caps = 0,
+    .caps = ECHO_CAPS,
     .keys = "prefix",
     .defaults = echo_defaults,
     .conf_copy = echo_conf_copy,

@@ -60,6 +60,40 @@ static void heard_event(void *baton, ci_box_event ev, ci_sandbox *sb, const char
         apr_cpystrn(h->text + strlen(h->text), ";", sizeof(h->text) - strlen(h->text));
 }
 
+/* A provider's entries are checked against its capabilities when a tool
+ * names it: the refusal names what is missing; the built-in ones pass. */
+static void test_a_provider_lacking_an_entry_is_refused(void **state)
+{
+    extern const ci_provider ci_provider_test;
+    ci_provider lacking = ci_provider_test;
+    (void)state;
+    assert_null(ci_provider_check(pool, &ci_provider_test));
+    assert_null(ci_provider_check(pool, ci_builtin_providers[0]));
+    assert_null(ci_provider_check(pool, ci_builtin_providers[1]));
+    lacking.caps |= CI_CAP_SHELL;
+    assert_string_equal(ci_provider_check(pool, &lacking), "provider 'test' has no "
+                        "run_commands entry, which CI_CAP_SHELL needs");
+    lacking = ci_provider_test;
+    lacking.caps |= CI_CAP_FILES;
+    assert_string_equal(ci_provider_check(pool, &lacking), "provider 'test' declares "
+                        "CI_CAP_FILES without CI_CAP_CONTAINERS");
+    lacking.caps |= CI_CAP_CONTAINERS;
+    assert_string_equal(ci_provider_check(pool, &lacking), "provider 'test' has no "
+                        "attach entry, which CI_CAP_CONTAINERS needs");
+    lacking = ci_provider_test;
+    lacking.reap = NULL;
+    assert_string_equal(ci_provider_check(pool, &lacking), "provider 'test' has no "
+                        "reap entry, which CI_CAP_REMOTE needs");
+    lacking = ci_provider_test;
+    lacking.run = NULL;
+    assert_string_equal(ci_provider_check(pool, &lacking), "provider 'test' has no "
+                        "run entry");
+    lacking = ci_provider_test;
+    lacking.name = "";
+    assert_string_equal(ci_provider_check(pool, &lacking),
+                        "a sandbox provider has no name");
+}
+
 static void test_table_knows_the_third_provider(void **state)
 {
     const ci_sandbox_def *def = test_tool("api_base=test://here");
@@ -187,6 +221,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         TEST(test_table_knows_the_third_provider),
+        TEST(test_a_provider_lacking_an_entry_is_refused),
         TEST(test_box_runs_and_restarts),
         TEST(test_box_start_failure),
         TEST(test_box_interrupt),
