@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh --test
 ./scripts/build.sh
 ./scripts/check-rooms.sh
+./scripts/check-circles.py
 # What the tests read lies in the clone (test/spec among it), and no build
 # product is tracked: a new user's clone runs every test.
 ./scripts/check-clone.sh
