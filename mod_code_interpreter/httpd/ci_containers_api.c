@@ -28,52 +28,11 @@
 #include "ci_module.h"
 
 #define OWNER_KEY "ci-api-owner"
-#define MAX_CREATE_BODY (64 * 1024)
 
 void ci_containers_api_fixups(request_rec *r)
 {
     const char *owner = ci_owner_of(r);
     apr_pool_userdata_setn(owner ? owner : "", OWNER_KEY, NULL, r->pool);
-}
-
-/* ---- answers ----------------------------------------------------------------- */
-
-int capi_send_json(request_rec *r, int status, json_object *o)
-{
-    apr_size_t len;
-    const char *body = ci_json_text(o, &len);
-    r->status = status;
-    ap_set_content_type(r, "application/json");
-    ap_set_content_length(r, (apr_off_t)len);
-    ap_rwrite(body, (int)len, r);
-    return OK;
-}
-
-int capi_fail(api_req *a)
-{
-    ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, a->r, "CI0811: containers API answers "
-                  "%d: %s", a->err.status, a->err.message);
-    ci_send_error(a->r, &a->err);
-    return OK;
-}
-
-int capi_not_found(api_req *a)
-{
-    ci_error_set(&a->err, 404, CI_INVALID, NULL, "container_not_found", a->r->pool,
-                 "Container with id '%s' not found.", a->id);
-    return capi_fail(a);
-}
-
-int capi_bad(api_req *a, const char *param, const char *code, const char *msg)
-{
-    ci_error_set(&a->err, 400, CI_INVALID, param, code, a->r->pool, "%s", msg);
-    return capi_fail(a);
-}
-
-int capi_unavailable(api_req *a)
-{
-    ci_containers_unavailable(a->r->pool, &a->err);
-    return capi_fail(a);
 }
 
 /* The container object as OpenAI shows it. */
@@ -99,33 +58,6 @@ static json_object *resource(apr_pool_t *p, const ci_container *c)
                                                                   : CI_DEFAULT_TIER));
     json_object_object_add(o, "network_policy", ci_network_policy_object(p, c->allowlist));
     return o;
-}
-
-/* ---- the directory ----------------------------------------------------------- */
-
-json_object *capi_dir_request(api_req *a, const char *op)
-{
-    json_object *o = ci_dirclient_request(a->r->pool, op, a->owner);
-    if (a->id)
-        json_object_object_add(o, "id", json_object_new_string(a->id));
-    return o;
-}
-
-/* REQ asked; the sandboxes its answer lets go (a deleted container's, an
- * evicted one's) are ended here. */
-json_object *capi_dir_ask(api_req *a, json_object *req)
-{
-    return ci_dirclient_ask_and_end(a->r->server, a->r->pool, req);
-}
-
-ci_dir_status capi_status_of(json_object *ans)
-{
-    return ci_dirclient_status_of(ans);
-}
-
-int capi_container_of(api_req *a, json_object *ans, const char *key, ci_container *c)
-{
-    return ci_dirclient_container(a->r->pool, ans, key, c);
 }
 
 /* ---- the operations ------------------------------------------------------------ */
@@ -178,32 +110,6 @@ static int delete_one(api_req *a)
     return capi_send_json(a->r, 200, o);
 }
 
-/* Read the list parameters of A's query into PG: 0, or -1 with the 400
- * answer sent (its handler's status in *RC). */
-int capi_read_paging(api_req *a, ci_capi_paging *pg, int *rc)
-{
-    if (ci_capi_paging_of(a->r->pool, a->r->args, pg, &a->err) == 0)
-        return 0;
-    *rc = capi_fail(a);
-    return -1;
-}
-
-/* Answer DATA (an array of objects with an "id", owned by the answer) in
- * OpenAI's list envelope. */
-int capi_send_list(api_req *a, json_object *data, int has_more)
-{
-    json_object *out = ci_json_own(a->r->pool, json_object_new_object());
-    int n = (int)json_object_array_length(data);
-    json_object_object_add(out, "object", json_object_new_string("list"));
-    json_object_object_add(out, "data", data);
-    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, 0), "id")) : NULL);
-    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
-    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
-    return capi_send_json(a->r, 200, out);
-}
-
 static int list(api_req *a)
 {
     const char *name;
@@ -237,23 +143,6 @@ static int list(api_req *a)
     }
     return capi_send_list(a, data, json_object_get_boolean(
                          ci_json_get(ans, "has_more", json_type_boolean)));
-}
-
-/* The request body, parsed (at most MAX_CREATE_BODY bytes). */
-json_object *capi_read_json(api_req *a)
-{
-    char *buf = apr_palloc(a->r->pool, MAX_CREATE_BODY + 1);
-    apr_size_t len = 0;
-    long n;
-    const char *perr = NULL;
-    if (ap_setup_client_block(a->r, REQUEST_CHUNKED_DECHUNK) != OK ||
-        !ap_should_client_block(a->r))
-        return NULL;
-    while (len < MAX_CREATE_BODY &&
-           (n = ap_get_client_block(a->r, buf + len, MAX_CREATE_BODY - len)) > 0)
-        len += (apr_size_t)n;
-    buf[len] = '\0';
-    return ci_json_parse(a->r->pool, buf, len, &perr);
 }
 
 static int check_create(api_req *a, json_object *body, const ci_sandbox_def *def,

@@ -1,8 +1,8 @@
 /*
- * ci_containers_api_internal.h - what the Containers API's two files share:
+ * ci_containers_api_internal.h - what the Containers API's files share:
  * the request being answered, its answers, and the directory's questions
  * (ci_containers_api.c: routing and containers; ci_container_files_api.c:
- * their files).
+ * their files; both call ci_containers_api_answers.c, which calls neither).
  */
 #ifndef CI_CONTAINERS_API_INTERNAL_H
 #define CI_CONTAINERS_API_INTERNAL_H
