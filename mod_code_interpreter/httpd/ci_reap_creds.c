@@ -306,3 +306,16 @@ void ci_reg_reap_creds_hooks(apr_pool_t *p)
     ap_hook_end_generation(ci_end_generation, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_monitor(ci_monitor, NULL, NULL, APR_HOOK_MIDDLE);
 }
+
+/* A slot's remote sandbox, with the digest of the credentials it was made
+ * with (ci_registry.h). */
+void ci_registry_set_remote(int slot, const char *remote_id, const char *provider,
+                            const ci_reap_cred *cred)
+{
+    reg_slot *sl;
+    if (!ci_reg || slot < 0 || slot >= REG_SLOTS)
+        return;
+    sl = &ci_reg->slots[slot];
+    apr_cpystrn(sl->remote_id, remote_id ? remote_id : "", sizeof(sl->remote_id));
+    ci_reg_digest_of(provider, cred, sl->cred);
+}

@@ -75,18 +75,14 @@ int ci_registry_post_config(apr_pool_t *pconf, server_rec *s)
     if (!(ci_reg = attach(pconf, s)))
         return HTTP_INTERNAL_SERVER_ERROR;
     server_rec *v;
-    int gen = 0;
-    ap_mpm_query(AP_MPMQ_GENERATION, &gen);
     apr_atomic_inc32(&ci_reg->generation);
     ci_reg->max_live = (apr_uint32_t)ci_server_max_sandboxes(c);
     publish_tool(CI_DEFAULT_TOOL);
-    ci_reg_keep_credentials(pconf, s, (apr_uint32_t)gen);
     for (v = s; v; v = v->next) {
         ci_server_conf *vc = ci_server_config(v);
         for (hi = apr_hash_first(pconf, vc->sandboxes); hi; hi = apr_hash_next(hi))
             publish_tool(apr_hash_this_key(hi));
     }
-    ci_reg_publish_table(pconf, s, (apr_uint32_t)gen);
     return OK;
 }
 
@@ -173,17 +169,6 @@ void ci_registry_touch(int slot)
         ci_reg->slots[slot].last_used = apr_time_now();
 }
 
-void ci_registry_set_remote(int slot, const char *remote_id, const char *provider,
-                            const ci_reap_cred *cred)
-{
-    reg_slot *sl;
-    if (!ci_reg || slot < 0 || slot >= REG_SLOTS)
-        return;
-    sl = &ci_reg->slots[slot];
-    apr_cpystrn(sl->remote_id, remote_id ? remote_id : "", sizeof(sl->remote_id));
-    ci_reg_digest_of(provider, cred, sl->cred);
-}
-
 /* ---- counters, for server-status (ci_status.c) -------------------------- */
 
 void ci_registry_execution(const char *tool, ci_exec_outcome outcome,
@@ -214,11 +199,4 @@ void ci_registry_admission(int waited, ci_dir_status why, int evicted)
         apr_atomic_inc32(&ci_reg->refused_node);
     else if (why == CI_DIR_BUDGET_FULL)
         apr_atomic_inc32(&ci_reg->refused_budget);
-}
-
-void ci_registry_register_hooks(apr_pool_t *p)
-{
-    ci_reg_orphans_hooks(p);
-    ci_reg_reap_creds_hooks(p);
-    ci_reg_status_hooks(p);
 }

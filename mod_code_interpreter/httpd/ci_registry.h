@@ -74,8 +74,17 @@ void ci_registry_admission(int waited, ci_dir_status why, int evicted);
 void ci_registry_execution(const char *tool, ci_exec_outcome outcome,
                            apr_interval_time_t duration);
 
+/* ---- what the module file calls of the registry's other files, so that
+ * none of them calls another back ---------------------------------------- */
+
+/* Parent, post_config after ci_registry_post_config: remember generation
+ * GEN's credentials (ci_reap_creds.c) and publish its tools (ci_tool_table.c). */
+void ci_reg_keep_credentials(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen);
+void ci_reg_publish_table(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen);
 /* Hooks: child_status (orphaned slots, ci_orphans.c), end_generation and
  * monitor (retired credentials, ci_reap_creds.c), mod_status (ci_status.c). */
-void ci_registry_register_hooks(apr_pool_t *p);
+void ci_reg_orphans_hooks(apr_pool_t *p);
+void ci_reg_reap_creds_hooks(apr_pool_t *p);
+void ci_reg_status_hooks(apr_pool_t *p);
 
 #endif

@@ -99,8 +99,6 @@ void ci_reg_free_slot(reg_slot *sl);
 
 /* ---- the tool table (ci_tool_table.c) ----------------------------------- */
 
-/* Parent, post_config: publish generation GEN's tools. */
-void ci_reg_publish_table(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen);
 
 /* ---- credentials (ci_reap_creds.c) -------------------------------------- */
 
@@ -121,19 +119,11 @@ typedef struct cred {
 void ci_reg_digest_of(const char *provider, const ci_reap_cred *c, char *out);
 /* The credential of DIGEST, or NULL when this process does not know it. */
 cred *ci_reg_cred_find(const char *digest);
-/* Parent, post_config: remember generation GEN's credentials. */
-void ci_reg_keep_credentials(apr_pool_t *pconf, server_rec *s, apr_uint32_t gen);
-/* Hooks: end_generation and monitor (retired credentials forgotten). */
-void ci_reg_reap_creds_hooks(apr_pool_t *p);
 
 /* ---- the slots a dead child left (ci_orphans.c) ------------------------- */
 
-/* Hook: child_status (a dead child's slots released or orphaned). */
-void ci_reg_orphans_hooks(apr_pool_t *p);
 
 /* ---- server-status (ci_status.c) ---------------------------------------- */
 
-/* Hook: mod_status's status_hook. */
-void ci_reg_status_hooks(apr_pool_t *p);
 
 #endif

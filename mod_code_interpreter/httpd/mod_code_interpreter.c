@@ -131,6 +131,20 @@ static int probe_sandboxes(apr_pool_t *ptemp, server_rec *s)
     return OK;
 }
 
+/* The registry's segment and tools, then its generation's credentials and
+ * tool table (files beside the registry, called from here so that the
+ * registry calls none of them). */
+static int registry_post_config(apr_pool_t *pconf, server_rec *s)
+{
+    int gen = 0;
+    if (ci_registry_post_config(pconf, s) != OK)
+        return HTTP_INTERNAL_SERVER_ERROR;
+    ap_mpm_query(AP_MPMQ_GENERATION, &gen);
+    ci_reg_keep_credentials(pconf, s, (apr_uint32_t)gen);
+    ci_reg_publish_table(pconf, s, (apr_uint32_t)gen);
+    return OK;
+}
+
 static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp,
                           server_rec *s)
 {
@@ -144,7 +158,7 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                      "be initialised");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    if (ci_registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK ||
+    if (registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK ||
         ci_owner_post_config(pconf, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
     if (probe_sandboxes(ptemp, s) != OK)
@@ -180,7 +194,9 @@ static void ci_register_hooks(apr_pool_t *p)
     ap_hook_post_config(ci_post_config, NULL, NULL, APR_HOOK_MIDDLE);
     ap_hook_child_init(ci_child_init, NULL, NULL, APR_HOOK_MIDDLE);
     ci_child_register_hooks(p);
-    ci_registry_register_hooks(p);
+    ci_reg_orphans_hooks(p);
+    ci_reg_reap_creds_hooks(p);
+    ci_reg_status_hooks(p);
     ci_input_register_hooks(p);
     ci_output_register_hooks(p);
     ci_containers_api_register_hooks(p);
