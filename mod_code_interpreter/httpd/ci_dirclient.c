@@ -27,16 +27,9 @@
 #define CLAIM_LIMIT 16
 #define RECONCILE_EVERY 5         /* claims: the local sandboxes checked */
 
-static const char *node_name = "";
-
 static const ci_dirclient_backend *backend(server_rec *s)
 {
     return ci_server_directory(s) ? &ci_dirclient_redis : &ci_dirclient_supervisor;
-}
-
-const char *ci_dirclient_node(void)
-{
-    return node_name;
 }
 
 /* ---- asking ------------------------------------------------------------------ */
@@ -143,11 +136,6 @@ json_object *ci_dirclient_ask_and_end(server_rec *s, apr_pool_t *p, json_object 
     return ans;
 }
 
-ci_dir_status ci_dirclient_status_of(json_object *ans)
-{
-    return ci_dirops_status_of(ci_json_str(ans, "status"));
-}
-
 /* Container C was read for a use (every use reads it here): the
  * credentials its remote sandbox is deleted with are needed at least until
  * it can expire, whatever a reload retires meanwhile. */
@@ -195,7 +183,7 @@ void ci_dirclient_busy(request_rec *r, const char *owner, const char *id, int bu
 int ci_dirclient_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
 {
     const ci_sandbox_def *def;
-    if (!ci_server_directory(r->server) || !c->node || !strcmp(c->node, node_name))
+    if (!ci_server_directory(r->server) || !c->node || !strcmp(c->node, ci_dirclient_node()))
         return 0;
     def = c->tool ? ci_sandbox_lookup(r->server, c->tool) : NULL;
     if (def && (def->provider->caps & CI_CAP_REMOTE))
@@ -253,26 +241,6 @@ const char *ci_dirclient_unseal_secrets(request_rec *r, const ci_container *c)
 
 /* ---- sandboxes the directory no longer keeps -------------------------------- */
 
-json_object *ci_dirclient_shadow_request(apr_pool_t *p, const char *op, const char *id)
-{
-    json_object *req = ci_json_own(p, json_object_new_object());
-    json_object_object_add(req, "op", json_object_new_string(op));
-    if (id)
-        json_object_object_add(req, "id", json_object_new_string(id));
-    return req;
-}
-
-void ci_dirclient_drop_local(server_rec *s, apr_pool_t *p, const char *id, int if_idle)
-{
-    const char *err = NULL;
-    json_object *req = ci_dirclient_shadow_request(p, "drop", id);
-    if (if_idle)
-        json_object_object_add(req, "if_idle", json_object_new_boolean(1));
-    if (!ci_dirclient_ask_supervisor(p, req, &err) && !strstr(err ? err : "", "not_found"))
-        ap_log_error(APLOG_MARK, APLOG_WARNING, 0, s, "CI0836: the local sandbox of "
-                     "container %s could not be ended: %s", id, err ? err : "");
-}
-
 /* The credentials to end container C's remote sandbox with: those it was
  * made with, while this process knows them (ci_registry), else those of its
  * tool as declared now, on the same provider. */
@@ -323,7 +291,7 @@ static void end_one(server_rec *s, apr_pool_t *p, const ci_container *c)
 {
     if (c->handle)
         end_remote(s, p, c);
-    else if (c->node && !strcmp(c->node, node_name))
+    else if (c->node && !strcmp(c->node, ci_dirclient_node()))
         ci_dirclient_drop_local(s, p, c->id, 0);
 }
 
@@ -428,17 +396,9 @@ void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s)
     apr_pool_pre_cleanup_register(pchild, cl, claimer_stop);
 }
 
-/* "ServerName:port" of the first listener. */
-static const char *name_of_node(apr_pool_t *p, server_rec *s)
-{
-    apr_port_t port = ap_listeners && ap_listeners->bind_addr
-                    ? ap_listeners->bind_addr->port : s->port;
-    return apr_psprintf(p, "%s:%u", s->server_hostname ? s->server_hostname : "localhost",
-                        (unsigned)port);
-}
-
 void ci_dirclient_child_init(apr_pool_t *pchild, server_rec *s)
 {
-    node_name = name_of_node(pchild, s);
-    backend(s)->child_init(pchild, s);
+    ci_dirclient_set_node(pchild, s);
+    if (backend(s)->claims(s))
+        ci_dirclient_claim_from(pchild, s);
 }

@@ -48,9 +48,9 @@ typedef struct ci_dirclient_backend {
      * answer, from P, its records checked; or NULL with *ERR (no secret).
      * Its "gone" names the containers whose sandboxes must end now. */
     json_object *(*ask)(server_rec *s, apr_pool_t *p, json_object *req, const char **err);
-    /* Child init: the due containers this child claims, if any
-     * (ci_dirclient_claim_from). */
-    void (*child_init)(apr_pool_t *pchild, server_rec *s);
+    /* Whether this node's children claim due containers from it (the
+     * client then starts each child's claimer thread). */
+    int (*claims)(server_rec *s);
     /* What this node runs, for server-status (the supervisor's STATUS,
      * JSON): 0 with *ANSWER, or -1. */
     int (*status)(apr_pool_t *p, const char **answer, const char **err);
@@ -162,8 +162,12 @@ const char *ci_dirclient_unseal(request_rec *r, const ci_container *c);
  * (stopped and joined when PCHILD is cleared). */
 void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s);
 
-/* ---- for the back ends ---------------------------------------------------- */
+/* ---- for the back ends (ci_dirclient_local.c, ci_dirclient_supervisor.c:
+ * below the client and the back ends, calling neither) ------------------- */
 
+/* This node's name ("ServerName:port" of the first listener), set at child
+ * init. */
+void ci_dirclient_set_node(apr_pool_t *pchild, server_rec *s);
 /* A shadow request OP (with ID when not NULL) for this node's supervisor
  * (ci_directory_ops's adopt, drop, shadows), owned by P. */
 json_object *ci_dirclient_shadow_request(apr_pool_t *p, const char *op, const char *id);

@@ -206,10 +206,17 @@ static void redis_reconcile(server_rec *s, apr_pool_t *p)
     }
 }
 
+/* Every node claims from the shared directory: a container's expiry is
+ * its own node's to act on, or any node's for a remote sandbox. */
+static int claims_always(server_rec *s)
+{
+    return 1;
+}
+
 const ci_dirclient_backend ci_dirclient_redis = {
     .name = "redis",
     .ask = redis_ask,
-    .child_init = ci_dirclient_claim_from,
+    .claims = claims_always,
     .status = ci_supervisor_status,
     .adopt = redis_adopt,
     .reconcile = redis_reconcile,

@@ -78,16 +78,15 @@ static json_object *supervisor_receive(apr_pool_t *p, ci_dir_sent *q, const char
 /* Due containers are claimed from this node's supervisor when one may have
  * a remote sandbox (its clock expires them, a child ends them at their
  * provider): when credentials for one are known here. */
-static void supervisor_child_init(apr_pool_t *pchild, server_rec *s)
+static int supervisor_claims(server_rec *s)
 {
-    if (ci_registry_remote_creds())
-        ci_dirclient_claim_from(pchild, s);
+    return ci_registry_remote_creds();
 }
 
 const ci_dirclient_backend ci_dirclient_supervisor = {
     .name = "supervisor",
     .ask = supervisor_ask,
-    .child_init = supervisor_child_init,
+    .claims = supervisor_claims,
     .status = ci_supervisor_status,
     .adopt = NULL,
     .reconcile = NULL,
