@@ -44,10 +44,6 @@ static void log_sink(ci_log_level level, const char *file, int line,
 
 /* ---- the public interface (mod_code_interpreter.h) ------------------------ */
 
-APR_IMPLEMENT_OPTIONAL_HOOK_RUN_ALL(ci, CI, int, execution,
-                                    (request_rec *r, const ci_execution *e),
-                                    (r, e), OK, DECLINED)
-
 /* Sandbox providers live in httpd's provider registry: the built-in ones,
  * registered below, and any another module registers. */
 static const ci_provider *find_provider(const char *name)
