@@ -84,29 +84,31 @@ def test_another_modules_provider_runs_the_code(server):
                      ["echoer", "echo", "code", calls[1]["id"], "completed", "11", "again"]]
 
 
-def test_an_unknown_provider_lists_the_registered_ones(echo_module, model):
-    server = Httpd("provider-module-unknown", "")
+def refused_at_configtest(name, module, sandbox_line):
+    """httpd -t with MODULE loaded and SANDBOX_LINE: refused; its stderr."""
+    server = Httpd(name, "")
     server.write_conf(f"""
-LoadModule ci_echo_module {echo_module}
-CodeInterpreterSandbox s provider=docker
+LoadModule ci_echo_module {module}
+{sandbox_line}
 """)
     r = server.configtest()
     assert r.returncode != 0
+    return r.stderr
+
+
+def test_an_unknown_provider_lists_the_registered_ones(echo_module, model):
+    err = refused_at_configtest("provider-module-unknown", echo_module,
+                                "CodeInterpreterSandbox s provider=docker")
     assert ("CodeInterpreterSandbox s: unknown provider 'docker': expected local, e2b "
-            "or echo") in r.stderr, r.stderr
+            "or echo") in err, err
 
 
 def test_the_providers_own_key_is_checked(echo_module, model):
-    server = Httpd("provider-module-key", "")
-    server.write_conf(f"""
-LoadModule ci_echo_module {echo_module}
-CodeInterpreterSandbox s provider=echo colour=blue
-""")
-    r = server.configtest()
-    assert r.returncode != 0
+    err = refused_at_configtest("provider-module-key", echo_module,
+                                "CodeInterpreterSandbox s provider=echo colour=blue")
     assert "CodeInterpreterSandbox s: unknown key 'colour' for provider echo: expected " \
-        "one of " in r.stderr, r.stderr
-    assert r.stderr.rstrip().endswith(", prefix") or ", prefix\n" in r.stderr, r.stderr
+        "one of " in err, err
+    assert err.rstrip().endswith(", prefix") or ", prefix\n" in err, err
 
 
 def test_a_provider_without_the_entries_of_its_capabilities_is_refused(model):
@@ -114,12 +116,7 @@ def test_a_provider_without_the_entries_of_its_capabilities_is_refused(model):
     run_commands entry: refused at configtest, naming what it lacks,
     before any request could meet the missing entry."""
     module = build_echo("provider-module-shell", "CI_ECHO_CLAIMS_SHELL")
-    server = Httpd("provider-module-caps", "")
-    server.write_conf(f"""
-LoadModule ci_echo_module {module}
-CodeInterpreterSandbox s provider=echo
-""")
-    r = server.configtest()
-    assert r.returncode != 0
+    err = refused_at_configtest("provider-module-caps", module,
+                                "CodeInterpreterSandbox s provider=echo")
     assert ("CodeInterpreterSandbox s: provider 'echo' has no run_commands entry, which "
-            "CI_CAP_SHELL needs") in r.stderr, r.stderr
+            "CI_CAP_SHELL needs") in err, err
