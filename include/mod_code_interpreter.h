@@ -2,7 +2,7 @@
  * mod_code_interpreter.h - what another httpd module may use of
  * mod_code_interpreter:
  *
- * - Sandbox providers. A provider is a `ci_provider` (ci_sandbox.h: its
+ * - Sandbox providers. A provider is a `ci_provider` (ci_provider.h: its
  *   entries, its caps, its own keys behind ci_sandbox_def's conf),
  *   registered in the module's register_hooks with
  *
@@ -13,9 +13,12 @@
  *   LoadModule comes before that line). The version changes whenever the
  *   interface does. Its capabilities (CI_CAP_...) say which entries it
  *   has; a configuration naming a provider that lacks one of them is
- *   refused at configtest (ci_provider_check). Container files are listed
- *   as ci_cfile (ci_cfiles.h, installed beside this header, with the
- *   functions that make and order them: ci_cfiles_add, ci_cfiles_sort).
+ *   refused at configtest. Container files are listed as ci_cfile
+ *   (ci_cfiles.h, with the functions that make and order them:
+ *   ci_cfiles_add, ci_cfiles_sort); what a run returns is a ci_exec_result
+ *   (ci_exec.h). These headers are installed beside this one; include this
+ *   one. The module exports the functions they declare (CI_DECLARE,
+ *   ci_declare.h) and nothing else of its own.
  *
  * - The execution hook: one call per execution (code_interpreter's code, or
  *   a shell's commands), on the request's thread, once it is over: its tool,
@@ -35,8 +38,7 @@
 #include <httpd.h>
 #include <apr_hooks.h>
 #include <apr_optional_hooks.h>
-#include "ci_cfiles.h"
-#include "ci_sandbox.h"
+#include "ci_provider.h"
 
 /* ap_register_provider's group and version for sandbox providers. */
 #define CI_PROVIDER_GROUP "code_interpreter_sandbox"
@@ -64,10 +66,6 @@ typedef struct ci_execution {
                                            (ci_exec.h), one per command that
                                            ran; NULL for code */
 } ci_execution;
-
-#define CI_DECLARE(type) type
-#define CI_DECLARE_NONSTD(type) type
-#define CI_DECLARE_DATA
 
 /* Return OK or DECLINED; every registered function is called. */
 APR_DECLARE_EXTERNAL_HOOK(ci, CI, int, execution,

@@ -17,7 +17,8 @@ from conftest import CI, HTTPD, MODDIR, TOP, require
 MODULE_PATH = "usr/lib/apache2/modules/mod_code_interpreter.so"
 # What another module builds against (test_provider_module.py builds one).
 HEADER_PATHS = ["usr/include/apache2/" + h
-                for h in ("ci_cfiles.h", "ci_exec.h", "ci_sandbox.h", "mod_code_interpreter.h")]
+                for h in ("ci_cfiles.h", "ci_declare.h", "ci_exec.h", "ci_provider.h",
+                          "mod_code_interpreter.h")]
 PACKAGE = "libapache2-mod-code-interpreter"
 DROPIN = "lib/systemd/system/apache2.service.d/code-interpreter.conf"
 BUILD_TIMEOUT = 900

@@ -104,7 +104,9 @@ static char *unescape(apr_pool_t *p, const char *s, apr_size_t n)
     return out;
 }
 
-apr_table_t *ci_capi_query(apr_pool_t *p, const char *query)
+/* The query string's parameters, unescaped (%XX, '+'), the first of each
+ * name kept; NULL when an escape is malformed or %00. */
+static apr_table_t *ci_capi_query(apr_pool_t *p, const char *query)
 {
     apr_table_t *t = apr_table_make(p, 4);
     const char *s = query ? query : "";

@@ -48,9 +48,6 @@ typedef struct ci_capi_paging {
 int ci_capi_paging_of(apr_pool_t *p, const char *query, ci_capi_paging *out,
                       ci_error *err);
 
-/* The query string's parameters, unescaped (%XX, '+'), the first of each
- * name kept; NULL when an escape is malformed or %00. */
-apr_table_t *ci_capi_query(apr_pool_t *p, const char *query);
 
 /* A create's body: a JSON object with a string "name", and of the right
  * type where present: "file_ids" (array), "memory_limit" (string),

@@ -20,6 +20,7 @@
 
 #include <apr_pools.h>
 #include <apr_tables.h>
+#include "ci_declare.h"
 
 #define CI_CFILE_MAX_NAME 255
 #define CI_CFILE_MAX_LISTED 10000
@@ -35,33 +36,33 @@ typedef struct ci_cfile {
 
 /* Whether NAME (LEN bytes) may name a container file: not empty, at most
  * CI_CFILE_MAX_NAME bytes, not "." or "..", no '/', NUL, CR or LF. */
-int ci_cfile_name_ok(const char *name, apr_size_t len);
+CI_DECLARE(int) ci_cfile_name_ok(const char *name, apr_size_t len);
 
 /* The id of the file NAME of container CONTAINER. */
-const char *ci_cfile_id(apr_pool_t *p, const char *container, const char *name);
+CI_DECLARE(const char *) ci_cfile_id(apr_pool_t *p, const char *container, const char *name);
 
 /* The kernel's "files" line (LINE, LEN bytes: {"type":"files","files":
  * [{"name","bytes","mtime","source"?}]}) of CONTAINER: an array of
  * ci_cfile sorted by created_at then id, ascending; names that are not
  * acceptable are left out. NULL when the line is not a listing. */
-apr_array_header_t *ci_cfiles_parse(apr_pool_t *p, const char *container,
+CI_DECLARE(apr_array_header_t *) ci_cfiles_parse(apr_pool_t *p, const char *container,
                                     const char *line, apr_size_t len);
 
 /* Add the file NAME (not checked: see ci_cfile_name_ok) of CONTAINER to
  * FILES, an array of ci_cfile, with its id; strings copied into P. */
-ci_cfile *ci_cfiles_add(apr_pool_t *p, apr_array_header_t *files, const char *container,
+CI_DECLARE(ci_cfile *) ci_cfiles_add(apr_pool_t *p, apr_array_header_t *files, const char *container,
                         const char *name, apr_int64_t bytes, apr_int64_t mtime, int user);
 
 /* Sort FILES by created_at then id, ascending (as ci_cfiles_parse does). */
-void ci_cfiles_sort(apr_array_header_t *files);
+CI_DECLARE(void) ci_cfiles_sort(apr_array_header_t *files);
 
 /* The file with ID in FILES (ci_cfiles_parse), or NULL. */
-const ci_cfile *ci_cfiles_find(const apr_array_header_t *files, const char *id);
+CI_DECLARE(const ci_cfile *) ci_cfiles_find(const apr_array_header_t *files, const char *id);
 
 /* A page of FILES: after the file AFTER (NULL: from the start; unknown:
  * nothing), at most LIMIT, newest first when DESC. *HAS_MORE says whether
  * more follow. An array of ci_cfile (copies). */
-apr_array_header_t *ci_cfiles_page(apr_pool_t *p, const apr_array_header_t *files,
+CI_DECLARE(apr_array_header_t *) ci_cfiles_page(apr_pool_t *p, const apr_array_header_t *files,
                                    const char *after, int limit, int desc,
                                    int *has_more);
 

@@ -36,7 +36,8 @@ static void add_str(json_object *o, const char *key, const char *v)
     json_object_object_add(o, key, v ? json_object_new_string(v) : NULL);
 }
 
-json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c)
+/* A container as JSON (owned by P). */
+static json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c)
 {
     json_object *o = ci_json_own(p, json_object_new_object());
     add_str(o, "id", c->id);

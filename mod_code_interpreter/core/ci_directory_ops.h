@@ -66,9 +66,7 @@ const char *ci_dirops_apply_lookup(ci_directory *d, apr_pool_t *p, const char *r
                                    apr_size_t len, apr_time_t now,
                                    apr_array_header_t *gone, int *missed);
 
-/* A container as JSON (owned by P). */
-json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *c);
-/* ... and back, into *OUT (memory from P). 0, or -1 when it is not one. */
+/* A container from JSON into *OUT (memory from P). 0, or -1 when it is not one. */
 int ci_dirops_container_from(apr_pool_t *p, json_object *j, ci_container *out);
 
 /* The status names, both ways. */

@@ -19,6 +19,7 @@
 
 #include <apr_pools.h>
 #include <apr_tables.h>
+#include "ci_declare.h"
 #include <apr_time.h>
 
 /* How an execution ended. */
@@ -79,17 +80,17 @@ static inline int ci_exec_failed(const ci_exec_result *res)
 }
 
 /* "completed", "error", "timed_out", "lost", "interrupted", "not_run". */
-const char *ci_exec_outcome_name(ci_exec_outcome outcome);
+CI_DECLARE(const char *) ci_exec_outcome_name(ci_exec_outcome outcome);
 
 /* A deep copy of RES in P. */
-ci_exec_result *ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res);
+CI_DECLARE(ci_exec_result *) ci_exec_result_copy(apr_pool_t *p, const ci_exec_result *res);
 
 /* What the model is told for RES (never empty). Memory from P. */
-const char *ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res);
+CI_DECLARE(const char *) ci_exec_model_text(apr_pool_t *p, const ci_exec_result *res);
 
 /* Append TEXT (LEN bytes) to BUF (capacity CAP, *USED filled), cutting at a
  * UTF-8 character boundary; bytes that do not fit are added to *DROPPED. */
-void ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
+CI_DECLARE(void) ci_capped_append(char *buf, apr_size_t *used, apr_size_t cap,
                       const char *text, apr_size_t len, apr_size_t *dropped);
 
 #endif

@@ -381,7 +381,9 @@ static apr_status_t claimer_stop(void *data)
     return APR_SUCCESS;
 }
 
-void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s)
+/* Start this child's thread claiming due containers from the back end
+ * (stopped and joined when PCHILD is cleared). */
+static void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s)
 {
     claimer *cl = apr_pcalloc(pchild, sizeof(*cl));
     cl->s = s;

@@ -158,9 +158,6 @@ const char *ci_dirclient_unseal_secrets(request_rec *r, const ci_container *c);
 /* A handle as the directory keeps it (sealed), opened; NULL for NULL. */
 const char *ci_dirclient_unseal(request_rec *r, const ci_container *c);
 
-/* Start this child's thread claiming due containers from the back end
- * (stopped and joined when PCHILD is cleared). */
-void ci_dirclient_claim_from(apr_pool_t *pchild, server_rec *s);
 
 /* ---- for the back ends (ci_dirclient_local.c, ci_dirclient_supervisor.c:
  * below the client and the back ends, calling neither) ------------------- */

@@ -8,8 +8,9 @@
 #include <httpd.h>
 #include <http_config.h>
 #include <http_log.h>
+#include "ci_declare.h"
 
-extern module AP_MODULE_DECLARE_DATA code_interpreter_module;
+extern CI_DECLARE_DATA module AP_MODULE_DECLARE_DATA code_interpreter_module;
 #ifndef CI_MODULE_MAIN
 APLOG_USE_MODULE(code_interpreter);
 #endif

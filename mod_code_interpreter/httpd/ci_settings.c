@@ -162,7 +162,7 @@ apr_interval_time_t ci_loc_keepalive(const ci_loc_conf *d)
                                     : apr_time_from_sec(DEFAULT_KEEPALIVE_S);
 }
 
-apr_interval_time_t ci_loc_connect_timeout(const ci_loc_conf *d)
+static apr_interval_time_t ci_loc_connect_timeout(const ci_loc_conf *d)
 {
     return d->connect_timeout != CI_UNSET
                ? d->connect_timeout

@@ -80,7 +80,6 @@ apr_off_t ci_loc_max_body(const ci_loc_conf *d);
 int ci_loc_max_loops(const ci_loc_conf *d);
 apr_interval_time_t ci_loc_deadline(const ci_loc_conf *d);
 apr_interval_time_t ci_loc_keepalive(const ci_loc_conf *d);
-apr_interval_time_t ci_loc_connect_timeout(const ci_loc_conf *d);
 /* The transport of calls to D's upstream (connect timeout, TLS, proxy):
  * the caller sets the whole exchange's timeout and the abort callback. */
 void ci_loc_transport(const ci_loc_conf *d, ci_curl_transport *t);

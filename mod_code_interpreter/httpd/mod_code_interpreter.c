@@ -198,7 +198,7 @@ static void ci_register_hooks(apr_pool_t *p)
     ci_containers_api_register_hooks(p);
 }
 
-AP_DECLARE_MODULE(code_interpreter) = {
+CI_DECLARE_DATA AP_DECLARE_MODULE(code_interpreter) = {
     STANDARD20_MODULE_STUFF,
     ci_create_dir_conf,
     ci_merge_dir_conf,

@@ -352,6 +352,8 @@ static const char *check_tiers(apr_pool_t *p, ci_sandbox_def *d)
     return NULL;
 }
 
+static const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def);
+
 const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
                                 const char *name, const ci_sandbox_def **out)
 {
@@ -373,7 +375,8 @@ const char *ci_sandbox_def_tier(apr_pool_t *p, const ci_sandbox_def *def,
     return NULL;
 }
 
-const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def)
+/* The tiers DEF offers, for messages ("1g, 4g"). */
+static const char *ci_sandbox_def_tier_names(apr_pool_t *p, const ci_sandbox_def *def)
 {
     const char *out = NULL;
     unsigned i;
@@ -414,8 +417,11 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     return NULL;
 }
 
-const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p, const ci_sandbox_def *def,
-                                               const char *allowlist)
+/* DEF for a container whose network policy allows ALLOWLIST (comma
+ * separated, normalised; NULL or "": none): DEF itself, or a copy in P. */
+static const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p,
+                                                      const ci_sandbox_def *def,
+                                                      const char *allowlist)
 {
     ci_sandbox_def *d;
     if (!allowlist || !*allowlist)

@@ -27,8 +27,6 @@ typedef struct ci_local_conf {
 /* The provider (sandbox_local.c). */
 extern const ci_provider ci_provider_local;
 
-/* A local tool's keys, with their defaults (from P). */
-ci_local_conf *ci_local_conf_create(apr_pool_t *p);
 
 /* ---- for the supervisor (supervisor/), from the local provider ---------- */
 

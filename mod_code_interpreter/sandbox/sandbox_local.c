@@ -566,7 +566,8 @@ static apr_status_t local_probe(apr_pool_t *p, const ci_sandbox_def *def, uid_t 
 #define MAX_PROCESSES 4096
 #define MAX_WARM 64
 
-ci_local_conf *ci_local_conf_create(apr_pool_t *p)
+/* A local tool's keys, with their defaults (from P). */
+static ci_local_conf *ci_local_conf_create(apr_pool_t *p)
 {
     ci_local_conf *c = apr_pcalloc(p, sizeof(*c));
     c->python = "/usr/bin/python3";
