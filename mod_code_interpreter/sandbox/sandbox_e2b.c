@@ -21,6 +21,12 @@
  * it, so that context is restarted (POST /contexts/{id}/restart) and the
  * next run finds an empty interpreter instead of waiting behind the old one.
  *
+ * Below it, each a file of its own (e2b_internal.h): a container's files
+ * and the hosted shell through envd (e2b_files.c, e2b_process.c), one envd
+ * call (e2b_envd.c), the control plane and a sandbox's life before a run
+ * (e2b_control.c), a sandbox's local state and a container's handle
+ * (e2b_handle.c), what every call shares (e2b_http.c).
+ *
  * No httpd headers: APR, json-c and libcurl only.
  */
 #include <stdlib.h>
@@ -44,78 +50,17 @@
 #include "e2b_internal.h"
 
 #define E2B_DEFAULT_DOMAIN "e2b.app"
-#define CONTROL_CONNECT_MS 10000L
-#define CONTROL_TOTAL_MS 30000L
 #define DATA_CONNECT_MS 10000L
 #define CONTROL_MAX_ANSWER ((apr_size_t)64 * 1024)
 #define DELETE_RETRY_DELAY apr_time_from_msec(500)
-/* A sandbox must outlive the longest execution by this much. */
-#define LIFETIME_MARGIN_S 30
-#define MAX_TOKEN_LEN 4096
 /* Context calls (create, restart: a kernel restart takes a few seconds). */
 #define CONTEXT_TOTAL_MS 30000L
 #define CONTEXT_CWD "/home/user"
-#define MAX_HANDLE_LEN 16384
-#define HANDLE_VERSION 1
 
-#define MSG_EXPIRED "The sandbox expired (its lifetime ran out) and was " \
-                    "discarded."
 #define MSG_RESTARTED " The container's interpreter was restarted: its " \
                       "variables and imports are gone (its files are kept)."
-#define MSG_HANDLE "the container's E2B handle is not usable"
-
-/* ---- secrets ------------------------------------------------------------ */
-
-static void wipe(char *s)
-{
-    if (s)
-        explicit_bzero(s, strlen(s));
-}
-
-static char *wiped_free(char *s)
-{
-    wipe(s);
-    free(s);
-    return NULL;
-}
-
-/* Add "NAME: VALUE" to *LIST without leaving a copy of VALUE behind. An
- * empty VALUE ("NAME:") stops libcurl from sending a header of its own. */
-int e2b_add_header(struct curl_slist **list, const char *name, const char *value)
-{
-    apr_size_t n = strlen(name) + strlen(value) + 3;
-    char *line = malloc(n);
-    struct curl_slist *next;
-    if (!line)
-        return -1;
-    apr_snprintf(line, n, *value ? "%s: %s" : "%s:", name, value);
-    next = curl_slist_append(*list, line);
-    wiped_free(line);
-    if (!next)
-        return -1;
-    *list = next;
-    return 0;
-}
-
-void e2b_free_headers(struct curl_slist *list)
-{
-    struct curl_slist *h;
-    for (h = list; h; h = h->next)
-        wipe(h->data);
-    curl_slist_free_all(list);
-}
 
 /* ---- what the service returns ------------------------------------------ */
-
-/* Provider ids go into URL paths and host names: letters, digits, - and _. */
-static int valid_id(const char *s)
-{
-    apr_size_t n = 0;
-    for (; s[n]; n++)
-        if (!apr_isalnum(s[n]) && s[n] != '-' && s[n] != '_')
-            return 0;
-    return n > 0 && n <= 128;
-}
 
 static int valid_domain(const char *s)
 {
@@ -126,24 +71,6 @@ static int valid_domain(const char *s)
         if (!apr_isalnum(s[n]) && s[n] != '-' && s[n] != '.')
             return 0;
     return n > 0 && n <= 253;
-}
-
-/* Tokens go into header values: visible ASCII only. */
-static int valid_token(const char *s)
-{
-    apr_size_t n = 0;
-    for (; s[n]; n++)
-        if ((unsigned char)s[n] <= 0x20 || (unsigned char)s[n] >= 0x7f)
-            return 0;
-    return n > 0 && n <= MAX_TOKEN_LEN;
-}
-
-static const char *trim_slash(apr_pool_t *p, const char *url)
-{
-    apr_size_t n = strlen(url);
-    while (n > 0 && url[n - 1] == '/')
-        n--;
-    return apr_pstrmemdup(p, url, n);
 }
 
 /* The domain of sandbox hosts when the service names none: that of the API
@@ -157,129 +84,13 @@ static const char *default_domain(apr_pool_t *p, const char *api_base)
     return E2B_DEFAULT_DOMAIN;
 }
 
-/* Seconds the sandbox lives after each call: the configured lifetime, but
- * never less than one execution needs. */
-static int lifetime_of(const ci_sandbox_def *def)
-{
-    int need = (int)apr_time_sec(def->timeout) + LIFETIME_MARGIN_S;
-    return CI_E2B(def)->lifetime > need ? CI_E2B(def)->lifetime : need;
-}
-
-/* ---- HTTP --------------------------------------------------------------- */
-
-/* A control-plane answer: one allocation of a fixed size, never grown (not
- * a ci_buf), because it holds the sandbox's tokens and is wiped after use:
- * growing would leave copies behind in the pool. */
-typedef struct answer {
-    char *buf;            /* NULL: the body is read and dropped */
-    apr_size_t len, cap;
-    int over;
-    int drop_rest;        /* past CAP: keep reading, drop the rest (OVER set) */
-} answer;
-
-static size_t on_answer(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    answer *a = userdata;
-    size_t n = size * nmemb;
-    if (!a->buf)
-        return n;
-    if (a->len + n > a->cap) {
-        a->over = 1;
-        return a->drop_rest ? n : 0;
-    }
-    memcpy(a->buf + a->len, ptr, n);
-    a->len += n;
-    return n;
-}
-
-static int is_interrupted(ci_sandbox *sb)
-{
-    return apr_atomic_read32(&sb->interrupted) != 0;
-}
-
-int e2b_interrupted(ci_sandbox *sb)
-{
-    return is_interrupted(sb);
-}
-
-static int interrupted_cb(void *sb)
-{
-    return is_interrupted(sb);
-}
-
-/* Transport options of every call. SB: abort when it is interrupted. T must
- * outlive the call. */
-void e2b_set_transport(CURL *h, ci_curl_transport *t, long connect_ms, long total_ms,
-                       ci_sandbox *sb)
-{
-    memset(t, 0, sizeof(*t));
-    t->connect_timeout = apr_time_from_msec(connect_ms);
-    t->timeout = apr_time_from_msec(total_ms);
-    if (sb) {
-        t->abort = interrupted_cb;
-        t->abort_baton = sb;
-    }
-    ci_curl_set_transport(h, t);
-}
-
-void e2b_set_body(CURL *h, const char *body, apr_size_t len)
-{
-    curl_easy_setopt(h, CURLOPT_POST, 1L);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-}
-
-int e2b_sandbox_headers(ci_sandbox *sb, const char *port, struct curl_slist **hdrs)
-{
-    return e2b_add_header(hdrs, "Expect", "") ||
-           e2b_add_header(hdrs, "X-Access-Token", sb->envd_token) ||
-           (sb->traffic_token &&
-            e2b_add_header(hdrs, "E2B-Traffic-Access-Token", sb->traffic_token)) ||
-           e2b_add_header(hdrs, "E2b-Sandbox-Id", sb->id) ||
-           e2b_add_header(hdrs, "E2b-Sandbox-Port", port);
-}
+/* ---- the data plane ----------------------------------------------------- */
 
 /* The headers of every call to the code-interpreter server. */
 static int data_headers(ci_sandbox *sb, struct curl_slist **hdrs)
 {
     return e2b_add_header(hdrs, "Content-Type", "application/json") ||
            e2b_sandbox_headers(sb, E2B_PORT, hdrs);
-}
-
-/* One control-plane call (METHOD is POST with BODY, or DELETE). *STATUS is
- * the HTTP status, 0 when none arrived. SB: abort when it is interrupted. */
-static CURLcode control_call(CURL *h, const char *method, const char *url,
-                             const char *key, const char *body, answer *ans,
-                             ci_sandbox *sb, long *status)
-{
-    struct curl_slist *hdrs = NULL;
-    answer drop = { NULL, 0, 0, 0, 0 };
-    ci_curl_transport t;
-    CURLcode rc = CURLE_OUT_OF_MEMORY;
-
-    *status = 0;
-    curl_easy_reset(h);
-    if (e2b_add_header(&hdrs, "X-API-Key", key) ||
-        e2b_add_header(&hdrs, "Accept", "application/json") ||
-        e2b_add_header(&hdrs, "Expect", "") ||
-        (body && e2b_add_header(&hdrs, "Content-Type", "application/json")))
-        goto leave;
-    e2b_set_transport(h, &t, CONTROL_CONNECT_MS, CONTROL_TOTAL_MS, sb);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    if (body)
-        e2b_set_body(h, body, strlen(body));
-    else
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_answer);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, ans ? ans : &drop);
-    rc = curl_easy_perform(h);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-leave:
-    /* The handle keeps pointers to the list: drop them before freeing it. */
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    e2b_free_headers(hdrs);
-    return rc;
 }
 
 /* ---- deleting ----------------------------------------------------------- */
@@ -297,7 +108,7 @@ static void delete_free(e2b_delete *d)
     if (d->h)
         curl_easy_cleanup(d->h);
     free(d->url);
-    wiped_free(d->key);
+    e2b_wiped_free(d->key);
     free(d);
 }
 
@@ -314,8 +125,8 @@ static apr_status_t delete_run_status(e2b_delete *d, const char **why)
     *why = "could not create an HTTP client handle";
     for (attempt = 0; d->h && attempt < 2; attempt++) {
         long status;
-        CURLcode rc = control_call(d->h, "DELETE", d->url, d->key, NULL, NULL,
-                                   NULL, &status);
+        CURLcode rc = e2b_control_call(d->h, "DELETE", d->url, d->key, NULL, NULL,
+                                       NULL, &status);
         if (rc == CURLE_OK && (status == 204 || status == 404 || status == 200))
             return APR_SUCCESS;
         if (rc != CURLE_OK)
@@ -367,19 +178,6 @@ static void delete_sandbox(ci_sandbox *sb)
 
 /* ---- starting ----------------------------------------------------------- */
 
-static apr_status_t sandbox_cleanup(void *data)
-{
-    ci_sandbox *sb = data;
-    wipe(sb->api_key);
-    wipe(sb->envd_token);
-    wipe(sb->traffic_token);
-    if (sb->curl) {
-        curl_easy_cleanup(sb->curl);
-        sb->curl = NULL;
-    }
-    return APR_SUCCESS;
-}
-
 /* A container's allowlist as E2B's network settings: the domains (E2B
  * takes "*." subdomain patterns too) allowed out, everything else denied.
  * E2B filters domains on ports 80 (Host) and 443 (SNI) only; other ports
@@ -423,35 +221,16 @@ static const char *create_body(apr_pool_t *p, const ci_sandbox_def *def,
     return ci_json_pstr(p, body, NULL);
 }
 
-/* The service's own message from an error body {code, message}: short,
- * printable, and never anything holding KEY. */
-static const char *service_message(apr_pool_t *p, const answer *a, const char *key)
-{
-    const char *err, *msg;
-    json_object *root;
-    char *out, *c;
-
-    if (!a->len || a->over || !(root = ci_json_parse(p, a->buf, a->len, &err)))
-        return NULL;
-    if (!(msg = ci_json_str(root, "message")) || !*msg || strstr(msg, key))
-        return NULL;
-    out = apr_pstrndup(p, msg, 200);
-    for (c = out; *c; c++)
-        if ((unsigned char)*c < 0x20 || *c == 0x7f)
-            *c = ' ';
-    return out;
-}
-
-static const char *refused(apr_pool_t *p, long status, const answer *a,
+static const char *refused(apr_pool_t *p, long status, const e2b_answer *a,
                            const char *key)
 {
-    const char *msg = service_message(p, a, key);
+    const char *msg = e2b_service_message(p, a, key);
     return apr_psprintf(p, "the E2B sandbox service refused to create a sandbox "
                            "(HTTP %ld%s%s)", status, msg ? ": " : "",
                         msg ? msg : "");
 }
 
-static const char *unreachable(apr_pool_t *p, CURLcode rc, const answer *a)
+static const char *unreachable(apr_pool_t *p, CURLcode rc, const e2b_answer *a)
 {
     if (a->over)
         return "the E2B sandbox service answered with an oversized body";
@@ -461,7 +240,7 @@ static const char *unreachable(apr_pool_t *p, CURLcode rc, const answer *a)
 
 /* Copy what a 201 answer says into SB. NULL, or why it is not usable (SB->id
  * is set when a sandbox exists all the same). */
-static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a)
+static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const e2b_answer *a)
 {
     json_object *root;
     const char *err, *id, *envd, *traffic, *domain, *why = NULL;
@@ -472,14 +251,14 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
     envd = ci_json_str(root, "envdAccessToken");
     traffic = ci_json_str(root, "trafficAccessToken");
     domain = ci_json_str(root, "domain");
-    if (!id || !valid_id(id))
+    if (!id || !e2b_valid_id(id))
         why = "the E2B sandbox service answered without a usable sandbox id";
     else {
         sb->id = apr_pstrdup(sb->p, id);
-        if (!envd || !valid_token(envd))
+        if (!envd || !e2b_valid_token(envd))
             why = "the E2B sandbox service created a sandbox without an access "
                   "token (the data plane cannot be secured)";
-        else if (traffic && *traffic && !valid_token(traffic))
+        else if (traffic && *traffic && !e2b_valid_token(traffic))
             why = "the E2B sandbox service answered with an unusable traffic "
                   "token";
         else if (domain && *domain && !valid_domain(domain))
@@ -489,7 +268,7 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
         sb->envd_token = apr_pstrdup(sb->p, envd);
         sb->traffic_token = traffic && *traffic ? apr_pstrdup(sb->p, traffic) : NULL;
         if (CI_E2B(sb->def)->sandbox_url)
-            sb->data_base = trim_slash(sb->p, CI_E2B(sb->def)->sandbox_url);
+            sb->data_base = e2b_trim_slash(sb->p, CI_E2B(sb->def)->sandbox_url);
         else
             sb->data_base = apr_pstrcat(sb->p, "https://" E2B_PORT "-", sb->id, ".",
                                         domain && *domain ? domain
@@ -497,27 +276,6 @@ static const char *take_created(ci_sandbox *sb, apr_pool_t *tmp, const answer *a
                                         NULL);
     }
     return why;
-}
-
-/* SB's local state for DEF: its cleanup, its HTTP handle, the key and the
- * control plane it is reached with. */
-static apr_status_t sandbox_init(ci_sandbox *sb, apr_pool_t *p, const ci_sandbox_def *def,
-                                 const char **err)
-{
-    if (!CI_E2B(def)->api_key || !*CI_E2B(def)->api_key) {
-        *err = "no E2B API key is configured";
-        return APR_EINIT;
-    }
-    sb->p = p;
-    sb->def = def;
-    apr_pool_cleanup_register(p, sb, sandbox_cleanup, apr_pool_cleanup_null);
-    if (!(sb->curl = curl_easy_init())) {
-        *err = "could not create an HTTP client handle";
-        return APR_ENOMEM;
-    }
-    sb->api_key = apr_pstrdup(p, CI_E2B(def)->api_key);
-    sb->api_base = trim_slash(p, CI_E2B(def)->api_base);
-    return APR_SUCCESS;
 }
 
 /* Create a sandbox living TIMEOUT seconds (see create_body). */
@@ -538,7 +296,7 @@ static apr_status_t e2b_reap(const ci_reap_cred *cred, const char *id, const cha
  * metadata names (request = TAG) are deleted, as a dead child's are. */
 static void sweep_created(ci_sandbox *sb, apr_pool_t *tmp, const char *tag)
 {
-    answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    e2b_answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
     char *q = curl_easy_escape(sb->curl, apr_pstrcat(tmp, "request=", tag, NULL), 0);
     json_object *list;
     const char *perr;
@@ -548,9 +306,9 @@ static void sweep_created(ci_sandbox *sb, apr_pool_t *tmp, const char *tag)
     if (!q)
         return;
     ans.buf = apr_palloc(tmp, ans.cap);
-    if (control_call(sb->curl, "GET", apr_pstrcat(tmp, sb->api_base, "/v2/sandboxes?metadata=",
-                                                  q, NULL),
-                     sb->api_key, NULL, &ans, NULL, &status) == CURLE_OK && status == 200 &&
+    if (e2b_control_call(sb->curl, "GET",
+                         apr_pstrcat(tmp, sb->api_base, "/v2/sandboxes?metadata=", q, NULL),
+                         sb->api_key, NULL, &ans, NULL, &status) == CURLE_OK && status == 200 &&
         (list = ci_json_parse(tmp, ans.buf, ans.len, &perr)))
         for (i = 0; i < ci_json_len(list); i++) {
             const char *id = ci_json_str(json_object_array_get_idx(list, i), "sandboxID"),
@@ -570,7 +328,7 @@ static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
                                 ci_sandbox **out, const char **err)
 {
     ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
-    answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    e2b_answer ans = { NULL, 0, CONTROL_MAX_ANSWER, 0, 0 };
     apr_time_t give_up = apr_time_now() + CREATE_RETRY_FOR;
     apr_interval_time_t pause = apr_time_from_msec(250);
     apr_status_t rv;
@@ -579,16 +337,16 @@ static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
     CURLcode rc;
     long status;
 
-    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
+    if ((rv = e2b_sandbox_init(sb, p, def, err)) != APR_SUCCESS)
         return rv;
     rv = APR_EGENERAL;
     /* The request and the answer (tokens in it) live only until here. */
     apr_pool_create(&tmp, p);
     ans.buf = apr_palloc(tmp, ans.cap);
     body = create_body(tmp, def, tag, container, timeout);
-    while ((rc = control_call(sb->curl, "POST",
-                              apr_pstrcat(tmp, sb->api_base, "/sandboxes", NULL),
-                              sb->api_key, body, &ans, NULL, &status),
+    while ((rc = e2b_control_call(sb->curl, "POST",
+                                  apr_pstrcat(tmp, sb->api_base, "/sandboxes", NULL),
+                                  sb->api_key, body, &ans, NULL, &status),
             create_retryable(rc, status)) && apr_time_now() + pause < give_up) {
         explicit_bzero(ans.buf, ans.len);
         ans.len = 0;
@@ -623,83 +381,19 @@ static apr_status_t new_sandbox(apr_pool_t *p, const ci_sandbox_def *def,
 static apr_status_t e2b_start(apr_pool_t *p, const ci_sandbox_def *def,
                               const char *tag, ci_sandbox **out, const char **err)
 {
-    return new_sandbox(p, def, tag, 0, lifetime_of(def), out, err);
-}
-
-/* ---- the sandbox's lifetime ---------------------------------------------- */
-
-/* Whether S holds WORDS (lower case), whatever the case in S. */
-static int contains_nocase(apr_pool_t *p, const char *s, const char *words)
-{
-    char *low = apr_pstrdup(p, s), *c;
-    for (c = low; *c; c++)
-        *c = (char)apr_tolower(*c);
-    return strstr(low, words) != NULL;
-}
-
-typedef enum {
-    TIMEOUT_SET,        /* it lives SECONDS from now */
-    TIMEOUT_GONE,       /* it is gone, or past the plan's longest life */
-    TIMEOUT_FAILED,     /* the service could not be asked, or refused */
-    TIMEOUT_STOPPED     /* interrupted */
-} timeout_result;
-
-/* POST /sandboxes/{id}/timeout {"timeout": SECONDS}: the sandbox then ends
- * SECONDS after this call (shorter or longer than before), never past the
- * plan's longest life counted from its start (the service shortens it
- * silently). 204; 404 when it is gone; 400 "Max instance length exceeded"
- * once it has lived that long (it ends any moment). ABORTABLE: stop when SB
- * is interrupted. *WHY (memory from P, no secret) unless TIMEOUT_SET. */
-static timeout_result set_timeout(ci_sandbox *sb, apr_pool_t *p, int seconds,
-                                  int abortable, const char **why)
-{
-    char buf[4096];
-    answer ans = { buf, 0, sizeof(buf), 0, 1 };
-    const char *url = apr_pstrcat(p, sb->api_base, "/sandboxes/", sb->id,
-                                  "/timeout", NULL);
-    const char *body = apr_psprintf(p, "{\"timeout\":%d}", seconds);
-    const char *msg;
-    long status;
-    CURLcode rc = control_call(sb->curl, "POST", url, sb->api_key, body, &ans,
-                               abortable ? sb : NULL, &status);
-
-    if (abortable && (rc == CURLE_ABORTED_BY_CALLBACK || is_interrupted(sb))) {
-        *why = MSG_STOPPED;
-        return TIMEOUT_STOPPED;
-    }
-    if (rc == CURLE_OK && status == 404) {
-        *why = "the E2B sandbox no longer exists (HTTP 404)";
-        return TIMEOUT_GONE;
-    }
-    if (rc != CURLE_OK) {
-        *why = apr_psprintf(p, "the E2B sandbox service could not be reached (%s)",
-                            curl_easy_strerror(rc));
-        return TIMEOUT_FAILED;
-    }
-    if (status == 204 || status == 200)
-        return TIMEOUT_SET;
-    msg = service_message(p, &ans, sb->api_key);
-    if (status == 400 && msg && contains_nocase(p, msg, "max instance length")) {
-        *why = apr_psprintf(p, "the E2B sandbox has lived as long as the E2B plan "
-                               "allows (HTTP 400: %s)", msg);
-        return TIMEOUT_GONE;
-    }
-    *why = apr_psprintf(p, "the E2B sandbox service refused to extend the sandbox's "
-                           "life (HTTP %ld%s%s)", status, msg ? ": " : "",
-                        msg ? msg : "");
-    return TIMEOUT_FAILED;
+    return new_sandbox(p, def, tag, 0, e2b_lifetime_of(def), out, err);
 }
 
 /* ---- execution contexts (containers) ------------------------------------- */
 
 /* POST PATH with BODY (JSON, "" for none) on the sandbox's code-interpreter
  * server, with the data plane's headers. Not stopped by an interrupt: a
- * container recovers through it after one. *STATUS as control_call's. */
+ * container recovers through it after one. *STATUS as e2b_control_call's. */
 static CURLcode data_call(ci_sandbox *sb, apr_pool_t *p, const char *path,
-                          const char *body, answer *ans, long *status)
+                          const char *body, e2b_answer *ans, long *status)
 {
     struct curl_slist *hdrs = NULL;
-    answer drop = { NULL, 0, 0, 0, 0 };
+    e2b_answer drop = { NULL, 0, 0, 0, 0 };
     ci_curl_transport t;
     CURLcode rc = CURLE_OUT_OF_MEMORY;
 
@@ -711,7 +405,7 @@ static CURLcode data_call(ci_sandbox *sb, apr_pool_t *p, const char *path,
     curl_easy_setopt(sb->curl, CURLOPT_URL, apr_pstrcat(p, sb->data_base, path, NULL));
     curl_easy_setopt(sb->curl, CURLOPT_HTTPHEADER, hdrs);
     e2b_set_body(sb->curl, body, strlen(body));
-    curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, on_answer);
+    curl_easy_setopt(sb->curl, CURLOPT_WRITEFUNCTION, e2b_on_answer);
     curl_easy_setopt(sb->curl, CURLOPT_WRITEDATA, ans ? ans : &drop);
     rc = curl_easy_perform(sb->curl);
     curl_easy_getinfo(sb->curl, CURLINFO_RESPONSE_CODE, status);
@@ -739,7 +433,7 @@ static const char *data_failure(apr_pool_t *p, CURLcode rc, long status)
 static const char *create_context(ci_sandbox *sb, apr_pool_t *tmp)
 {
     char *buf = apr_palloc(tmp, CONTROL_MAX_ANSWER);
-    answer ans = { buf, 0, CONTROL_MAX_ANSWER, 0, 0 };
+    e2b_answer ans = { buf, 0, CONTROL_MAX_ANSWER, 0, 0 };
     json_object *root;
     const char *id, *err;
     long status;
@@ -751,7 +445,7 @@ static const char *create_context(ci_sandbox *sb, apr_pool_t *tmp)
         return apr_pstrcat(tmp, "the E2B sandbox could not get an execution context (",
                            data_failure(tmp, rc, status), ")", NULL);
     if (!(root = ci_json_parse(tmp, ans.buf, ans.len, &err)) ||
-        !(id = ci_json_str(root, "id")) || !valid_id(id))
+        !(id = ci_json_str(root, "id")) || !e2b_valid_id(id))
         return "the E2B sandbox answered the creation of an execution context "
                "without a usable id";
     sb->context_id = apr_pstrdup(sb->p, id);
@@ -772,42 +466,6 @@ static const char *restart_context(ci_sandbox *sb, apr_pool_t *p)
 }
 
 /* ---- running ------------------------------------------------------------ */
-
-/* Extend the lifetime before an execution: the tool's lifetime, or a
- * container's idle expiry, never less than the execution needs. Only "the
- * sandbox is gone" (404, or past the plan's longest life) and an interrupt
- * matter; any other failure is ignored. CI_EXEC_COMPLETED when the
- * execution may go ahead, else why not (*MSG for the model). */
-static ci_exec_outcome extend_lifetime(ci_sandbox *sb, apr_pool_t *p, const char **msg)
-{
-    int need = (int)apr_time_sec(sb->def->timeout) + LIFETIME_MARGIN_S;
-    int seconds = !sb->container ? lifetime_of(sb->def)
-                                 : sb->idle > need ? sb->idle : need;
-    const char *why;
-    switch (set_timeout(sb, p, seconds, 1, &why)) {
-    case TIMEOUT_STOPPED:
-        *msg = MSG_STOPPED;
-        return CI_EXEC_INTERRUPTED;
-    case TIMEOUT_GONE:
-        *msg = MSG_EXPIRED;
-        return CI_EXEC_LOST;
-    default:
-        return CI_EXEC_COMPLETED;
-    }
-}
-
-ci_exec_outcome e2b_before_run(ci_sandbox *sb, apr_pool_t *p, const char **msg)
-{
-    if (!sb->id) {
-        *msg = "The sandbox was let go before the execution.";
-        return CI_EXEC_LOST;
-    }
-    if (is_interrupted(sb)) {
-        *msg = MSG_STOPPED;
-        return CI_EXEC_INTERRUPTED;
-    }
-    return extend_lifetime(sb, p, msg);
-}
 
 typedef struct stream {
     CURL *h;
@@ -846,7 +504,7 @@ static ci_exec_outcome stream_failure(ci_sandbox *sb, apr_pool_t *p, const strea
 {
     if (ci_ndjson_ended(st->nd))
         return CI_EXEC_COMPLETED;
-    if (rc == CURLE_ABORTED_BY_CALLBACK || is_interrupted(sb)) {
+    if (rc == CURLE_ABORTED_BY_CALLBACK || e2b_interrupted(sb)) {
         *msg = MSG_STOPPED;
         return CI_EXEC_INTERRUPTED;
     }
@@ -970,7 +628,7 @@ static void e2b_destroy(ci_sandbox *sb)
 {
     if (sb->id)
         delete_sandbox(sb);
-    sandbox_cleanup(sb);
+    e2b_sandbox_cleanup(sb);
 }
 
 static const char *e2b_remote_id(ci_sandbox *sb)
@@ -979,122 +637,6 @@ static const char *e2b_remote_id(ci_sandbox *sb)
 }
 
 /* ---- containers ---------------------------------------------------------- */
-
-/* Wipe the text of KEY's string member of ROOT before json-c frees it. */
-static void wipe_member(json_object *root, const char *key)
-{
-    json_object *v = ci_json_get(root, key, json_type_string);
-    if (v)
-        explicit_bzero((char *)json_object_get_string(v),
-                       (size_t)json_object_get_string_len(v));
-}
-
-static void wipe_handle_json(json_object *root)
-{
-    wipe_member(root, "access_token");
-    wipe_member(root, "traffic_token");
-}
-
-/* An http(s) base URL with a host and nothing that could redirect the
- * tokens elsewhere (user info, query, fragment). */
-static int valid_base_url(apr_pool_t *p, const char *url)
-{
-    apr_uri_t uri;
-    return strlen(url) <= 2048 && apr_uri_parse(p, url, &uri) == APR_SUCCESS &&
-           uri.scheme && (!strcasecmp(uri.scheme, "https") ||
-                          !strcasecmp(uri.scheme, "http")) &&
-           uri.hostname && *uri.hostname && !uri.user && !uri.password &&
-           !uri.query && !uri.fragment;
-}
-
-/* {"version":1, "sandbox_id", "data_url", "access_token",
- *  "traffic_token"?, "context_id"}: everything another process needs to
- * reach the same sandbox and its context; the API key is not in it (the
- * tool's definition has it). Secret (tokens). NULL once SB is released. */
-static const char *e2b_handle(ci_sandbox *sb, apr_pool_t *p)
-{
-    json_object *h;
-    const char *text;
-    apr_size_t len;
-    char *out;
-
-    if (!sb->id || !sb->envd_token)
-        return NULL;
-    h = json_object_new_object();
-    json_object_object_add(h, "version", json_object_new_int(HANDLE_VERSION));
-    json_object_object_add(h, "sandbox_id", json_object_new_string(sb->id));
-    json_object_object_add(h, "data_url", json_object_new_string(sb->data_base));
-    json_object_object_add(h, "access_token", json_object_new_string(sb->envd_token));
-    if (sb->traffic_token)
-        json_object_object_add(h, "traffic_token",
-                               json_object_new_string(sb->traffic_token));
-    if (sb->context_id)
-        json_object_object_add(h, "context_id", json_object_new_string(sb->context_id));
-    text = ci_json_text(h, &len);
-    out = apr_pstrmemdup(p, text, len);
-    /* json-c's copies of the tokens: wiped before they are freed */
-    explicit_bzero((char *)text, len);
-    wipe_handle_json(h);
-    json_object_put(h);
-    return out;
-}
-
-/* Fill SB from HANDLE (what e2b_handle made). NULL, or why not (never any
- * part of the handle). */
-static const char *take_handle(ci_sandbox *sb, apr_pool_t *tmp, const char *handle)
-{
-    apr_size_t n = strlen(handle);
-    json_object *root, *version;
-    const char *err, *id, *url, *envd, *traffic, *context, *why = NULL;
-
-    if (n > MAX_HANDLE_LEN || !(root = ci_json_parse(tmp, handle, n, &err)))
-        return MSG_HANDLE;
-    version = ci_json_get(root, "version", json_type_int);
-    id = ci_json_str(root, "sandbox_id");
-    url = ci_json_str(root, "data_url");
-    envd = ci_json_str(root, "access_token");
-    traffic = ci_json_str(root, "traffic_token");
-    context = ci_json_str(root, "context_id");
-    if (!version || json_object_get_int(version) != HANDLE_VERSION ||
-        !id || !valid_id(id) || !url || !valid_base_url(tmp, url) ||
-        !envd || !valid_token(envd) || (traffic && !valid_token(traffic)) ||
-        !context || !valid_id(context))
-        why = MSG_HANDLE;
-    else {
-        sb->id = apr_pstrdup(sb->p, id);
-        sb->data_base = trim_slash(sb->p, url);
-        sb->envd_token = apr_pstrdup(sb->p, envd);
-        sb->traffic_token = traffic ? apr_pstrdup(sb->p, traffic) : NULL;
-        sb->context_id = apr_pstrdup(sb->p, context);
-    }
-    wipe_handle_json(root);
-    return why;
-}
-
-apr_status_t e2b_open(apr_pool_t *p, const ci_sandbox_def *def, const char *handle,
-                      ci_sandbox **out, const char **err)
-{
-    ci_sandbox *sb = apr_pcalloc(p, sizeof(*sb));
-    apr_status_t rv;
-    apr_pool_t *tmp;
-    const char *why;
-
-    if ((rv = sandbox_init(sb, p, def, err)) != APR_SUCCESS)
-        return rv;
-    sb->container = 1;
-    sb->data_dir = 1;
-    apr_pool_create(&tmp, p);
-    why = take_handle(sb, tmp, handle);
-    apr_pool_destroy(tmp);
-    if (why) {
-        *err = why;
-        sandbox_cleanup(sb);
-        sb->id = NULL;
-        return APR_EINVAL;
-    }
-    *out = sb;
-    return APR_SUCCESS;
-}
 
 /* A container's sandbox. Without HANDLE: a new sandbox living IDLE_SECONDS
  * unused, with an execution context of its own and /mnt/data. With HANDLE: the sandbox it
@@ -1127,7 +669,7 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
         if (why) {
             *err = apr_pstrdup(p, why);
             delete_sandbox(sb);
-            sandbox_cleanup(sb);
+            e2b_sandbox_cleanup(sb);
             sb->id = NULL;
             rv = APR_EGENERAL;
         }
@@ -1141,7 +683,7 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
         return rv;
     sb->idle = idle_seconds;
     apr_pool_create(&tmp, p);
-    switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
+    switch (e2b_set_timeout(sb, tmp, idle_seconds, 0, &why)) {
     case TIMEOUT_SET:
         *out = sb;
         break;
@@ -1153,7 +695,7 @@ static apr_status_t e2b_attach(apr_pool_t *p, const ci_sandbox_def *def,
     }
     if (rv != APR_SUCCESS) {
         *err = apr_pstrdup(p, why);
-        sandbox_cleanup(sb);
+        e2b_sandbox_cleanup(sb);
         sb->id = NULL;
     }
     apr_pool_destroy(tmp);
@@ -1177,7 +719,7 @@ static apr_status_t e2b_keep_alive(ci_sandbox *sb, int idle_seconds, const char 
         return APR_EINVAL;
     }
     apr_pool_create(&tmp, sb->p);
-    switch (set_timeout(sb, tmp, idle_seconds, 0, &why)) {
+    switch (e2b_set_timeout(sb, tmp, idle_seconds, 0, &why)) {
     case TIMEOUT_SET:
         sb->idle = idle_seconds;
         rv = APR_SUCCESS;
@@ -1199,7 +741,7 @@ static apr_status_t e2b_keep_alive(ci_sandbox *sb, int idle_seconds, const char 
  * delete it). */
 static void e2b_release(ci_sandbox *sb)
 {
-    sandbox_cleanup(sb);
+    e2b_sandbox_cleanup(sb);
     sb->id = NULL;
 }
 
@@ -1219,7 +761,7 @@ static apr_status_t e2b_reap(const ci_reap_cred *cred, const char *id, const cha
     e2b_delete *d;
     apr_size_t n;
     apr_status_t rv;
-    if (!valid_id(id)) {
+    if (!e2b_valid_id(id)) {
         *err = "the sandbox id is not one the service makes";
         return APR_EINVAL;
     }
@@ -1266,7 +808,7 @@ static apr_status_t e2b_reap_handle(const ci_reap_cred *cred, const char *handle
     else
         rv = e2b_reap(cred, id, err);
     if (root)
-        wipe_handle_json(root);
+        e2b_wipe_handle_json(root);
     apr_pool_destroy(tmp);
     return rv;
 }
