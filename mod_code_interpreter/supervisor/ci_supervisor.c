@@ -7,10 +7,12 @@
  * signals it, by the pid it forked. Its output is relayed: the kernel's
  * descriptors never leave this process.
  *
- * This file: the daemon's entry (ci_supervisor_run), the loop, connections
- * and the frames they send, peer checks and status. Its sandboxes,
- * containers, warm pools, file operations and processes each have a file of
- * their own (ci_supervisor_internal.h lists them).
+ * This file, the top of the supervisor: the daemon's entry
+ * (ci_supervisor_run), the loop, connections and the frames they send, peer
+ * checks and status. Its state and the frames it sends, its sandboxes, their
+ * runs, containers, warm pools, file operations and processes each have a
+ * file of their own below this one (ci_supervisor_internal.h lists them,
+ * from the bottom up; none calls up into a file above it).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -18,7 +20,6 @@
 #include <errno.h>
 #include <malloc.h>
 #include <poll.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -30,96 +31,7 @@
 #include "ci_log.h"
 #include "ci_supervisor_internal.h"
 
-sup_daemon sup_state;
-
-/* ---- an output queue ---------------------------------------------------- */
-
-int sup_outq_add(outq *q, const void *data, apr_size_t len)
-{
-    if (q->start && q->start == q->used)
-        q->start = q->used = 0;
-    if (q->used + len > q->cap) {
-        apr_size_t want = (q->used - q->start + len) * 2 + 4096;
-        char *nb;
-        if (q->start) {
-            memmove(q->buf, q->buf + q->start, q->used - q->start);
-            q->used -= q->start;
-            q->start = 0;
-        }
-        if (q->used + len > q->cap) {
-            if (!(nb = realloc(q->buf, want)))
-                return -1;
-            q->buf = nb;
-            q->cap = want;
-        }
-    }
-    memcpy(q->buf + q->used, data, len);
-    q->used += len;
-    return 0;
-}
-
-apr_size_t sup_outq_len(const outq *q)
-{
-    return q->used - q->start;
-}
-
-/* Write what FD takes now. -1 when the peer is gone. */
-static int outq_flush(outq *q, int fd, int is_socket)
-{
-    while (sup_outq_len(q)) {
-        ssize_t n = is_socket
-            ? send(fd, q->buf + q->start, sup_outq_len(q), MSG_NOSIGNAL | MSG_DONTWAIT)
-            : write(fd, q->buf + q->start, sup_outq_len(q));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return 0;
-        if (n <= 0)
-            return -1;
-        q->start += (apr_size_t)n;
-    }
-    return 0;
-}
-
-void sup_outq_free(outq *q)
-{
-    free(q->buf);
-    memset(q, 0, sizeof(*q));
-}
-
 /* ---- connections -------------------------------------------------------- */
-
-void sup_send_frame(conn *c, int type, apr_uint32_t id, const char *data,
-                    apr_size_t len)
-{
-    unsigned char hdr[CI_SUP_HEADER];
-    ci_sup_header(hdr, type, id, len);
-    if (sup_outq_add(&c->out, hdr, sizeof(hdr)) < 0 ||
-        (len && sup_outq_add(&c->out, data, len) < 0))
-        c->closing = 1;
-    /* Sent now when the socket takes it: a waiting child should not wait
-     * for the next turn of the loop (or for a sandbox being forked). */
-    else if (outq_flush(&c->out, c->fd, 1) < 0)
-        c->closing = 2;
-}
-
-void sup_send_text(conn *c, int type, apr_uint32_t id, const char *text)
-{
-    sup_send_frame(c, type, id, text, text ? strlen(text) : 0);
-}
-
-void sup_send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome)
-{
-    char o = (char)outcome;
-    sup_send_frame(c, CI_SUP_END, id, &o, 1);
-}
-
-/* The run ended with OUTCOME after an interrupt its interpreter survived. */
-void sup_send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome)
-{
-    char o[2] = { (char)outcome, CI_SUP_END_KEPT };
-    sup_send_frame(c, CI_SUP_END, id, o, 2);
-}
 
 static void conn_free(conn *c)
 {
@@ -240,6 +152,8 @@ static void handle_status(conn *c)
 
 /* ---- frames ------------------------------------------------------------- */
 
+static void read_others(void);
+
 static void handle_frame(conn *c, const ci_sup_frame *f)
 {
     if (!c->helloed) {
@@ -264,7 +178,7 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
     case CI_SUP_SHELL:     sup_handle_shell(c, f); break;
     case CI_SUP_STATUS:    handle_status(c); break;
     case CI_SUP_ATTACH:    sup_handle_attach(c, f); break;
-    case CI_SUP_DIR:       sup_handle_dir(c, f); break;
+    case CI_SUP_DIR:       sup_handle_dir(c, f, read_others); break;
     case CI_SUP_FILEOP:    sup_handle_fileop(c, f); break;
     case CI_SUP_FILEDATA:
     case CI_SUP_FILEEND:   sup_handle_filedata(c, f); break;
@@ -277,7 +191,7 @@ static void handle_frame(conn *c, const ci_sup_frame *f)
 
 /* Read what C holds (one chunk) and handle its frames: the bytes read, 0
  * when there was nothing (or C is gone). The buffer is not on the stack:
- * handling a frame may read other connections in turn (sup_read_others),
+ * handling a frame may read other connections in turn (read_others),
  * and each level has fed its reader before it handles anything. */
 static ssize_t conn_readable(conn *c)
 {
@@ -299,13 +213,16 @@ static ssize_t conn_readable(conn *c)
     return n;
 }
 
-/* Whether C may be read by sup_read_others. */
+/* Whether C may be read by read_others. */
 static int readable_now(const conn *c)
 {
     return !c->handling && !c->closing && !sup_uploading_ahead(c);
 }
 
-void sup_read_others(void)
+/* Read and handle what the other connections hold already: those whose
+ * frames are not being handled now (a lookup that missed, on one of them,
+ * may ask this again, for the rest: sup_handle_dir). */
+static void read_others(void)
 {
     apr_pool_t *p;
     struct pollfd *pfds;
@@ -404,7 +321,7 @@ static void dispatch(struct pollfd *pf, slot_ref *r)
         accept_one();
     else if (r->kind == REF_CONN && conn_alive(r->ptr)) {
         conn *c = r->ptr;
-        if (pf->revents & POLLOUT && outq_flush(&c->out, c->fd, 1) < 0)
+        if (pf->revents & POLLOUT && sup_outq_flush(&c->out, c->fd, 1) < 0)
             c->closing = 2;
         if (pf->revents & (POLLIN | POLLHUP | POLLERR) && !c->closing)
             conn_readable(c);
@@ -413,7 +330,7 @@ static void dispatch(struct pollfd *pf, slot_ref *r)
         sup_box_readable(r->ptr);
     else if (r->kind == REF_IN && box_alive(r->ptr) && ((box *)r->ptr)->in_fd == pf->fd) {
         box *b = r->ptr;
-        if (outq_flush(&b->input, b->in_fd, 0) < 0)
+        if (sup_outq_flush(&b->input, b->in_fd, 0) < 0)
             sup_stop_run(b, CI_EXEC_LOST);
     }
 }
@@ -425,7 +342,7 @@ static void sweep_conns(void)
     for (c = sup_state.conns; c; c = next) {
         next = c->next;
         if (c->closing == 1)
-            outq_flush(&c->out, c->fd, 1);
+            sup_outq_flush(&c->out, c->fd, 1);
         if (c->closing)
             conn_free(c);
     }

@@ -16,17 +16,6 @@
 #include "ci_directory_ops.h"
 #include "ci_supervisor_internal.h"
 
-void sup_touch_container(box *b)
-{
-    if (b->container)
-        ci_directory_touch_id(sup_state.dir, b->container, apr_time_now());
-}
-
-box *sup_container_box(const char *id)
-{
-    return apr_hash_get(sup_state.by_container, id, APR_HASH_KEY_STRING);
-}
-
 /* The directory's busy probe: C's sandbox runs code, has runs queued, or
  * is starting with someone waiting for it. Neither expired nor evicted
  * while it is. */
@@ -131,13 +120,14 @@ static void kill_container(const char *id, const char *why)
  * answer, and its client may then start the next turn on another
  * connection at once: a lookup of what a finish records ("response",
  * "recall") that finds nothing first lets every other connection's waiting
- * frames be handled, then looks again. What the client saw was sent after
+ * frames be handled (READ_OTHERS: the loop's, in ci_supervisor.c above this
+ * file, handed down with the question), then looks again. What the client saw was sent after
  * its finish was written, so that finish is in its socket by now, even when
  * this loop met the two connections in the other order. A connection has
  * one question at a time waiting for its answer (its client reads each
  * answer before it asks again), so no finish waits behind a lookup on the
  * connection being handled. */
-void sup_handle_dir(conn *c, const ci_sup_frame *f)
+void sup_handle_dir(conn *c, const ci_sup_frame *f, void (*read_others)(void))
 {
     apr_pool_t *p;
     apr_array_header_t *gone;
@@ -151,7 +141,7 @@ void sup_handle_dir(conn *c, const ci_sup_frame *f)
         /* Another lookup among those read may miss in turn: it reads the
          * rest likewise. C's frames are being handled, so it is not read
          * again; each level adds one such connection, so this ends. */
-        sup_read_others();
+        read_others();
         answer = ci_dirops_apply(sup_state.dir, p, f->data, f->len, apr_time_now(), gone);
     }
     sup_send_text(c, CI_SUP_DIR_ANSWER, 0, answer);

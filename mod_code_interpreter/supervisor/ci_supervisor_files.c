@@ -1,9 +1,12 @@
 /*
  * ci_supervisor_files.c - file operations (FILEOP: list, get, delete, put)
- * on a container's sandbox: queued behind its runs, the kernel's answer
- * relayed unparsed until its end line; a put's data (FILEDATA, FILEEND)
- * relayed in chunks, held back while the kernel lags, and bounded by the
- * limits as measured from outside the sandbox (ci_usage.h).
+ * on a container's sandbox, on the kernel's side: the kernel's answer
+ * relayed unparsed and watched for its end line; an answer given here
+ * instead; a put's data (FILEDATA, FILEEND) relayed in chunks, held back
+ * while the kernel lags, and bounded by the limits as measured from outside
+ * the sandbox (ci_usage.h). The request itself is queued behind the
+ * container's runs by ci_supervisor_runs.c, which stands on this file:
+ * what ends an operation here is reported to it, not called up.
  */
 #include <stdio.h>
 #include <string.h>
@@ -91,38 +94,6 @@ const char *sup_put_limits(box *b, const char *line, apr_size_t len)
     return refusal;
 }
 
-/* A file operation of container ID's sandbox: NONE when it has none (no
- * code ever ran there, or it was lost: no files), else queued behind the
- * container's runs; the kernel's answer is relayed like a run's output. The
- * peer is one of the server's processes, which checked the owner. */
-void sup_handle_fileop(conn *c, const ci_sup_frame *f)
-{
-    apr_pool_t *p;
-    json_object *req, *op;
-    const char *id, *kind, *line, *err = NULL;
-    apr_size_t len;
-    box *b = NULL;
-    apr_pool_create(&p, sup_state.p);
-    req = ci_json_parse(p, f->data, f->len, &err);
-    id = ci_json_str(req, "container");
-    op = ci_json_get(req, "op", json_type_object);
-    kind = ci_json_str(op, "op");
-    if (!id || !kind || (strcmp(kind, "list") && strcmp(kind, "get") &&
-                         strcmp(kind, "delete") && strcmp(kind, "put")))
-        sup_send_text(c, CI_SUP_ERROR, 0, "a file operation not understood");
-    else if (!(b = sup_container_box(id)) || b->state == BOX_DEAD)
-        sup_send_frame(c, CI_SUP_NONE, 0, NULL, 0);
-    else {
-        sup_detach(c);
-        c->attached = b;
-        line = ci_json_pstr(p, op, &len);   /* one line: json-c escapes newlines */
-        if (sup_enqueue(b, c, line, len, strcmp(kind, "put") ? RAW_FILEOP : RAW_PUT) < 0)
-            sup_send_end(c, b->id, CI_EXEC_LOST);
-        sup_next_run(b);
-    }
-    apr_pool_destroy(p);
-}
-
 /* A file operation moved bytes (a chunk of a put came, a piece of a get
  * went out): its deadline counts from now, so that a large file at a slow
  * but steady client is not cut, and a stalled one is. */
@@ -166,8 +137,9 @@ void sup_handle_filedata(conn *c, const ci_sup_frame *f)
 }
 
 /* A file operation's output: relayed as it comes (the client's back-pressure
- * bounds what waits here), not parsed; it ends with FILEOP_END. */
-void sup_fileop_output(box *b, const char *buf, apr_size_t n)
+ * bounds what waits here), not parsed; it ends with FILEOP_END. 1 when it
+ * ended (B idle, its client told: the queue's next run may start). */
+int sup_fileop_output(box *b, const char *buf, apr_size_t n)
 {
     conn *to = sup_client_of(b);
     ci_exec_outcome why = b->interrupted;
@@ -184,7 +156,7 @@ void sup_fileop_output(box *b, const char *buf, apr_size_t n)
         b->tail_len = keep + n;
     }
     if (b->tail_len != FILEOP_END_LEN || memcmp(b->tail, FILEOP_END, FILEOP_END_LEN))
-        return;
+        return 0;
     if (b->put_refusal && to)         /* what the kernel said was not relayed */
         send_fileop_answer(b, to, b->put_refusal);
     b->put_refusal = NULL;
@@ -196,7 +168,7 @@ void sup_fileop_output(box *b, const char *buf, apr_size_t n)
     else if (to)
         sup_send_end(to, b->id, CI_EXEC_COMPLETED);
     b->runner = NULL;
-    sup_next_run(b);
+    return 1;
 }
 
 /* C is sending a put's data faster than the kernel takes it: C is not read

@@ -2,23 +2,37 @@
  * ci_supervisor_internal.h - what the local sandbox supervisor's files
  * share: its state (one, as there is one thread), its sandboxes and
  * connections, and what each file offers the others. Not for use outside
- * the supervisor (ci_supervisor.h is its public side):
+ * the supervisor (ci_supervisor.h is its public side).
  *
- *   ci_supervisor.c             the entry, the poll loop, connections and
- *                               their frames, peer checks, status
- *   ci_supervisor_boxes.c       sandboxes by id: their life, runs and
- *                               containers' run queues, relayed output,
- *                               deadlines and interrupts
- *   ci_supervisor_containers.c  the container directory hosted here (DIR),
- *                               containers' sandboxes, expiry
- *   ci_supervisor_warm.c        warm pools
- *   ci_supervisor_files.c       file operations relayed to a container's
- *                               sandbox, upload limits measured outside
+ * Its files, from the bottom up: each calls only files listed above it
+ * (scripts/check-circles.py holds them to it). What happens below that a
+ * file above must act on is told up by a return value, or by a function
+ * the file above hands down, never by a call up.
+ *
+ *   ci_supervisor_state.c       the daemon's state, the output queue, the
+ *                               frames sent to a connection
  *   ci_supervisor_procs.c       processes as /proc shows them: parents, a
- *                               sandbox's tree, its memory and its bound,
- *                               its threads' scheduling
+ *                               sandbox's tree, its interpreter, its memory;
+ *                               threads moved to SCHED_IDLE
+ *   ci_supervisor_cgroup.c      a cgroup v2 per sandbox
  *   ci_supervisor_egress.c      the egress proxy: started on need, a
  *                               listener per sandbox with an allowlist
+ *   ci_supervisor_boxes.c       sandboxes by id: forked, started, killed,
+ *                               freed; their slot, who hears them, a
+ *                               container's by its id; children reaped
+ *   ci_supervisor_warm.c        warm pools
+ *   ci_supervisor_files.c       file operations on the kernel's side: the
+ *                               output watched for its end, a put's data
+ *                               and its limits measured outside
+ *   ci_supervisor_runs.c        what runs in sandboxes: the requests on
+ *                               them, runs and containers' run queues,
+ *                               relayed output, deadlines and interrupts
+ *   ci_supervisor_watch.c       once a second: sandboxes' processes held to
+ *                               their CPU and memory
+ *   ci_supervisor_containers.c  the container directory hosted here (DIR),
+ *                               containers' sandboxes (ATTACH), expiry
+ *   ci_supervisor.c             the entry, the poll loop, connections and
+ *                               their frames, peer checks, status
  */
 #ifndef CI_SUPERVISOR_INTERNAL_H
 #define CI_SUPERVISOR_INTERNAL_H
@@ -51,7 +65,7 @@
 #define RAW_SHELL 3                             /* a shell call's line: an
                                                    execution, not a file op */
 
-/* ---- an output queue (ci_supervisor.c) ---------------------------------- */
+/* ---- an output queue (ci_supervisor_state.c) ---------------------------- */
 
 typedef struct outq {
     char *buf;
@@ -62,6 +76,8 @@ typedef struct outq {
 int sup_outq_add(outq *q, const void *data, apr_size_t len);
 /* The bytes still to write. */
 apr_size_t sup_outq_len(const outq *q);
+/* Write what FD (a socket: IS_SOCKET) takes now. -1 when the peer is gone. */
+int sup_outq_flush(outq *q, int fd, int is_socket);
 void sup_outq_free(outq *q);
 
 /* ---- state -------------------------------------------------------------- */
@@ -149,7 +165,7 @@ struct conn {
     struct conn *next;
 };
 
-/* The daemon's state: one, as there is one thread (ci_supervisor.c). */
+/* The daemon's state: one, as there is one thread (ci_supervisor_state.c). */
 typedef struct sup_daemon {
     apr_pool_t *p;
     const ci_sup_config *cfg;
@@ -169,7 +185,7 @@ typedef struct sup_daemon {
 
 extern sup_daemon sup_state;
 
-/* ---- ci_supervisor.c: frames to a connection ---------------------------- */
+/* ---- ci_supervisor_state.c: frames to a connection ---------------------- */
 
 void sup_send_frame(conn *c, int type, apr_uint32_t id, const char *data,
                     apr_size_t len);
@@ -177,84 +193,6 @@ void sup_send_text(conn *c, int type, apr_uint32_t id, const char *text);
 void sup_send_end(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
 /* The run ended with OUTCOME after an interrupt its interpreter survived. */
 void sup_send_end_kept(conn *c, apr_uint32_t id, ci_exec_outcome outcome);
-/* Read and handle what the other connections hold already: those whose
- * frames are not being handled now (a lookup that missed, on one of them,
- * may ask this again, for the rest). */
-void sup_read_others(void);
-
-/* ---- ci_supervisor_boxes.c: sandboxes ----------------------------------- */
-
-/* Kill B's sandbox and let go of its descriptors (B stays, DEAD). */
-void sup_box_kill(box *b);
-/* B goes: unlisted, its waiters told, its slot released, its pool gone. */
-void sup_box_free(box *b);
-/* Fork B's sandbox (again): 0, or -1. */
-int sup_box_spawn(box *b);
-/* Start a sandbox of DEF: a new box, or NULL with *ERR. */
-box *sup_box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
-                   const char **err);
-/* Who hears B's output: its connection, or its container's runner. */
-conn *sup_client_of(const box *b);
-/* Stop B's execution with OUTCOME: the sandbox is killed. */
-void sup_stop_run(box *b, ci_exec_outcome outcome);
-/* A container's sandbox is free: its next queued run starts. */
-void sup_next_run(box *b);
-/* Queue C's run of CODE (RAW: what it is, RAW_*) behind B's. 0, or -1. */
-int sup_enqueue(box *b, conn *c, const char *code, apr_size_t len, int raw);
-/* C leaves its container's queue, and its run in progress. */
-void sup_detach(conn *c);
-/* Requests: CREATE and WARM_TAKE (TAKE), RUN, SHELL, INTERRUPT, DESTROY. */
-void sup_handle_create(conn *c, const ci_sup_frame *f, int take);
-void sup_handle_run(conn *c, const ci_sup_frame *f);
-void sup_handle_shell(conn *c, const ci_sup_frame *f);
-void sup_handle_interrupt(conn *c, const ci_sup_frame *f);
-void sup_handle_destroy(conn *c, const ci_sup_frame *f);
-/* B's kernel wrote: its output, relayed. */
-void sup_box_readable(box *b);
-/* Each turn of the loop: deadlines reached, children reaped. */
-void sup_check_deadlines(void);
-void sup_reap_strays(void);
-
-/* ---- ci_supervisor_containers.c: containers ----------------------------- */
-
-/* At start: the index of containers' sandboxes, and the directory's busy
- * probe over it. */
-void sup_start_containers(apr_pool_t *p);
-/* Container ID's sandbox, or NULL. */
-box *sup_container_box(const char *id);
-/* B's container was used now (the directory's clock). */
-void sup_touch_container(box *b);
-void sup_handle_attach(conn *c, const ci_sup_frame *f);
-void sup_handle_dir(conn *c, const ci_sup_frame *f);
-/* Once a second: expiry, and the sandboxes' processes held to their CPU
- * and memory (sup_watch_processes). */
-void sup_expire_containers(void);
-
-/* ---- ci_supervisor_warm.c: warm pools ----------------------------------- */
-
-/* Start what the pools lack (sup_state.refill_due again when it cannot). */
-void sup_refill(void);
-/* A ready warm sandbox of DEFTEXT, or NULL. */
-box *sup_warm_ready(const char *deftext);
-void sup_handle_warm_set(conn *c, const ci_sup_frame *f);
-/* The pools the configuration asks for at start (sup_state.cfg->wants). */
-void sup_start_wants(apr_pool_t *p);
-
-/* ---- ci_supervisor_files.c: file operations ----------------------------- */
-
-/* A put's limits measured outside: NULL, or the refusal to answer. */
-const char *sup_put_limits(box *b, const char *line, apr_size_t len);
-/* A file operation answered here with TYPE, and the run over. */
-void sup_answer_fileop(box *b, conn *c, const char *type);
-/* The end of B's put: committed, or abandoned. */
-void sup_end_upload(box *b, int commit);
-/* A file operation's output: relayed, watched for its end. */
-void sup_fileop_output(box *b, const char *buf, apr_size_t n);
-/* C's put is ahead of its kernel: C is not read meanwhile. */
-int sup_uploading_ahead(const conn *c);
-/* Requests: FILEOP, and FILEDATA or FILEEND. */
-void sup_handle_fileop(conn *c, const ci_sup_frame *f);
-void sup_handle_filedata(conn *c, const ci_sup_frame *f);
 
 /* ---- ci_supervisor_procs.c: processes ----------------------------------- */
 
@@ -266,12 +204,12 @@ int sup_is_bwrap(pid_t pid);
 apr_array_header_t *sup_proc_parents(apr_pool_t *p);
 /* ROOT and every process under it in ALL, into OUT (at most MAX). */
 int sup_descendants(const apr_array_header_t *all, pid_t root, pid_t *out, int max);
-/* Once a second: every thread of each sandbox but its interpreter's main
- * thread moved to SCHED_IDLE; sandboxes over their memory bound killed. */
-void sup_watch_processes(void);
-/* How sandboxes' CPU is held: a word for status, a sentence for the log. */
-const char *sup_cpu_mode(void);
-const char *sup_cpu_mode_text(apr_pool_t *p);
+/* Resident bytes of the N processes of PIDS. */
+apr_uint64_t sup_resident(const pid_t *pids, int n);
+/* B's interpreter among its processes as last found (b->procs), or 0. */
+pid_t sup_find_kernel(const box *b);
+/* Every thread of PID but KEEP to SCHED_IDLE: how many were moved. */
+int sup_idle_threads(pid_t pid, pid_t keep);
 
 /* ---- ci_supervisor_cgroup.c: a cgroup v2 per sandbox ------------------- */
 
@@ -307,5 +245,101 @@ void sup_egress_execution(box *b);
 void sup_egress_claim(box *b);
 /* A child PID was reaped: 1 when it was the proxy (started again). */
 int sup_egress_reaped(pid_t pid);
+
+/* ---- ci_supervisor_boxes.c: sandboxes ----------------------------------- */
+
+/* Kill B's sandbox and let go of its descriptors (B stays, DEAD). */
+void sup_box_kill(box *b);
+/* B goes: unlisted, its waiters told, its slot released, its pool gone. */
+void sup_box_free(box *b);
+/* Fork B's sandbox (again): 0, or -1. */
+int sup_box_spawn(box *b);
+/* Start a sandbox of DEF: a new box, or NULL with *ERR. */
+box *sup_box_start(const ci_sandbox_def *def, const char *deftext, const char *tag,
+                   const char **err);
+/* B's registry slot given back (a warm one's, as a connection takes it). */
+void sup_box_release_slot(box *b);
+/* A container's sandbox goes: its waiters get WHY, its queued runs and its
+ * run in progress end LOST, its connections are detached. */
+void sup_release_waiting(box *b, const char *why);
+/* A fresh reader of B's output, for its start or its next run. */
+void sup_fresh_reader(box *b);
+/* Who hears B's output: its connection, or its container's runner. */
+conn *sup_client_of(const box *b);
+/* The box with ID that C owns (or is attached to), or NULL. */
+box *sup_owned(conn *c, apr_uint32_t id);
+/* Container ID's sandbox, or NULL. */
+box *sup_container_box(const char *id);
+/* B's container was used now (the directory's clock). */
+void sup_touch_container(box *b);
+/* Each turn of the loop: children reaped. */
+void sup_reap_strays(void);
+
+/* ---- ci_supervisor_warm.c: warm pools ----------------------------------- */
+
+/* Start what the pools lack (sup_state.refill_due again when it cannot). */
+void sup_refill(void);
+/* A ready warm sandbox of DEFTEXT, or NULL. */
+box *sup_warm_ready(const char *deftext);
+void sup_handle_warm_set(conn *c, const ci_sup_frame *f);
+/* The pools the configuration asks for at start (sup_state.cfg->wants). */
+void sup_start_wants(apr_pool_t *p);
+
+/* ---- ci_supervisor_files.c: file operations, the kernel's side ---------- */
+
+/* A put's limits measured outside: NULL, or the refusal to answer. */
+const char *sup_put_limits(box *b, const char *line, apr_size_t len);
+/* A file operation answered here with TYPE, and the run over. */
+void sup_answer_fileop(box *b, conn *c, const char *type);
+/* The end of B's put: committed, or abandoned. */
+void sup_end_upload(box *b, int commit);
+/* A file operation's output: relayed, watched for its end. 1 when it ended
+ * (B idle again: its queue's next run may start), else 0. */
+int sup_fileop_output(box *b, const char *buf, apr_size_t n);
+/* C's put is ahead of its kernel: C is not read meanwhile. */
+int sup_uploading_ahead(const conn *c);
+/* Request: FILEDATA or FILEEND. */
+void sup_handle_filedata(conn *c, const ci_sup_frame *f);
+
+/* ---- ci_supervisor_runs.c: runs ----------------------------------------- */
+
+/* Stop B's execution with OUTCOME: the sandbox is killed. */
+void sup_stop_run(box *b, ci_exec_outcome outcome);
+/* C leaves its container's queue, and its run in progress. */
+void sup_detach(conn *c);
+/* Requests: CREATE and WARM_TAKE (TAKE), RUN, SHELL, FILEOP, INTERRUPT,
+ * DESTROY. */
+void sup_handle_create(conn *c, const ci_sup_frame *f, int take);
+void sup_handle_run(conn *c, const ci_sup_frame *f);
+void sup_handle_shell(conn *c, const ci_sup_frame *f);
+void sup_handle_fileop(conn *c, const ci_sup_frame *f);
+void sup_handle_interrupt(conn *c, const ci_sup_frame *f);
+void sup_handle_destroy(conn *c, const ci_sup_frame *f);
+/* B's kernel wrote: its output, relayed. */
+void sup_box_readable(box *b);
+/* Each turn of the loop: deadlines reached. */
+void sup_check_deadlines(void);
+
+/* ---- ci_supervisor_watch.c: sandboxes' processes held ------------------- */
+
+/* Once a second: every thread of each sandbox but its interpreter's main
+ * thread moved to SCHED_IDLE; sandboxes over their memory bound killed. */
+void sup_watch_processes(void);
+/* How sandboxes' CPU is held: a word for status, a sentence for the log. */
+const char *sup_cpu_mode(void);
+const char *sup_cpu_mode_text(apr_pool_t *p);
+
+/* ---- ci_supervisor_containers.c: containers ----------------------------- */
+
+/* At start: the index of containers' sandboxes, and the directory's busy
+ * probe over it. */
+void sup_start_containers(apr_pool_t *p);
+void sup_handle_attach(conn *c, const ci_sup_frame *f);
+/* DIR: READ_OTHERS reads and handles what the other connections hold
+ * already (the loop's), for a lookup that missed. */
+void sup_handle_dir(conn *c, const ci_sup_frame *f, void (*read_others)(void));
+/* Once a second: expiry, and the sandboxes' processes held to their CPU
+ * and memory (sup_watch_processes). */
+void sup_expire_containers(void);
 
 #endif
