@@ -19,7 +19,8 @@
 /* Beyond processes=: bubblewrap's own two processes and the egress relay. */
 #define PIDS_OVERHEAD 4
 
-int sup_cgroups_on(void)
+/* Whether sandboxes get cgroups (cfg->cgroup_dir). */
+static int sup_cgroups_on(void)
 {
     return sup_state.cfg->cgroup_dir != NULL;
 }

@@ -213,9 +213,8 @@ int sup_idle_threads(pid_t pid, pid_t keep);
 
 /* ---- ci_supervisor_cgroup.c: a cgroup v2 per sandbox ------------------- */
 
-/* Whether sandboxes get cgroups (cfg->cgroup_dir), and whether their CPU is
- * held there (the cpu controller is enabled for them). */
-int sup_cgroups_on(void);
+/* Whether sandboxes' CPU is held in their cgroups (cgroups are on and the
+ * cpu controller is enabled for them). */
 int sup_cgroups_hold_cpu(void);
 /* B's cgroup for its next start, with its bounds: the descriptor its child
  * joins by (close it after the spawn), -1 when cgroups are off, -2 when it
