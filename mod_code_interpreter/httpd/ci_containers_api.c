@@ -80,7 +80,7 @@ static int deletable_here(api_req *a, int *rc)
 {
     json_object *ans;
     ci_container c;
-    if (!ci_server_directory(a->r->server))
+    if (!ci_dirclient_shared(a->r->server))
         return 0;
     if (!(ans = capi_dir_ask(a, capi_dir_request(a, "get"))))
         return *rc = capi_unavailable(a), -1;

@@ -56,15 +56,19 @@ typedef struct ci_dirclient_backend {
     int (*status)(apr_pool_t *p, const char **answer, const char **err);
     /* Before a local container's sandbox is attached on this node: the
      * supervisor's shadow of container C of OWNER (tool DEF), made or
-     * refreshed. 0, or -1. NULL: nothing to do (one node's directory). */
-    int (*adopt)(request_rec *r, const char *owner, const ci_container *c,
-                 const ci_sandbox_def *def);
+     * refreshed. 0, or -1 with *ERR (no secret). NULL: nothing to do (one
+     * node's directory). */
+    int (*adopt)(apr_pool_t *p, const char *owner, const ci_container *c,
+                 const ci_sandbox_def *def, const char **err);
     /* Every few claims: end the local sandboxes whose containers the
      * directory no longer has running. NULL: nothing to reconcile. */
     void (*reconcile)(server_rec *s, apr_pool_t *p);
     /* The directory keeps busy marks (executions on other nodes must not
      * let a container be evicted or expired). */
     int marks_busy;
+    /* Several nodes share the directory: a container's local sandbox may
+     * run on another node (reached there only). */
+    int shared;
     /* Q->req sent without waiting: 0, or -1 with *ERR; then its answer,
      * as ASK's, or NULL with *ERR. NULL: the back end cannot keep a
      * lookup that comes after from overtaking it, and is asked at once. */
@@ -75,8 +79,14 @@ typedef struct ci_dirclient_backend {
 extern const ci_dirclient_backend ci_dirclient_supervisor;
 extern const ci_dirclient_backend ci_dirclient_redis;
 
-/* Child init: the node's name, then the back end's. */
+/* Child init: the node's name, then the claimer thread where the back end
+ * says this node claims (ci_dirclient_claimer.c). */
 void ci_dirclient_child_init(apr_pool_t *pchild, server_rec *s);
+
+/* S's back end: chosen here, and nowhere else. */
+const ci_dirclient_backend *ci_dirclient_backend_of(server_rec *s);
+/* Whether S's directory is shared by several nodes (the back end's shared). */
+int ci_dirclient_shared(server_rec *s);
 
 /* The name this node goes by in a shared directory ("ServerName:port"). */
 const char *ci_dirclient_node(void);
@@ -102,8 +112,11 @@ ci_dir_sent *ci_dirclient_send(server_rec *s, apr_pool_t *p, json_object *req);
  * ask at once). */
 int ci_dirclient_sends_ahead(server_rec *s);
 json_object *ci_dirclient_receive_and_end(server_rec *s, apr_pool_t *p, ci_dir_sent *q);
+/* The records ANS carries (container, evicted, containers[]) whose ids its
+ * "gone" names: an array of ci_container, from P. */
+apr_array_header_t *ci_dirclient_gone_of(apr_pool_t *p, json_object *ans);
 /* End the sandboxes of GONE (ci_container) where they run, when this node
- * can reach them. */
+ * can reach them (ci_dirclient_end.c). */
 void ci_dirclient_end(server_rec *s, apr_pool_t *p, const apr_array_header_t *gone);
 
 /* An answer's status, and its record KEY ("container", "evicted") into *C:
@@ -123,7 +136,7 @@ int ci_dirclient_status(server_rec *s, apr_pool_t *p, const char **answer,
                         const char **err);
 
 /* Before container C's local sandbox is attached here (the back end's
- * adopt). 0, or -1 (logged). */
+ * adopt). 0, or -1 (logged for R). */
 int ci_dirclient_adopt(request_rec *r, const char *owner, const ci_container *c,
                        const ci_sandbox_def *def);
 
@@ -147,6 +160,8 @@ int ci_dirclient_elsewhere(request_rec *r, const ci_container *c, ci_error *err)
  * sealed with the server secret and bound to the container's id. */
 void ci_dirclient_record_handle(request_rec *r, apr_pool_t *p, const char *owner,
                                 const char *container_id, const char *handle);
+
+/* ---- sealed in the directory (ci_dirclient_seal.c) --------------------- */
 /* SECRETS (ci_domain_secret) sealed for container ID, each with a new
  * placeholder: what its record keeps. From P. */
 const char *ci_dirclient_seal_secrets(apr_pool_t *p, const char *id,

@@ -144,15 +144,14 @@ static json_object *redis_ask(server_rec *s, apr_pool_t *p, json_object *req,
     return ans;
 }
 
-static int redis_adopt(request_rec *r, const char *owner, const ci_container *c,
-                    const ci_sandbox_def *def)
+static int redis_adopt(apr_pool_t *p, const char *owner, const ci_container *c,
+                       const ci_sandbox_def *def, const char **err)
 {
     json_object *req, *ans;
-    const char *err = NULL;
     int idle = c->idle_seconds > 0 ? c->idle_seconds : def->idle;
     if (def->provider->caps & CI_CAP_REMOTE)
         return 0;                 /* any node reaches its sandbox */
-    req = ci_dirclient_shadow_request(r->pool, "adopt", c->id);
+    req = ci_dirclient_shadow_request(p, "adopt", c->id);
     json_object_object_add(req, "owner", json_object_new_string(owner));
     json_object_object_add(req, "tool", json_object_new_string(c->tool ? c->tool
                                                                        : def->name));
@@ -160,17 +159,15 @@ static int redis_adopt(request_rec *r, const char *owner, const ci_container *c,
         json_object_object_add(req, "memory_limit",
                                json_object_new_string(c->memory_limit));
     json_object_object_add(req, "idle", json_object_new_int(idle + SHADOW_GRACE));
-    ans = ci_dirclient_supervisor_answer(r->pool, req, &err);
+    ans = ci_dirclient_supervisor_answer(p, req, err);
     /* dropped since the request found it (deleted on this node): not taken
      * on again; the supervisor's ATTACH then finds it gone, and the call is
      * answered so (ci_session's container_gone) */
     if (ans && ci_dirclient_status_of(ans) == CI_DIR_EXPIRED)
         return 0;
     if (!ans || ci_dirclient_status_of(ans) != CI_DIR_OK) {
-        ap_log_rerror(APLOG_MARK, APLOG_ERR, 0, r, "CI0837: container %s could not be "
-                      "taken on by this node's sandbox supervisor: %s", c->id,
-                      ans ? apr_psprintf(r->pool, "it answered %s", ci_json_text(ans, NULL))
-                          : err ? err : "");
+        if (ans)
+            *err = apr_psprintf(p, "it answered %s", ci_json_text(ans, NULL));
         return -1;
     }
     return 0;
@@ -221,4 +218,5 @@ const ci_dirclient_backend ci_dirclient_redis = {
     .adopt = redis_adopt,
     .reconcile = redis_reconcile,
     .marks_busy = 1,
+    .shared = 1,
 };

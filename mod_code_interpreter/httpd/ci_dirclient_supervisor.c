@@ -91,6 +91,7 @@ const ci_dirclient_backend ci_dirclient_supervisor = {
     .adopt = NULL,
     .reconcile = NULL,
     .marks_busy = 0,
+    .shared = 0,
     .send = supervisor_send,
     .receive = supervisor_receive,
 };
