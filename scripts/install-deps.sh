@@ -4,7 +4,7 @@
 set -e
 PKGS="apache2 apache2-dev build-essential autoconf automake libtool pkg-config \
 libapr1-dev libaprutil1-dev libcurl4-openssl-dev libjson-c-dev libcmocka-dev libssl-dev \
-libhiredis-dev bubblewrap python3 python3-numpy python3-pandas python3-matplotlib"
+libhiredis-dev libarchive-dev bubblewrap python3 python3-numpy python3-pandas python3-matplotlib"
 if [ "${1:-}" = "--test" ]; then
     PKGS="$PKGS python3-pytest python3-jsonschema python3-pip openssl curl clang libclang-rt-14-dev valgrind \
 git dpkg-dev debhelper redis-server iproute2"
