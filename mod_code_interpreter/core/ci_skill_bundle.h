@@ -24,8 +24,10 @@
  * the path with any byte that is not printable UTF-8 written as \xNN):
  *   - every path is one top-level folder and a path inside it, segments
  *     separated by '/': no '..', '.' or empty segment, no leading '/', no
- *     '\' at all (a separator on Windows, a name character elsewhere:
- *     either reading would be a guess; the Node SDK already sends '/'), no
+ *     '\' in a directory upload's names (a separator on Windows, a name
+ *     character elsewhere: either reading would be a guess; the Node SDK
+ *     already sends '/'; in a zip, libarchive reads '\' as '/' before we
+ *     see the name, and the path is checked as such), no
  *     control character (C0, DEL, C1), valid UTF-8, at most
  *     CI_SKILL_MAX_PATH bytes and CI_SKILL_MAX_DEPTH segments below the
  *     folder;
