@@ -47,8 +47,11 @@ static void check_files(const ci_skill_bundle *b)
     for (i = 0; i < b->files->nelts; i++) {
         const ci_skill_file *f = &APR_ARRAY_IDX(b->files, i, ci_skill_file);
         FUZZ_CHECK(*f->path && f->path[0] != '/', "path '%s'", f->path);
-        FUZZ_CHECK(strcmp(f->path, "..") && strncmp(f->path, "../", 3) &&
-                   !strstr(f->path, "/../"), "path '%s' leaves", f->path);
+        /* a path that leaves the folder: "..", or with a ".." segment */
+        FUZZ_CHECK(strcmp(f->path, "..") &&
+                   strncmp(f->path, "../", 3) &&  /* check-clone: data */
+                   !strstr(f->path, "/../"),      /* check-clone: data */
+                   "path '%s' leaves", f->path);
         FUZZ_CHECK(f->len <= limits.max_file, "a file of %lu bytes", (unsigned long)f->len);
         FUZZ_CHECK(f->data[f->len] == '\0', "data not NUL-terminated");
         if (i)

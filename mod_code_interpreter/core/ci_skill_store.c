@@ -1,0 +1,245 @@
+/*
+ * ci_skill_store.c - skill bundles on disk, content-addressed
+ * (ci_skill_store.h).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <apr_general.h>
+#include <apr_strings.h>
+#include "ci_skill_store.h"
+
+#define DIGEST_HEX 64
+
+int ci_skill_store_digest_ok(const char *digest)
+{
+    return digest && strlen(digest) == DIGEST_HEX &&
+           strspn(digest, "0123456789abcdef") == DIGEST_HEX;
+}
+
+static const char *shard_of(apr_pool_t *p, const char *dir, const char *digest)
+{
+    return apr_pstrcat(p, dir, "/", apr_pstrndup(p, digest, 2), NULL);
+}
+
+const char *ci_skill_store_tree(apr_pool_t *p, const char *dir, const char *digest)
+{
+    return apr_pstrcat(p, shard_of(p, dir, digest), "/", digest, NULL);
+}
+
+const char *ci_skill_store_zip(apr_pool_t *p, const char *dir, const char *digest)
+{
+    return apr_pstrcat(p, ci_skill_store_tree(p, dir, digest), ".zip", NULL);
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int ci_skill_store_has(apr_pool_t *p, const char *dir, const char *digest)
+{
+    return ci_skill_store_digest_ok(digest) && is_dir(ci_skill_store_tree(p, dir, digest));
+}
+
+/* -1 with *ERR naming WHAT and errno's reason. */
+static int failed(apr_pool_t *p, const char *what, const char **err)
+{
+    int e = errno;
+    *err = apr_psprintf(p, "the skill store could not write %s: %s", what, strerror(e));
+    return -1;
+}
+
+/* A name beside FINAL that no other writer uses. */
+static const char *temp_beside(apr_pool_t *p, const char *final)
+{
+    unsigned char r[8];
+    char hex[17];
+    const char *slash = strrchr(final, '/');
+    int i;
+    apr_generate_random_bytes(r, sizeof(r));
+    for (i = 0; i < 8; i++)
+        apr_snprintf(hex + 2 * i, 3, "%02x", r[i]);
+    return apr_psprintf(p, "%.*s/.%s.%s", (int)(slash - final), final, slash + 1, hex);
+}
+
+/* PATH a folder (made now, or one already: never a link to one). */
+static int ensure_dir(const char *path)
+{
+    if (mkdir(path, 0755) == 0)
+        return 0;
+    return errno == EEXIST && is_dir(path) ? 0 : -1;
+}
+
+static int write_all(int fd, const char *data, apr_size_t len)
+{
+    while (len) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        data += n;
+        len -= (apr_size_t)n;
+    }
+    return 0;
+}
+
+/* A new file at PATH (ROOT's descendant, its folders made as needed) with
+ * DATA, on the disk before it is renamed into place. */
+static int write_new(apr_pool_t *p, const char *root, const char *path, const char *data,
+                     apr_size_t len)
+{
+    char *rel = apr_pstrdup(p, path), *slash;
+    int fd, rc;
+    for (slash = strchr(rel, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        if (ensure_dir(apr_pstrcat(p, root, "/", rel, NULL)) != 0)
+            return -1;
+        *slash = '/';
+    }
+    fd = open(apr_pstrcat(p, root, "/", rel, NULL),
+              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    rc = write_all(fd, data, len) == 0 && fsync(fd) == 0 ? 0 : -1;
+    return close(fd) == 0 ? rc : -1;
+}
+
+static int unlink_one(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+    return type == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* The tree at PATH removed, nothing followed through a link. */
+static int remove_tree(const char *path)
+{
+    return nftw(path, unlink_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+static int put_zip(apr_pool_t *p, const char *final, const char *zip, apr_size_t len,
+                   const char **err)
+{
+    const char *temp = temp_beside(p, final);
+    const char *slash = strrchr(temp, '/');
+    const char *root = apr_pstrndup(p, temp, slash - temp);
+    if (write_new(p, root, slash + 1, zip, len) != 0 || rename(temp, final) != 0) {
+        failed(p, final, err);
+        unlink(temp);
+        return -1;
+    }
+    return 0;
+}
+
+static int put_tree(apr_pool_t *p, const char *final, const ci_skill_bundle *b,
+                    const char **err)
+{
+    const char *temp = temp_beside(p, final);
+    int i;
+    if (mkdir(temp, 0755) != 0)
+        return failed(p, temp, err);
+    for (i = 0; i < b->files->nelts; i++) {
+        const ci_skill_file *f = &APR_ARRAY_IDX(b->files, i, ci_skill_file);
+        if (write_new(p, temp, f->path, f->data, f->len) != 0) {
+            failed(p, apr_pstrcat(p, final, "/", f->path, NULL), err);
+            remove_tree(temp);
+            return -1;
+        }
+    }
+    if (rename(temp, final) == 0)
+        return 0;
+    /* another writer of the same bundle came first: its tree is this one */
+    if ((errno == ENOTEMPTY || errno == EEXIST) && is_dir(final)) {
+        remove_tree(temp);
+        return 0;
+    }
+    failed(p, final, err);
+    remove_tree(temp);
+    return -1;
+}
+
+int ci_skill_store_put(apr_pool_t *p, const char *dir, const ci_skill_bundle *b,
+                       const char *zip, apr_size_t len, const char **err)
+{
+    if (!ci_skill_store_digest_ok(b->digest)) {
+        *err = "the skill store was given a bundle without a digest";
+        return -1;
+    }
+    if (ci_skill_store_has(p, dir, b->digest))
+        return 0;
+    if (ensure_dir(shard_of(p, dir, b->digest)) != 0)
+        return failed(p, shard_of(p, dir, b->digest), err);
+    if (put_zip(p, ci_skill_store_zip(p, dir, b->digest), zip, len, err) != 0)
+        return -1;
+    return put_tree(p, ci_skill_store_tree(p, dir, b->digest), b, err);
+}
+
+int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
+                            const char **zip, apr_size_t *len, const char **err)
+{
+    const char *path;
+    struct stat st;
+    char *buf;
+    apr_size_t got = 0;
+    int fd;
+    if (!ci_skill_store_digest_ok(digest))
+        return 1;
+    path = ci_skill_store_zip(p, dir, digest);
+    if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
+        if (errno == ENOENT)
+            return 1;
+        *err = apr_psprintf(p, "the skill store could not read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        *err = apr_psprintf(p, "the skill store's %s is not a file", path);
+        return -1;
+    }
+    buf = apr_palloc(p, (apr_size_t)st.st_size + 1);
+    while (got < (apr_size_t)st.st_size) {
+        ssize_t n = read(fd, buf + got, (apr_size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (apr_size_t)n;
+    }
+    close(fd);
+    if (got != (apr_size_t)st.st_size) {
+        *err = apr_psprintf(p, "the skill store could not read %s whole", path);
+        return -1;
+    }
+    buf[got] = '\0';
+    *zip = buf;
+    *len = got;
+    return 0;
+}
+
+int ci_skill_store_remove(apr_pool_t *p, const char *dir, const char *digest,
+                          const char **err)
+{
+    const char *tree, *gone;
+    if (!ci_skill_store_digest_ok(digest))
+        return 0;
+    tree = ci_skill_store_tree(p, dir, digest);
+    /* out of its place first: a reader finds the whole tree or none */
+    gone = temp_beside(p, tree);
+    if (rename(tree, gone) != 0 && errno != ENOENT) {
+        *err = apr_psprintf(p, "the skill store could not remove %s: %s", tree,
+                            strerror(errno));
+        return -1;
+    }
+    if (remove_tree(gone) != 0 ||
+        (unlink(ci_skill_store_zip(p, dir, digest)) != 0 && errno != ENOENT)) {
+        *err = apr_psprintf(p, "the skill store could not remove %s: %s", tree,
+                            strerror(errno));
+        return -1;
+    }
+    return 0;
+}
