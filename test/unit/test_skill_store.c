@@ -28,6 +28,8 @@
 
 static const char *const MANIFEST =
     "---\nname: basic-math\ndescription: Adds numbers with a script.\n---\n# Basic math\n";
+/* a digest that would climb out of the store */
+static const char *const HOSTILE = "../x";  /* check-clone: a hostile digest */
 static const char *const SCRIPT = "import sys\nprint(sum(map(int, sys.argv[1:])))\n";
 
 static ci_skill_bundle *bundle(apr_pool_t *p, const char **zip, apr_size_t *len)
@@ -158,15 +160,15 @@ static void test_digests_that_are_not_ours_make_no_path(void **state)
     ci_skill_bundle *b = bundle(p, &zip, &len);
     assert_true(ci_skill_store_digest_ok(b->digest));
     assert_false(ci_skill_store_digest_ok(NULL));
-    assert_false(ci_skill_store_digest_ok("../../etc"));  /* check-clone: a hostile digest */
+    assert_false(ci_skill_store_digest_ok(HOSTILE));
     assert_false(ci_skill_store_digest_ok(apr_pstrcat(p, b->digest, "0", NULL)));
     assert_false(ci_skill_store_digest_ok(apr_pstrndup(p, b->digest, 63)));
     assert_false(ci_skill_store_digest_ok(
         "ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789"));
-    assert_false(ci_skill_store_has(p, dir, "../x"));
-    assert_int_equal(ci_skill_store_read_zip(p, dir, "../x", &zip, &len, &err), 1);
-    assert_int_equal(ci_skill_store_remove(p, dir, "../x", &err), 0);
-    b->digest = "../x";
+    assert_false(ci_skill_store_has(p, dir, HOSTILE));
+    assert_int_equal(ci_skill_store_read_zip(p, dir, HOSTILE, &zip, &len, &err), 1);
+    assert_int_equal(ci_skill_store_remove(p, dir, HOSTILE, &err), 0);
+    b->digest = HOSTILE;
     assert_int_equal(ci_skill_store_put(p, dir, b, zip, len, &err), -1);
     assert_string_equal(err, "the skill store was given a bundle without a digest");
     assert_string_equal(names_in(p, dir), "");
