@@ -510,7 +510,7 @@ MUTANTS = [
      ["test/test_egress.py::test_a_policy_the_server_does_not_allow_is_refused"]),
     ("egress-container-allowlist-dropped", "mod_code_interpreter/sandbox/ci_sandbox.c",
      "    def = ci_sandbox_def_allowlist(p, def, allowlist);",
-     "    (void)allowlist;",
+     "    def = ci_sandbox_def_allowlist(p, def, NULL);",
      "a container's sandbox starts without its allowlist (no way out at all)",
      ["test/test_egress.py::test_an_allowlisted_domain_answers_over_http_and_https"]),
     ("egress-budget-not-renewed", "mod_code_interpreter/supervisor/ci_supervisor_runs.c",
