@@ -106,6 +106,21 @@ static ci_skill *skill_of(op *o)
     return sk;
 }
 
+/* The version of SK the request's "version" names ("latest" too when
+ * LATEST_OK); NULL (answered) when it names none. */
+static ci_skill_version *version_named(op *o, ci_skill *sk, int latest_ok)
+{
+    ci_skill_version *v;
+    int number = version_of(o, latest_ok);
+    if (number < (latest_ok ? 0 : 1)) {
+        answer(o, "bad_request");
+        return NULL;
+    }
+    if (!(v = ci_skills_version(sk, number)))
+        answer_status(o, CI_SKILLS_NO_VERSION);
+    return v;
+}
+
 static void paging(op *o, int *limit, int *ascending, const char **after)
 {
     json_object *l = ci_json_get(o->req, "limit", json_type_int);
@@ -229,17 +244,8 @@ static void op_version_get(op *o)
 {
     ci_skill *sk = skill_of(o);
     ci_skill_version *v;
-    int version;
-    if (!sk)
+    if (!sk || !(v = version_named(o, sk, 1)))
         return;
-    if ((version = version_of(o, 1)) < 0) {
-        answer(o, "bad_request");
-        return;
-    }
-    if (!(v = ci_skills_version(sk, version))) {
-        answer_status(o, CI_SKILLS_NO_VERSION);
-        return;
-    }
     json_object_object_add(o->ans, "skill", skill_json(sk));
     json_object_object_add(o->ans, "version", version_json(v));
     answer(o, "ok");
@@ -265,20 +271,12 @@ static void op_version_delete(op *o)
     ci_skill_version *v;
     json_object *skill, *version;
     ci_skills_status st;
-    int number, gone;
-    if (!sk)
+    int gone;
+    if (!sk || !(v = version_named(o, sk, 0)))
         return;
-    if ((number = version_of(o, 0)) < 1) {
-        answer(o, "bad_request");
-        return;
-    }
-    if (!(v = ci_skills_version(sk, number))) {
-        answer_status(o, CI_SKILLS_NO_VERSION);
-        return;
-    }
     skill = skill_json(sk);                    /* before: SK may go with it */
     version = version_json(v);
-    if ((st = ci_skills_delete_version(o->s, sk, number, unnamed, &gone)) != CI_SKILLS_OK) {
+    if ((st = ci_skills_delete_version(o->s, sk, v->version, unnamed, &gone)) != CI_SKILLS_OK) {
         json_object_put(skill);
         json_object_put(version);
         answer_status(o, st);

@@ -213,6 +213,14 @@ ci_skills_status ci_skills_set_default(ci_skill *sk, int version)
     return CI_SKILLS_OK;
 }
 
+/* Entry I of A (an array of pointers) taken out, the rest kept in order. */
+static void remove_at(apr_array_header_t *a, int i)
+{
+    memmove(a->elts + (size_t)i * sizeof(void *), a->elts + (size_t)(i + 1) * sizeof(void *),
+            (size_t)(a->nelts - i - 1) * sizeof(void *));
+    a->nelts--;
+}
+
 void ci_skills_delete(ci_skills *s, ci_skill *sk, apr_array_header_t *unnamed)
 {
     skill_rec *r = (skill_rec *)sk;
@@ -222,10 +230,7 @@ void ci_skills_delete(ci_skills *s, ci_skill *sk, apr_array_header_t *unnamed)
     apr_hash_set(s->by_id, sk->id, APR_HASH_KEY_STRING, NULL);
     for (i = 0; i < s->order->nelts; i++)
         if (APR_ARRAY_IDX(s->order, i, ci_skill *) == sk) {
-            memmove(&APR_ARRAY_IDX(s->order, i, ci_skill *),
-                    &APR_ARRAY_IDX(s->order, i + 1, ci_skill *),
-                    (size_t)(s->order->nelts - i - 1) * sizeof(ci_skill *));
-            s->order->nelts--;
+            remove_at(s->order, i);
             break;
         }
     apr_pool_destroy(r->pool);
@@ -257,10 +262,7 @@ ci_skills_status ci_skills_delete_version(ci_skills *s, ci_skill *sk, int versio
     if (version == sk->default_version)
         return CI_SKILLS_DEFAULT;
     unnamed_once(s, APR_ARRAY_IDX(sk->versions, i, ci_skill_version *)->digest, unnamed);
-    memmove(&APR_ARRAY_IDX(sk->versions, i, ci_skill_version *),
-            &APR_ARRAY_IDX(sk->versions, i + 1, ci_skill_version *),
-            (size_t)(sk->versions->nelts - i - 1) * sizeof(ci_skill_version *));
-    sk->versions->nelts--;
+    remove_at(sk->versions, i);
     if (version == sk->latest_version)
         sk->latest_version = newest_left(sk);
     return CI_SKILLS_OK;
