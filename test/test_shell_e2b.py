@@ -9,6 +9,7 @@ from conftest import script_input
 from test_e2b_containers import env, server  # noqa: F401 (fixtures)
 from test_loop import calls_of
 from test_shell import exit_entry, items_of, outputs_of, shell_call, stream_problems
+from test_fake_e2b import process_gone
 from test_stream import SSE
 
 TOOLS = [{"type": "code_interpreter", "container": {"type": "auto"}},
@@ -74,15 +75,16 @@ def test_exit_codes_timeouts_and_cuts_on_e2b(server, model):
 
 
 def test_a_background_process_lives_until_the_container_ends(server, model):
-    out = turn(server, [[shell_call("sleep 600 >/dev/null 2>&1 &", "echo started")],
+    out = turn(server, [[shell_call("sleep 600 >/dev/null 2>&1 & echo $!", "echo started")],
                         [{"text": "done"}]])
-    assert outputs_of(out) == [exit_entry(), exit_entry("started\n")]
-    st = server.fake.state()
-    sandbox = st["sandboxes"][st["creates"][0]["id"]]
-    assert sandbox["running"]                      # the daemon lives on ...
+    first, second = outputs_of(out)
+    assert second == exit_entry("started\n")
+    daemon = int(first["stdout"])                  # the fake's processes are the host's
+    assert not process_gone(daemon)                # the daemon lives on ...
     server.request("DELETE", "/e2b/v1/containers/" + container_of(out), headers=ME)
     st = server.fake.until(lambda s: not s["live"], "the sandbox to be deleted")
     assert [d["status"] for d in st["deletes"]] == [204]   # ... until its sandbox goes
+    assert process_gone(daemon)
 
 
 def test_the_stream_on_e2b_validates(server, model):
