@@ -91,9 +91,9 @@ static int write_all(int fd, const char *data, apr_size_t len)
 }
 
 /* A new file at PATH (ROOT's descendant, its folders made as needed) with
- * DATA, on the disk before it is renamed into place. */
+ * DATA and MODE, on the disk before it is renamed into place. */
 static int write_new(apr_pool_t *p, const char *root, const char *path, const char *data,
-                     apr_size_t len)
+                     apr_size_t len, mode_t mode)
 {
     char *rel = apr_pstrdup(p, path), *slash;
     int fd, rc;
@@ -104,7 +104,7 @@ static int write_new(apr_pool_t *p, const char *root, const char *path, const ch
         *slash = '/';
     }
     fd = open(apr_pstrcat(p, root, "/", rel, NULL),
-              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0)
         return -1;
     rc = write_all(fd, data, len) == 0 && fsync(fd) == 0 ? 0 : -1;
@@ -122,13 +122,13 @@ static int remove_tree(const char *path)
     return nftw(path, unlink_one, 16, FTW_DEPTH | FTW_PHYS) == 0 || errno == ENOENT ? 0 : -1;
 }
 
-static int put_zip(apr_pool_t *p, const char *final, const char *zip, apr_size_t len,
-                   const char **err)
+int ci_skill_store_put_file(apr_pool_t *p, const char *final, const char *data,
+                            apr_size_t len, mode_t mode, const char **err)
 {
     const char *temp = temp_beside(p, final);
     const char *slash = strrchr(temp, '/');
     const char *root = apr_pstrndup(p, temp, slash - temp);
-    if (write_new(p, root, slash + 1, zip, len) != 0 || rename(temp, final) != 0) {
+    if (write_new(p, root, slash + 1, data, len, mode) != 0 || rename(temp, final) != 0) {
         failed(p, final, err);
         unlink(temp);
         return -1;
@@ -145,7 +145,7 @@ static int put_tree(apr_pool_t *p, const char *final, const ci_skill_bundle *b,
         return failed(p, temp, err);
     for (i = 0; i < b->files->nelts; i++) {
         const ci_skill_file *f = &APR_ARRAY_IDX(b->files, i, ci_skill_file);
-        if (write_new(p, temp, f->path, f->data, f->len) != 0) {
+        if (write_new(p, temp, f->path, f->data, f->len, 0644) != 0) {
             failed(p, apr_pstrcat(p, final, "/", f->path, NULL), err);
             remove_tree(temp);
             return -1;
@@ -174,22 +174,19 @@ int ci_skill_store_put(apr_pool_t *p, const char *dir, const ci_skill_bundle *b,
         return 0;
     if (ensure_dir(shard_of(p, dir, b->digest)) != 0)
         return failed(p, shard_of(p, dir, b->digest), err);
-    if (put_zip(p, ci_skill_store_zip(p, dir, b->digest), zip, len, err) != 0)
+    if (ci_skill_store_put_file(p, ci_skill_store_zip(p, dir, b->digest), zip, len, 0644,
+                                err) != 0)
         return -1;
     return put_tree(p, ci_skill_store_tree(p, dir, b->digest), b, err);
 }
 
-int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
-                            const char **zip, apr_size_t *len, const char **err)
+int ci_skill_store_read_file(apr_pool_t *p, const char *path, apr_size_t max,
+                             const char **data, apr_size_t *len, const char **err)
 {
-    const char *path;
     struct stat st;
     char *buf;
     apr_size_t got = 0;
     int fd;
-    if (!ci_skill_store_digest_ok(digest))
-        return 1;
-    path = ci_skill_store_zip(p, dir, digest);
     if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
         if (errno == ENOENT)
             return 1;
@@ -199,6 +196,12 @@ int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         *err = apr_psprintf(p, "the skill store's %s is not a file", path);
+        return -1;
+    }
+    if ((apr_uint64_t)st.st_size > max) {
+        close(fd);
+        *err = apr_psprintf(p, "the skill store's %s is larger than %" APR_SIZE_T_FMT
+                               " bytes", path, max);
         return -1;
     }
     buf = apr_palloc(p, (apr_size_t)st.st_size + 1);
@@ -216,9 +219,18 @@ int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
         return -1;
     }
     buf[got] = '\0';
-    *zip = buf;
+    *data = buf;
     *len = got;
     return 0;
+}
+
+int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
+                            const char **zip, apr_size_t *len, const char **err)
+{
+    if (!ci_skill_store_digest_ok(digest))
+        return 1;
+    return ci_skill_store_read_file(p, ci_skill_store_zip(p, dir, digest), APR_SIZE_MAX, zip,
+                                    len, err);
 }
 
 int ci_skill_store_remove(apr_pool_t *p, const char *dir, const char *digest,

@@ -22,6 +22,7 @@
 #ifndef CI_SKILL_STORE_H
 #define CI_SKILL_STORE_H
 
+#include <sys/types.h>
 #include <apr_pools.h>
 #include "ci_skill_bundle.h"
 
@@ -47,6 +48,23 @@ int ci_skill_store_put(apr_pool_t *p, const char *dir, const ci_skill_bundle *b,
  * has no such bundle; -1 with *ERR. */
 int ci_skill_store_read_zip(apr_pool_t *p, const char *dir, const char *digest,
                             const char **zip, apr_size_t *len, const char **err);
+
+/* The file at PATH (a path of the store) given DATA (LEN bytes) whole, as
+ * a bundle's zip is: written to a new file beside it (MODE; never through
+ * a link) under a name no other writer uses, on the disk, then renamed
+ * over it, so that a reader finds the old file or the new one, never a
+ * part of either. 0, or -1 with *ERR (as ci_skill_store_put's) and nothing
+ * left beside PATH. What the store keeps besides bundles (ci_skill_records.h)
+ * is written with it too. */
+int ci_skill_store_put_file(apr_pool_t *p, const char *path, const char *data,
+                            apr_size_t len, mode_t mode, const char **err);
+
+/* The file at PATH (never through a link), at most MAX bytes, read whole
+ * into P with a NUL after it: 0, *DATA and *LEN; 1 when there is no such
+ * file; -1 with *ERR (from P; the path and the reason) when it cannot be
+ * read, is not a file or is larger. */
+int ci_skill_store_read_file(apr_pool_t *p, const char *path, apr_size_t max,
+                             const char **data, apr_size_t *len, const char **err);
 
 /* Remove DIGEST's tree and zip (the last version that names it is gone):
  * 0 (also when it was not there), or -1 with *ERR. */

@@ -66,14 +66,15 @@ static void unnamed_once(ci_skills *s, const char *digest, apr_array_header_t *u
         APR_ARRAY_PUSH(unnamed, const char *) = apr_pstrdup(unnamed->pool, digest);
 }
 
-static ci_skill_version *make_version(ci_skills *s, skill_rec *r, const ci_skill_upload *up,
-                                      int number, apr_time_t now)
+/* Version NUMBER of R from UP at NOW, with ID (NULL: a new one), after the
+ * ones R has; its digest named once more. */
+static ci_skill_version *push_version(ci_skills *s, skill_rec *r, const char *id,
+                                      const ci_skill_upload *up, int number, apr_time_t now)
 {
     ci_skill_version *v = apr_pcalloc(r->pool, sizeof(*v));
-    v->id = ci_mint_id(r->pool, "skillver_", ID_BYTES);
+    v->id = id ? apr_pstrdup(r->pool, id) : ci_mint_id(r->pool, "skillver_", ID_BYTES);
     v->skill_id = r->pub.id;
     v->version = number;
-    r->numbered = number;
     v->name = apr_pstrdup(r->pool, up->name);
     v->description = apr_pstrdup(r->pool, up->description);
     v->digest = apr_pstrdup(r->pool, up->digest);
@@ -83,25 +84,41 @@ static ci_skill_version *make_version(ci_skills *s, skill_rec *r, const ci_skill
     return v;
 }
 
+static ci_skill_version *make_version(ci_skills *s, skill_rec *r, const ci_skill_upload *up,
+                                      int number, apr_time_t now)
+{
+    r->numbered = number;
+    return push_version(s, r, NULL, up, number, now);
+}
+
+/* A skill of OWNER with ID (NULL: a new one) made at NOW, without versions
+ * yet, the newest in S's order. */
+static skill_rec *new_skill(ci_skills *s, const char *id, const char *owner, apr_time_t now)
+{
+    apr_pool_t *p;
+    skill_rec *r;
+    apr_pool_create(&p, s->pool);
+    r = apr_pcalloc(p, sizeof(*r));
+    r->pool = p;
+    r->pub.id = id ? apr_pstrdup(p, id) : ci_mint_id(p, "skill_", ID_BYTES);
+    r->pub.owner = apr_pstrdup(p, owner);
+    r->pub.created_at = now;
+    r->pub.versions = apr_array_make(p, 2, sizeof(ci_skill_version *));
+    apr_hash_set(s->by_id, r->pub.id, APR_HASH_KEY_STRING, r);
+    APR_ARRAY_PUSH(s->order, ci_skill *) = &r->pub;
+    return r;
+}
+
 ci_skills_status ci_skills_create_skill(ci_skills *s, const char *owner,
                                         const ci_skill_upload *up, apr_time_t now,
                                         ci_skill **out)
 {
-    apr_pool_t *p;
     skill_rec *r;
     if (!owner || !*owner)
         return CI_SKILLS_NO_OWNER;
-    apr_pool_create(&p, s->pool);
-    r = apr_pcalloc(p, sizeof(*r));
-    r->pool = p;
-    r->pub.id = ci_mint_id(p, "skill_", ID_BYTES);
-    r->pub.owner = apr_pstrdup(p, owner);
-    r->pub.created_at = now;
-    r->pub.versions = apr_array_make(p, 2, sizeof(ci_skill_version *));
+    r = new_skill(s, NULL, owner, now);
     make_version(s, r, up, 1, now);
     r->pub.default_version = r->pub.latest_version = 1;
-    apr_hash_set(s->by_id, r->pub.id, APR_HASH_KEY_STRING, r);
-    APR_ARRAY_PUSH(s->order, ci_skill *) = &r->pub;
     *out = &r->pub;
     return CI_SKILLS_OK;
 }
@@ -266,4 +283,68 @@ ci_skills_status ci_skills_delete_version(ci_skills *s, ci_skill *sk, int versio
     if (version == sk->latest_version)
         sk->latest_version = newest_left(sk);
     return CI_SKILLS_OK;
+}
+
+int ci_skills_count(const ci_skills *s)
+{
+    return s->order->nelts;
+}
+
+ci_skill *ci_skills_at(const ci_skills *s, int i)
+{
+    return i >= 0 && i < s->order->nelts ? APR_ARRAY_IDX(s->order, i, ci_skill *) : NULL;
+}
+
+int ci_skills_numbered(const ci_skill *sk)
+{
+    return ((const skill_rec *)sk)->numbered;
+}
+
+ci_skill *ci_skills_restore(ci_skills *s, const char *id, const char *owner,
+                            apr_time_t created_at, int numbered)
+{
+    skill_rec *r;
+    if (!id || !owner || !*owner || numbered < 1 ||
+        apr_hash_get(s->by_id, id, APR_HASH_KEY_STRING))
+        return NULL;
+    r = new_skill(s, id, owner, created_at);
+    r->numbered = numbered;
+    return &r->pub;
+}
+
+/* Whether a version of SK has ID. (A walk: a load asks it once a version,
+ * and a skill has a few.) */
+static int has_version_id(const ci_skill *sk, const char *id)
+{
+    int i;
+    for (i = 0; i < sk->versions->nelts; i++)
+        if (!strcmp(APR_ARRAY_IDX(sk->versions, i, ci_skill_version *)->id, id))
+            return 1;
+    return 0;
+}
+
+ci_skill_version *ci_skills_restore_version(ci_skills *s, ci_skill *sk, const char *id,
+                                            int version, const ci_skill_upload *up,
+                                            apr_time_t created_at)
+{
+    skill_rec *r = (skill_rec *)sk;
+    ci_skill_version *v;
+    /* versions stay sorted by number, and none above the highest given:
+     * the next new one is still numbered + 1 */
+    if (!id || version <= sk->latest_version || version > r->numbered ||
+        has_version_id(sk, id))
+        return NULL;
+    v = push_version(s, r, id, up, version, created_at);
+    sk->latest_version = version;
+    return v;
+}
+
+void ci_skills_clear(ci_skills *s)
+{
+    int i;
+    for (i = 0; i < s->order->nelts; i++)
+        apr_pool_destroy(((skill_rec *)APR_ARRAY_IDX(s->order, i, ci_skill *))->pool);
+    s->order->nelts = 0;
+    apr_hash_clear(s->by_id);
+    apr_hash_clear(s->uses);
 }

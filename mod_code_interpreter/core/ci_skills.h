@@ -111,4 +111,36 @@ void ci_skills_delete(ci_skills *s, ci_skill *sk, apr_array_header_t *unnamed);
 /* How many versions, of all skills, name DIGEST. */
 int ci_skills_digest_uses(const ci_skills *s, const char *digest);
 
+/* How many skills S holds; the skill I of them by creation (0: the
+ * oldest), NULL past the last. For a host that saves them
+ * (ci_skill_records.h). */
+int ci_skills_count(const ci_skills *s);
+ci_skill *ci_skills_at(const ci_skills *s, int i);
+
+/* The highest number SK has given a version, deleted ones too: its next
+ * version is this plus one. */
+int ci_skills_numbered(const ci_skill *sk);
+
+/* A skill as it was saved: ID of OWNER made at CREATED_AT, NUMBERED the
+ * highest number it gave (>= 1), the newest in S's order, without versions
+ * yet. NULL (nothing kept) when S has a skill ID already, OWNER is empty
+ * or NUMBERED is not a number. Its versions follow, oldest first, with
+ * ci_skills_restore_version, then its default with ci_skills_set_default:
+ * until then it is not a skill the calls above expect. */
+ci_skill *ci_skills_restore(ci_skills *s, const char *id, const char *owner,
+                            apr_time_t created_at, int numbered);
+
+/* Version VERSION of SK as it was saved: ID, UP, made at CREATED_AT; SK's
+ * latest now, its digest named once more. NULL (nothing kept) when a
+ * version of SK has ID already, or VERSION is not above SK's latest or is
+ * above the highest number SK gave. */
+ci_skill_version *ci_skills_restore_version(ci_skills *s, ci_skill *sk, const char *id,
+                                            int version, const ci_skill_upload *up,
+                                            apr_time_t created_at);
+
+/* Every skill of S gone (freed), and every digest's count with them: S as
+ * made, for a load that failed halfway. Nothing goes to the host: the
+ * store keeps its bundles. */
+void ci_skills_clear(ci_skills *s);
+
 #endif

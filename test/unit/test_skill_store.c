@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 
 #include "ci_skill_bundle.h"
 #include "ci_skill_store.h"
+#include "unit_dir.h"
 #include "unit_pool.h"
 
 static const char *const MANIFEST =
@@ -48,14 +48,7 @@ static ci_skill_bundle *bundle(apr_pool_t *p, const char **zip, apr_size_t *len)
 
 static const char *store_dir(apr_pool_t *p)
 {
-    char *dir = apr_pstrdup(p, "/tmp/test_skill_store.XXXXXX");
-    assert_non_null(mkdtemp(dir));
-    return dir;
-}
-
-static void remove_dir(apr_pool_t *p, const char *dir)
-{
-    assert_int_equal(system(apr_psprintf(p, "rm -rf '%s'", dir)), 0);
+    return unit_temp_dir(p, "test_skill_store");
 }
 
 static const char *file_text(apr_pool_t *p, const char *path)
@@ -66,23 +59,6 @@ static const char *file_text(apr_pool_t *p, const char *path)
     assert_true(fread(buf, 1, 4095, f) < 4095);
     fclose(f);
     return buf;
-}
-
-/* The names in DIR (sorted, joined with spaces), dot-names too. */
-static const char *names_in(apr_pool_t *p, const char *dir)
-{
-    struct dirent **list;
-    const char *out = "";
-    int n = scandir(dir, &list, NULL, alphasort), i;
-    assert_true(n >= 0);
-    for (i = 0; i < n; i++) {
-        if (strcmp(list[i]->d_name, ".") && strcmp(list[i]->d_name, ".."))
-            out = *out ? apr_pstrcat(p, out, " ", list[i]->d_name, NULL)
-                       : apr_pstrdup(p, list[i]->d_name);
-        free(list[i]);
-    }
-    free(list);
-    return out;
 }
 
 static void test_stored_once_read_back_removed(void **state)
@@ -101,7 +77,7 @@ static void test_stored_once_read_back_removed(void **state)
                                           b->digest, NULL));
     assert_string_equal(file_text(p, apr_pstrcat(p, tree, "/SKILL.md", NULL)), MANIFEST);
     assert_string_equal(file_text(p, apr_pstrcat(p, tree, "/scripts/add.py", NULL)), SCRIPT);
-    assert_string_equal(names_in(p, tree), "SKILL.md scripts");
+    assert_string_equal(unit_names_in(p, tree), "SKILL.md scripts");
     assert_int_equal(ci_skill_store_read_zip(p, dir, b->digest, &back, &blen, &err), 0);
     assert_int_equal(blen, len);
     assert_memory_equal(back, zip, len);
@@ -110,14 +86,14 @@ static void test_stored_once_read_back_removed(void **state)
     assert_int_equal(ci_skill_store_put(p, dir, b, zip, len, &err), 0);
     assert_int_equal(stat(tree, &after), 0);
     assert_int_equal(before.st_ino, after.st_ino);
-    assert_string_equal(names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)),
+    assert_string_equal(unit_names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)),
                         apr_pstrcat(p, b->digest, " ", b->digest, ".zip", NULL));
     assert_int_equal(ci_skill_store_remove(p, dir, b->digest, &err), 0);
     assert_false(ci_skill_store_has(p, dir, b->digest));
     assert_int_equal(ci_skill_store_read_zip(p, dir, b->digest, &back, &blen, &err), 1);
-    assert_string_equal(names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)), "");
+    assert_string_equal(unit_names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)), "");
     assert_int_equal(ci_skill_store_remove(p, dir, b->digest, &err), 0);
-    remove_dir(p, dir);
+    unit_remove_dir(p, dir);
 }
 
 static void test_four_writers_at_once_one_result(void **state)
@@ -147,9 +123,9 @@ static void test_four_writers_at_once_one_result(void **state)
     tree = ci_skill_store_tree(p, dir, b->digest);
     assert_string_equal(file_text(p, apr_pstrcat(p, tree, "/scripts/add.py", NULL)), SCRIPT);
     /* nothing of the writers that came second is left beside it */
-    assert_string_equal(names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)),
+    assert_string_equal(unit_names_in(p, apr_pstrndup(p, tree, strlen(tree) - 65)),
                         apr_pstrcat(p, b->digest, " ", b->digest, ".zip", NULL));
-    remove_dir(p, dir);
+    unit_remove_dir(p, dir);
 }
 
 static void test_digests_that_are_not_ours_make_no_path(void **state)
@@ -171,8 +147,8 @@ static void test_digests_that_are_not_ours_make_no_path(void **state)
     b->digest = HOSTILE;
     assert_int_equal(ci_skill_store_put(p, dir, b, zip, len, &err), -1);
     assert_string_equal(err, "the skill store was given a bundle without a digest");
-    assert_string_equal(names_in(p, dir), "");
-    remove_dir(p, dir);
+    assert_string_equal(unit_names_in(p, dir), "");
+    unit_remove_dir(p, dir);
 }
 
 static void test_a_link_planted_in_the_store_is_not_followed(void **state)
@@ -186,10 +162,10 @@ static void test_a_link_planted_in_the_store_is_not_followed(void **state)
     assert_int_equal(ci_skill_store_put(p, dir, b, zip, len, &err), -1);
     assert_string_equal(err, apr_psprintf(p, "the skill store could not write %s: File exists",
                                           shard));
-    assert_string_equal(names_in(p, elsewhere), "");
+    assert_string_equal(unit_names_in(p, elsewhere), "");
     assert_false(ci_skill_store_has(p, dir, b->digest));
-    remove_dir(p, dir);
-    remove_dir(p, elsewhere);
+    unit_remove_dir(p, dir);
+    unit_remove_dir(p, elsewhere);
 }
 
 int main(void)

@@ -2,8 +2,8 @@
  * test_skills.c - the skills of a server (core/ci_skills.c): a skill with
  * its first version, owners apart, versions numbered and never renumbered,
  * default and latest, the default kept until another is set, the last
- * version taking the skill with it, paging both ways, and the bundles a
- * deletion leaves unnamed.
+ * version taking the skill with it, paging both ways, the bundles a
+ * deletion leaves unnamed, and skills restored as a load finds them.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,6 +187,55 @@ static void test_paging_both_ways(void **state)
                         "1 2 3 4");
 }
 
+static void test_skills_restored_as_they_were(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_skills *s = ci_skills_create(p);
+    ci_skill *sk, *got;
+    ci_skill_version *v;
+    const char *id = "skill_0123456789abcdef0123456789abcdef";
+    assert_int_equal(ci_skills_count(s), 0);
+    assert_null(ci_skills_at(s, 0));
+    assert_null(ci_skills_restore(s, id, "", 100, 3));          /* no owner */
+    assert_null(ci_skills_restore(s, id, ME, 100, 0));          /* no number given */
+    assert_int_equal(ci_skills_count(s), 0);
+    sk = ci_skills_restore(s, id, ME, 100, 5);
+    assert_non_null(sk);
+    assert_null(ci_skills_restore(s, id, OTHER, 100, 5));       /* its id taken */
+    assert_int_equal(ci_skills_numbered(sk), 5);
+    v = ci_skills_restore_version(s, sk, "skillver_a", 2, &V2, 200);
+    assert_non_null(v);
+    assert_string_equal(v->id, "skillver_a");
+    assert_string_equal(v->skill_id, id);
+    assert_int_equal(v->created_at, 200);
+    assert_null(ci_skills_restore_version(s, sk, "skillver_b", 2, &V3, 300));  /* not above */
+    assert_null(ci_skills_restore_version(s, sk, "skillver_b", 6, &V3, 300));  /* above 5 */
+    assert_null(ci_skills_restore_version(s, sk, "skillver_a", 3, &V3, 300));  /* its id */
+    assert_non_null(ci_skills_restore_version(s, sk, "skillver_b", 4, &V1, 300));
+    assert_int_equal(sk->latest_version, 4);
+    assert_int_equal(ci_skills_set_default(sk, 2), CI_SKILLS_OK);
+    assert_int_equal(ci_skills_digest_uses(s, "d1"), 1);
+    assert_int_equal(ci_skills_digest_uses(s, "d2"), 1);
+    assert_int_equal(ci_skills_digest_uses(s, "d3"), 0);
+    assert_int_equal(ci_skills_get(s, ME, id, &got), CI_SKILLS_OK);
+    assert_ptr_equal(got, sk);
+    /* numbering goes on from the highest number given */
+    assert_int_equal(ci_skills_add_version(s, sk, &V3, 0, 400)->version, 6);
+    assert_int_equal(ci_skills_numbered(sk), 6);
+    assert_int_equal(ci_skills_create_skill(s, OTHER, &V1, 500, &got), CI_SKILLS_OK);
+    assert_int_equal(ci_skills_count(s), 2);
+    assert_ptr_equal(ci_skills_at(s, 0), sk);
+    assert_ptr_equal(ci_skills_at(s, 1), got);
+    assert_null(ci_skills_at(s, 2));
+    assert_null(ci_skills_at(s, -1));
+    /* cleared: as made, its ids free again */
+    ci_skills_clear(s);
+    assert_int_equal(ci_skills_count(s), 0);
+    assert_int_equal(ci_skills_digest_uses(s, "d1"), 0);
+    assert_int_equal(ci_skills_get(s, ME, id, &got), CI_SKILLS_NOT_FOUND);
+    assert_non_null(ci_skills_restore(s, id, ME, 100, 1));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -195,6 +244,7 @@ int main(void)
         TEST(test_the_last_version_takes_the_skill),
         TEST(test_a_bundle_named_twice_goes_with_its_last_name),
         TEST(test_paging_both_ways),
+        TEST(test_skills_restored_as_they_were),
     };
     apr_initialize();
     return cmocka_run_group_tests(tests, NULL, NULL);
