@@ -74,6 +74,20 @@ void ci_capi_route_of(apr_pool_t *p, const char *uri, ci_capi_route *out)
         out->id = NULL;
 }
 
+json_object *ci_capi_list(json_object *data, int has_more)
+{
+    json_object *out = json_object_new_object();
+    int n = (int)json_object_array_length(data);
+    json_object_object_add(out, "object", json_object_new_string("list"));
+    json_object_object_add(out, "data", data);
+    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, 0), "id")) : NULL);
+    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
+                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
+    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
+    return out;
+}
+
 /* ---- the query ------------------------------------------------------------ */
 
 static int hexval(char c)

@@ -49,6 +49,10 @@ int ci_capi_paging_of(apr_pool_t *p, const char *query, ci_capi_paging *out,
                       ci_error *err);
 
 
+/* OpenAI's list envelope of DATA (an array of objects with an "id", taken
+ * by the envelope): object "list", data, first_id, last_id, has_more. */
+json_object *ci_capi_list(json_object *data, int has_more);
+
 /* A create's body: a JSON object with a string "name", and of the right
  * type where present: "file_ids" (array), "memory_limit" (string),
  * "expires_after" ({"anchor": "last_active_at", "minutes": 1..MAX_MINUTES}).

@@ -25,8 +25,10 @@
  *   - every path is one top-level folder and a path inside it, segments
  *     separated by '/': no '..', '.' or empty segment, no leading '/', no
  *     '\' in a directory upload's names (a separator on Windows, a name
- *     character elsewhere: either reading would be a guess; the Node SDK
- *     already sends '/'; in a zip, libarchive reads '\' as '/' before we
+ *     character elsewhere: either reading would be a guess; the Node SDK's
+ *     directory helpers send '/' (its toFile keeps only the last segment,
+ *     and such an upload is refused as files at the top level); in a zip,
+ *     libarchive reads '\' as '/' before we
  *     see the name, and the path is checked as such), no
  *     control character (C0, DEL, C1), valid UTF-8, at most
  *     CI_SKILL_MAX_PATH bytes and CI_SKILL_MAX_DEPTH segments below the

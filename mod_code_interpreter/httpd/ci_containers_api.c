@@ -27,12 +27,9 @@
 #include "ci_directory_ops.h"
 #include "ci_module.h"
 
-#define OWNER_KEY "ci-api-owner"
-
 void ci_containers_api_fixups(request_rec *r)
 {
-    const char *owner = ci_owner_of(r);
-    apr_pool_userdata_setn(owner ? owner : "", OWNER_KEY, NULL, r->pool);
+    ci_owner_note(r);
 }
 
 /* The container object as OpenAI shows it. */
@@ -302,7 +299,7 @@ static int api_handler(request_rec *r)
     memset(&a, 0, sizeof(a));
     a.r = r;
     a.d = d;
-    apr_pool_userdata_get((void **)&owner, OWNER_KEY, r->pool);
+    owner = ci_owner_noted(r);
     a.owner = owner;
     if (!a.owner || !*a.owner) {
         ci_error_set(&a.err, 401, CI_INVALID, NULL, "missing_credentials", r->pool,

@@ -98,16 +98,7 @@ int capi_read_paging(api_req *a, ci_capi_paging *pg, int *rc)
  * OpenAI's list envelope. */
 int capi_send_list(api_req *a, json_object *data, int has_more)
 {
-    json_object *out = ci_json_own(a->r->pool, json_object_new_object());
-    int n = (int)json_object_array_length(data);
-    json_object_object_add(out, "object", json_object_new_string("list"));
-    json_object_object_add(out, "data", data);
-    json_object_object_add(out, "first_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, 0), "id")) : NULL);
-    json_object_object_add(out, "last_id", n ? json_object_get(json_object_object_get(
-                               json_object_array_get_idx(data, n - 1), "id")) : NULL);
-    json_object_object_add(out, "has_more", json_object_new_boolean(has_more));
-    return capi_send_json(a->r, 200, out);
+    return capi_send_json(a->r, 200, ci_json_own(a->r->pool, ci_capi_list(data, has_more)));
 }
 
 /* The request body, parsed (at most MAX_JSON_BODY bytes). */

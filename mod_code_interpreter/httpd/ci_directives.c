@@ -11,6 +11,7 @@
 #include "ci_owner.h"
 #include "ci_directives.h"
 #include "ci_settings.h"
+#include "ci_skills_api.h"
 #include "ci_sandbox.h"
 #include "ci_module.h"
 
@@ -100,6 +101,20 @@ static const char *set_directory(cmd_parms *cmd, void *dummy, const char *v)
         return apr_psprintf(cmd->pool, "%s: %s", cmd->cmd->name, err);
     c->directory_at = apr_psprintf(cmd->pool, "%s:%d", cmd->directive->filename,
                                    cmd->directive->line_num);
+    return NULL;
+}
+
+/* CodeInterpreterSkillStore: the folder of the server's skills (made at
+ * start). Main server only: the records of one server are in one place. */
+static const char *set_skill_store(cmd_parms *cmd, void *dummy, const char *v)
+{
+    ci_server_conf *c = ci_server_config(cmd->server);
+    const char *err = ap_check_cmd_context(cmd, GLOBAL_ONLY);
+    (void)dummy;
+    if (err)
+        return err;
+    if (!(c->skill_store = ap_server_root_relative(cmd->pool, v)))
+        return directive_error(cmd, apr_psprintf(cmd->pool, "'%s' is not a valid path", v));
     return NULL;
 }
 
@@ -222,6 +237,17 @@ static const char *set_containers(cmd_parms *cmd, void *conf, const char *v)
     ci_loc_conf *d = conf;
     const char *err = ci_parse_on_off(cmd->pool, v, &d->containers);
     return err ? directive_error(cmd, err) : NULL;
+}
+
+static const char *set_skills(cmd_parms *cmd, void *conf, const char *v)
+{
+    ci_loc_conf *d = conf;
+    const char *err = ci_parse_on_off(cmd->pool, v, &d->skills);
+    if (err)
+        return directive_error(cmd, err);
+    if (d->skills == 1)
+        ci_skills_api_wanted();
+    return NULL;
 }
 
 static const char *set_enabled(cmd_parms *cmd, void *conf, const char *v)
@@ -383,6 +409,11 @@ const command_rec ci_directives[] = {
                   "file or |command receiving one JSON line per execution"),
     AP_INIT_TAKE1("CodeInterpreterContainers", set_containers, NULL, DIR_CONF,
                   "On: serve the Containers API (/containers...) at this location"),
+    AP_INIT_TAKE1("CodeInterpreterSkills", set_skills, NULL, DIR_CONF,
+                  "On: serve the Skills API (/skills...) at this location"),
+    AP_INIT_TAKE1("CodeInterpreterSkillStore", set_skill_store, NULL, RSRC_CONF,
+                  "the folder the server's skills are kept in (default "
+                  CI_DEFAULT_SKILL_STORE ")"),
     AP_INIT_TAKE1("CodeInterpreter", set_enabled, NULL, DIR_CONF,
                   "On, Off or the name of a declared sandbox tool"),
     AP_INIT_TAKE1("CodeInterpreterMaxLoops", set_dir_count, NULL, DIR_CONF,

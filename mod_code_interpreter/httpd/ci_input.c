@@ -345,7 +345,7 @@ static int ci_fixups(request_rec *r)
     apr_time_t t0;
     int rc;
 
-    if (d && d->containers == 1 && !r->main)
+    if (d && (d->containers == 1 || d->skills == 1) && !r->main)
         ci_containers_api_fixups(r);
     if (!d || d->enabled != 1 || r->main || r->prev || r->method_number != M_POST ||
         !is_json(r))

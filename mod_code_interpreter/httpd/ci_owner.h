@@ -21,12 +21,20 @@ const char *ci_owner_set_secret(cmd_parms *cmd, void *dummy, const char *spec);
 /* CodeInterpreterOwner EXPR (directory config; stored in its ci_loc_conf). */
 const char *ci_owner_set_expr(cmd_parms *cmd, void *conf, const char *expr);
 
-/* post_config: the secret of this configuration. OK or an HTTP status. */
-int ci_owner_post_config(apr_pool_t *pconf, server_rec *s);
+/* post_config: the secret of this configuration (without
+ * CodeInterpreterSecret and with KEPT, a path: the secret made once and
+ * kept there, so that owners outlive a full restart). OK or an HTTP status. */
+int ci_owner_post_config(apr_pool_t *pconf, server_rec *s, const char *kept);
 
 /* The keyed owner of R, or NULL when it has none (an empty owner: nobody
  * may reuse what it makes). */
 const char *ci_owner_of(request_rec *r);
+
+/* In the first fixups hook (before anything may rewrite a header), where
+ * the APIs are served: R's owner noted, for its handler to ask
+ * (ci_owner_noted: the owner, or "" or NULL for none). */
+void ci_owner_note(request_rec *r);
+const char *ci_owner_noted(request_rec *r);
 
 /* The server secret (for sealing). */
 const ci_secret *ci_owner_secret(void);

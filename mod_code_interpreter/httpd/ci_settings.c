@@ -81,6 +81,7 @@ void *ci_merge_server_conf(apr_pool_t *p, void *basev, void *addv)
     c->audit_log = add->audit_log ? add->audit_log : base->audit_log;
     c->secret = add->secret ? add->secret : base->secret;
     c->directory = add->directory ? add->directory : base->directory;
+    c->skill_store = add->skill_store ? add->skill_store : base->skill_store;
     c->directory_at = add->directory ? add->directory_at : base->directory_at;
     merge_egress(c, base, add);
     c->sandbox_cgroup = add->sandbox_cgroup ? add->sandbox_cgroup : base->sandbox_cgroup;
@@ -101,6 +102,7 @@ void *ci_create_dir_conf(apr_pool_t *p, char *dir)
     d->connect_timeout = CI_UNSET;
     d->upstream_timeout = CI_UNSET;
     d->containers = CI_UNSET;
+    d->skills = CI_UNSET;
     return d;
 }
 
@@ -119,6 +121,7 @@ void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv)
     PICK(connect_timeout);
     PICK(upstream_timeout);
     PICK(containers);
+    PICK(skills);
     PICKP(upstream);
     PICKP(function_name);
     PICKP(ca_file);
@@ -282,6 +285,12 @@ const char *ci_loc_upstream_url(request_rec *r, const ci_loc_conf *d)
         (!strncasecmp(fn + 6, "http://", 7) || !strncasecmp(fn + 6, "https://", 8)))
         return fn + 6;
     return NULL;
+}
+
+const char *ci_server_skill_store(server_rec *s)
+{
+    const char *store = ci_server_config(s)->skill_store;
+    return store ? store : CI_DEFAULT_SKILL_STORE;
 }
 
 const ci_redis_conf *ci_server_directory(server_rec *s)

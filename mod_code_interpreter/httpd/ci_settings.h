@@ -44,6 +44,7 @@ typedef struct ci_server_conf {
     apr_uint64_t sandbox_cpu_quota_us; /* CodeInterpreterSandboxCPUs, per
                                           100 ms; 0: no ceiling */
     int sandbox_cpus_set;        /* ... was set (else 1 CPU) */
+    const char *skill_store;     /* CodeInterpreterSkillStore, NULL: the default */
 } ci_server_conf;
 
 /* Per directory / location, as written (CI_UNSET / NULL where not set). */
@@ -65,6 +66,7 @@ typedef struct ci_loc_conf {
     int proxy_set;
     ap_expr_info_t *owner;           /* CodeInterpreterOwner, NULL: Authorization */
     int containers;                  /* CodeInterpreterContainers: CI_UNSET, 0, 1 */
+    int skills;                      /* CodeInterpreterSkills: CI_UNSET, 0, 1 */
 } ci_loc_conf;
 
 void *ci_create_server_conf(apr_pool_t *p, server_rec *s);
@@ -73,6 +75,9 @@ void *ci_create_dir_conf(apr_pool_t *p, char *dir);
 void *ci_merge_dir_conf(apr_pool_t *p, void *basev, void *addv);
 
 ci_server_conf *ci_server_config(server_rec *s);
+/* Where the server's skills are kept (CodeInterpreterSkillStore, or
+ * CI_DEFAULT_SKILL_STORE), absolute. */
+const char *ci_server_skill_store(server_rec *s);
 ci_loc_conf *ci_loc_config(request_rec *r);
 
 /* Effective values (defaults applied). */

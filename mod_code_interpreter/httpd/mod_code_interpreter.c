@@ -16,6 +16,7 @@
 #include "ci_audit.h"
 #include "ci_child.h"
 #include "ci_containers_api.h"
+#include "ci_skills_api.h"
 #include "ci_directives.h"
 #include "ci_settings.h"
 #include "ci_input.h"
@@ -95,6 +96,7 @@ static void register_providers(apr_pool_t *p)
 static int ci_pre_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp)
 {
     ci_directives_pre_config(pconf);
+    ci_skills_api_pre_config();
     return OK;
 }
 
@@ -154,8 +156,9 @@ static int ci_post_config(apr_pool_t *pconf, apr_pool_t *plog, apr_pool_t *ptemp
                      "be initialised");
         return HTTP_INTERNAL_SERVER_ERROR;
     }
-    if (registry_post_config(pconf, s) != OK || ci_audit_open(pconf, s) != OK ||
-        ci_owner_post_config(pconf, s) != OK)
+    /* the skill store first: the owners' secret may be kept there */
+    if (ci_skills_api_post_config(ptemp, s) != OK || registry_post_config(pconf, s) != OK ||
+        ci_audit_open(pconf, s) != OK || ci_owner_post_config(pconf, s, ci_skills_api_secret_path(ptemp, s)) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
     if (probe_sandboxes(ptemp, s) != OK)
         return HTTP_INTERNAL_SERVER_ERROR;
@@ -196,6 +199,7 @@ static void ci_register_hooks(apr_pool_t *p)
     ci_input_register_hooks(p);
     ci_output_register_hooks(p);
     ci_containers_api_register_hooks(p);
+    ci_skills_api_register_hooks(p);
 }
 
 CI_DECLARE_DATA AP_DECLARE_MODULE(code_interpreter) = {

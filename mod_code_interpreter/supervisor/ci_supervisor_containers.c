@@ -133,6 +133,8 @@ void sup_handle_dir(conn *c, const ci_sup_frame *f, void (*read_others)(void))
     apr_array_header_t *gone;
     const char *answer;
     int i, missed = 0;
+    if (sup_handle_skill(c, f))
+        return;
     apr_pool_create(&p, sup_state.p);
     gone = apr_array_make(p, 2, sizeof(const char *));
     answer = ci_dirops_apply_lookup(sup_state.dir, p, f->data, f->len, apr_time_now(), gone,

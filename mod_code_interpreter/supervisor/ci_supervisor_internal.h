@@ -29,6 +29,9 @@
  *                               relayed output, deadlines and interrupts
  *   ci_supervisor_watch.c       once a second: sandboxes' processes held to
  *                               their CPU and memory
+ *   ci_supervisor_skills.c      the node's skill records hosted here (DIR
+ *                               questions about skills), their store's
+ *                               unnamed bundles removed
  *   ci_supervisor_containers.c  the container directory hosted here (DIR),
  *                               containers' sandboxes (ATTACH), expiry
  *   ci_supervisor.c             the entry, the poll loop, connections and
@@ -327,6 +330,12 @@ void sup_watch_processes(void);
 /* How sandboxes' CPU is held: a word for status, a sentence for the log. */
 const char *sup_cpu_mode(void);
 const char *sup_cpu_mode_text(apr_pool_t *p);
+
+/* ---- ci_supervisor_skills.c: skills ------------------------------------- */
+
+/* A DIR question about skills (ci_skill_ops.h), answered: 1; 0 when F is
+ * not one (the container directory's). */
+int sup_handle_skill(conn *c, const ci_sup_frame *f);
 
 /* ---- ci_supervisor_containers.c: containers ----------------------------- */
 
