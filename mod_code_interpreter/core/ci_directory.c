@@ -371,6 +371,12 @@ void ci_directory_set_network(ci_directory *d, ci_container *c, const char *allo
     c->secrets = c->allowlist && secrets && *secrets ? apr_pstrdup(rp, secrets) : NULL;
 }
 
+void ci_directory_set_skills(ci_directory *d, ci_container *c, const char *skills)
+{
+    (void)d;
+    c->skills = skills && *skills ? apr_pstrdup(rec_from(c)->pool, skills) : NULL;
+}
+
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle)
 {
     c->handle = handle ? apr_pstrdup(rec_from(c)->pool, handle) : NULL;

@@ -58,6 +58,8 @@ typedef struct ci_container {
     const char *secrets;         /* its domain secrets, sealed for it with
                                     the server's secret (never in clear
                                     here), or NULL */
+    const char *skills;          /* its skills, as ci_sandbox_def.skills
+                                    (JSON text), or NULL */
 } ci_container;
 
 typedef struct ci_directory ci_directory;
@@ -138,6 +140,9 @@ void ci_directory_set_origin(ci_directory *d, ci_container *c, const char *provi
  * (copied; NULL: none). */
 void ci_directory_set_network(ci_directory *d, ci_container *c, const char *allowlist,
                               const char *secrets);
+
+/* Its skills (JSON text, copied; NULL: none). */
+void ci_directory_set_skills(ci_directory *d, ci_container *c, const char *skills);
 
 /* Its sandbox now exists (HANDLE, copied) / is gone (NULL). */
 void ci_directory_set_handle(ci_directory *d, ci_container *c, const char *handle);

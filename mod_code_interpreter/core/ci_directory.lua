@@ -36,7 +36,8 @@ Data model:
                        name, tool, memory_limit, handle, created_at,
                        last_active_at, idle_seconds, memory_bytes, status,
                        node, provider, cred, allowlist, secrets (sealed
-                       for the container: AES-GCM bound to its id), auth:
+                       for the container: AES-GCM bound to its id), skills
+                       (not served with this directory yet), auth:
                        an HMAC the
                        nodes compute over id, owner, tool, provider, cred,
                        memory_limit, node and (when there is one) allowlist
@@ -338,7 +339,7 @@ local function container_json(r)
     memory_bytes = r.memory_bytes, status = r.status, node = r.node,
     provider = opt(r.provider), cred = opt(r.cred),
     -- absent unless set, as the supervisor's directory answers
-    allowlist = r.allowlist, secrets = r.secrets, auth = r.auth,
+    allowlist = r.allowlist, secrets = r.secrets, skills = r.skills, auth = r.auth,
   }
 end
 
@@ -509,7 +510,7 @@ local function new_rec(req, owner, id, node, lim, idle)
     busy = false, retention = lim.retention, forget_at = 0,
     provider = str_of(req, 'provider'), cred = str_of(req, 'cred'),
     allowlist = str_of(req, 'allowlist'), secrets = str_of(req, 'secrets'),
-    auth = str_of(req, 'auth'),
+    skills = str_of(req, 'skills'), auth = str_of(req, 'auth'),
   }
   local ms = ttl_ms(r)
   redis.call('ZADD', k_listed(owner), num(now), id)

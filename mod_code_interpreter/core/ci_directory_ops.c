@@ -59,6 +59,8 @@ static json_object *ci_dirops_container_json(apr_pool_t *p, const ci_container *
         add_str(o, "allowlist", c->allowlist);
     if (c->secrets)
         add_str(o, "secrets", c->secrets);
+    if (c->skills)
+        add_str(o, "skills", c->skills);
     return o;
 }
 
@@ -91,6 +93,7 @@ int ci_dirops_container_from(apr_pool_t *p, json_object *j, ci_container *out)
     out->cred = dup_str(p, j, "cred");
     out->allowlist = dup_str(p, j, "allowlist");
     out->secrets = dup_str(p, j, "secrets");
+    out->skills = dup_str(p, j, "skills");
     out->created_at = int_of(j, "created_at", 0);
     out->last_active_at = int_of(j, "last_active_at", 0);
     out->idle_seconds = (int)int_of(j, "idle_seconds", 0);
@@ -172,6 +175,7 @@ static void op_create(op *o)
                                 ci_json_str(o->req, "cred"));
         ci_directory_set_network(o->d, c, ci_json_str(o->req, "allowlist"),
                                  ci_json_str(o->req, "secrets"));
+        ci_directory_set_skills(o->d, c, ci_json_str(o->req, "skills"));
         hold(o, c);
     }
     answer_status(o, st);

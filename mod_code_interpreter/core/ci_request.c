@@ -11,6 +11,7 @@
 #include "ci_loop.h"
 #include "ci_policy.h"
 #include "ci_request.h"
+#include "ci_skill_attach.h"
 
 #define TOOL_TYPE "code_interpreter"
 #define SHELL_TYPE "shell"
@@ -218,15 +219,6 @@ static int conflicting(apr_pool_t *p, ci_error *err, const char *param, const ch
     return -1;
 }
 
-static int refuse_setting(apr_pool_t *p, ci_error *err, const char *param,
-                          const char *what, const char *instead)
-{
-    ci_error_set(err, 400, CI_INVALID, param, "unsupported_parameter", p,
-                 "%s are not supported by this server ('%s'); use %s.", what, param,
-                 instead);
-    return -1;
-}
-
 static int refuse_container(apr_pool_t *p, ci_error *err, int index,
                             const char *field, const char *what)
 {
@@ -371,9 +363,11 @@ static int check_environment(apr_pool_t *p, json_object *tool, int index,
     }
     if (check_auto_settings(p, env, at, req, err))
         return -1;
-    if ((v = ci_json_get(env, "skills", json_type_array)) && json_object_array_length(v))
-        return refuse_setting(p, err, apr_pstrcat(p, at, ".skills", NULL), "Skills",
-                              "an environment without skills");
+    if (json_object_object_get_ex(env, "skills", &v) && v &&
+        ci_skill_attach_parse(p, v, apr_pstrcat(p, at, ".skills", NULL), &req->skills, err))
+        return -1;
+    if (req->skills && !req->skills->nelts)
+        req->skills = NULL;
     return 0;
 }
 
@@ -1191,6 +1185,28 @@ int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items)
     req->input_len = strlen(text);
     encode_body(p, req);
     return 0;
+}
+
+void ci_request_prepend_context(apr_pool_t *p, ci_request *req, const char *text)
+{
+    json_object *item = ci_json_own(p, json_object_new_object());
+    json_object *content = json_object_new_array(), *part = json_object_new_object();
+    const char *item_text;
+    apr_size_t item_len;
+    json_object_object_add(part, "type", json_object_new_string("input_text"));
+    json_object_object_add(part, "text", json_object_new_string(text));
+    json_object_array_add(content, part);
+    json_object_object_add(item, "type", json_object_new_string("message"));
+    json_object_object_add(item, "role", json_object_new_string("user"));
+    json_object_object_add(item, "content", content);
+    item_text = ci_json_text(item, &item_len);
+    req->input_text = req->input_len
+        ? apr_pstrcat(p, item_text, ",", apr_pstrmemdup(p, req->input_text, req->input_len),
+                      NULL)
+        : apr_pstrdup(p, item_text);
+    req->input_len = item_len + (req->input_len ? req->input_len + 1 : 0);
+    req->input = NULL;              /* parsed again from the text when asked */
+    encode_body(p, req);
 }
 
 json_object *ci_request_input(apr_pool_t *p, ci_request *req)

@@ -82,6 +82,8 @@ typedef struct ci_request {
                                       code_interpreter_call (a replayed item
                                       or a recalled reference), or NULL */
     const char *previous_response_id;
+    apr_array_header_t *skills;  /* the shell's container_auto skills
+                                    (ci_skill_ref), or NULL */
 } ci_request;
 
 /* True when the bytes mention "code_interpreter", "container_auto" or
@@ -98,6 +100,10 @@ ci_req_verdict ci_request_rewrite(apr_pool_t *p, const char *body,
  * upstream is owed for calls of a previous response. 0, or -1 when ITEMS
  * is not an array. */
 int ci_request_prepend_input(apr_pool_t *p, ci_request *req, const char *items);
+
+/* TEXT told to the model in the user's context: a user message before the
+ * request's input, for round 1 and every follow-up (the body re-encoded). */
+void ci_request_prepend_context(apr_pool_t *p, ci_request *req, const char *text);
 
 /* The request's input as it goes upstream, as a tree: req->input, parsed
  * from input_text (into P, kept) when the rewrite did not need one. */

@@ -2,6 +2,7 @@
  * ci_skill_store.c - skill bundles on disk, content-addressed
  * (ci_skill_store.h).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -242,16 +243,58 @@ int ci_skill_store_remove(apr_pool_t *p, const char *dir, const char *digest,
     tree = ci_skill_store_tree(p, dir, digest);
     /* out of its place first: a reader finds the whole tree or none */
     gone = temp_beside(p, tree);
-    if (rename(tree, gone) != 0 && errno != ENOENT) {
-        *err = apr_psprintf(p, "the skill store could not remove %s: %s", tree,
-                            strerror(errno));
-        return -1;
-    }
-    if (remove_tree(gone) != 0 ||
+    if ((rename(tree, gone) != 0 && errno != ENOENT) ||
         (unlink(ci_skill_store_zip(p, dir, digest)) != 0 && errno != ENOENT)) {
         *err = apr_psprintf(p, "the skill store could not remove %s: %s", tree,
                             strerror(errno));
         return -1;
     }
+    /* The bundle is gone from its place. A folder a sandbox that is still
+     * exiting has bound (EBUSY) stays under its temporary name, emptied,
+     * for ci_skill_store_clean to take later. */
+    if (remove_tree(gone) != 0 && errno != EBUSY) {
+        *err = apr_psprintf(p, "the skill store could not remove %s: %s", gone,
+                            strerror(errno));
+        return -1;
+    }
     return 0;
+}
+
+/* Whether NAME is one the store makes beside a place: "." NAME "." 16 hex
+ * digits, NAME a digest (a tree) or a digest ".zip" (a zip). */
+static int leftover_name(const char *name)
+{
+    apr_size_t n = strlen(name);
+    return n > 1 + 64 + 1 + 16 && name[0] == '.' && name[n - 17] == '.' &&
+           strspn(name + 1, "0123456789abcdef") == 64 &&
+           strspn(name + n - 16, "0123456789abcdef") == 16;
+}
+
+int ci_skill_store_clean(apr_pool_t *p, const char *dir, apr_time_t older_than,
+                         int (*keep)(void *baton, const char *digest), void *baton)
+{
+    DIR *top = opendir(dir), *sub;
+    struct dirent *e, *f;
+    struct stat st;
+    const char *err;
+    int removed = 0;
+    while (top && (e = readdir(top))) {
+        const char *folder = apr_pstrcat(p, dir, "/", e->d_name, NULL);
+        if (strlen(e->d_name) != 2 || strspn(e->d_name, "0123456789abcdef") != 2 ||
+            !(sub = opendir(folder)))
+            continue;
+        while ((f = readdir(sub))) {
+            const char *path = apr_pstrcat(p, folder, "/", f->d_name, NULL);
+            if (lstat(path, &st) != 0 || apr_time_from_sec(st.st_mtime) >= older_than)
+                continue;
+            if (leftover_name(f->d_name))
+                removed += remove_tree(path) == 0;
+            else if (ci_skill_store_digest_ok(f->d_name) && !keep(baton, f->d_name))
+                removed += ci_skill_store_remove(p, dir, f->d_name, &err) == 0;
+        }
+        closedir(sub);
+    }
+    if (top)
+        closedir(top);
+    return removed;
 }

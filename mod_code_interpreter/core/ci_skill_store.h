@@ -24,6 +24,7 @@
 
 #include <sys/types.h>
 #include <apr_pools.h>
+#include <apr_time.h>
 #include "ci_skill_bundle.h"
 
 /* Whether DIGEST is 64 lower-case hex digits (the only names the store
@@ -70,5 +71,12 @@ int ci_skill_store_read_file(apr_pool_t *p, const char *path, apr_size_t max,
  * 0 (also when it was not there), or -1 with *ERR. */
 int ci_skill_store_remove(apr_pool_t *p, const char *dir, const char *digest,
                           const char **err);
+
+/* The store DIR swept: what was last changed before OLDER_THAN and is a
+ * bundle KEEP (called with BATON) says nothing names any more, or a
+ * leftover of an interrupted write or removal (a folder a sandbox had
+ * bound), removed. How many entries went. */
+int ci_skill_store_clean(apr_pool_t *p, const char *dir, apr_time_t older_than,
+                         int (*keep)(void *baton, const char *digest), void *baton);
 
 #endif

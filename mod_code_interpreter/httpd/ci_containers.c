@@ -8,6 +8,7 @@
 #include "ci_containers.h"
 #include <http_log.h>
 #include "ci_settings.h"
+#include "ci_skills_attach.h"
 #include "ci_files_in.h"
 #include "ci_citations.h"
 #include "ci_crypto.h"
@@ -636,6 +637,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
                                                : NULL,
                                            st->container_id, NULL, st->sandbox->idle,
                                            hold_seconds(r, st));
+        put_str(req, "skills", st->skills);
         began = apr_time_now();
         ans = ci_containers_create_waiting(r, req, wait_until(r, st), &waited);
         /* for the access log: %{ci-admit-wait-us}n, the time spent waiting
@@ -653,6 +655,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
         }
         st->container_exists = 1;
         held_by(r, st, st->container_id, ans);
+        ci_skills_attach_audit(r, st->container_id, st->skills);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
                       "(tool %s)%s%s", st->container_id, st->sandbox->name,
                       ci_json_get(ans, "evicted", json_type_object)

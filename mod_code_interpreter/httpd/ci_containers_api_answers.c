@@ -9,6 +9,7 @@
 #include "ci_containers.h"
 #include "ci_containers_api_internal.h"
 #include "ci_dirclient.h"
+#include "ci_module.h"
 #include "ci_json.h"
 #include "ci_request_state.h"
 

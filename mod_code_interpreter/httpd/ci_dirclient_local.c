@@ -10,6 +10,7 @@
 #include <http_log.h>
 #include <ap_listen.h>
 #include "ci_dirclient.h"
+#include "ci_module.h"
 #include "ci_directory_ops.h"
 #include "ci_json.h"
 

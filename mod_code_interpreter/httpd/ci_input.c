@@ -12,6 +12,9 @@
 #include <http_request.h>
 #include <util_filter.h>
 #include "ci_settings.h"
+#include "ci_json.h"
+#include "ci_skill_attach.h"
+#include "ci_skills_attach.h"
 #include "ci_input.h"
 #include "ci_loop.h"
 #include "ci_output.h"
@@ -278,6 +281,25 @@ static int misconfigured(request_rec *r, const char *name)
     return ci_send_error(r, &err);
 }
 
+/* The skills the request asks its new container to have, resolved now
+ * (before round 1: a refusal costs no model call) and told to the model.
+ * A container the request reuses keeps its own: it was told of them when
+ * it was made. */
+static int new_container_skills(request_rec *r, ci_req_state *st, ci_error *err)
+{
+    json_object *record;
+    const char *perr = NULL;
+    int rc;
+    if (!st->req->skills || st->container_exists)
+        return OK;
+    if ((rc = ci_skills_attach_resolve(r, st->sandbox, st->owner, st->req->skills,
+                                       &st->skills, err)) != OK)
+        return rc;
+    record = ci_json_parse(r->pool, st->skills, strlen(st->skills), &perr);
+    ci_request_prepend_context(r->pool, st->req, ci_skill_attach_context(r->pool, record));
+    return OK;
+}
+
 static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *req,
                      ci_recall_baton *recall)
 {
@@ -313,7 +335,8 @@ static int intercept(request_rec *r, const ci_sandbox_def *sandbox, ci_request *
     st->owner = recall->owner;
     st->early_chain = recall->early;
     st->started = apr_time_now();
-    if ((rc = ci_containers_resolve(r, st, &err)) != OK) {
+    if ((rc = ci_containers_resolve(r, st, &err)) != OK ||
+        (rc = new_container_skills(r, st, &err)) != OK) {
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0106: refused (%d): %s",
                       err.status, err.message);
         ap_set_module_config(r->request_config, &code_interpreter_module, NULL);

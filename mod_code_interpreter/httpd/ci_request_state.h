@@ -29,6 +29,8 @@ typedef struct ci_req_state {
     struct json_object *container_found; /* the directory's answer that found
                                   container_id at resolve (touched, held),
                                   for its first call; NULL once used */
+    const char *skills;        /* the new container's skills, resolved
+                                  (ci_skills_attach.h), or NULL */
     apr_array_header_t *upstream_files; /* file_ids, checked at the upstream
                                   (ci_filesapi_file): put into the container
                                   when this request makes it */

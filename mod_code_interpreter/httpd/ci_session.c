@@ -290,6 +290,7 @@ static apr_status_t attach_container(ci_session *s, ci_error *err)
     s->def = tiered = ci_sandbox_def_container(s->root, s->def, c.memory_limit,
                                                c.allowlist,
                                                ci_dirclient_unseal_secrets(s->r, &c));
+    s->def = tiered = ci_sandbox_def_with_skills(s->root, tiered, c.skills);
     if (ci_dirclient_adopt(s->r, s->st->owner, &c, tiered) < 0) {
         ci_error_set(err, 503, CI_SERVER, NULL, "sandbox_unavailable", s->r->pool,
                      "The code sandbox could not be started; retry shortly.");

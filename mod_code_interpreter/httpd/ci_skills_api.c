@@ -83,10 +83,7 @@ static int store_failed(skill_req *q, const char *why)
 
 static json_object *question(skill_req *q, const char *op)
 {
-    json_object *o = ci_json_own(q->r->pool, json_object_new_object());
-    json_object_object_add(o, "op", json_object_new_string(op));
-    json_object_object_add(o, "owner", json_object_new_string(q->owner));
-    json_object_object_add(o, "store", json_object_new_string(q->store));
+    json_object *o = ci_skills_question(q->r->pool, op, q->owner, q->store);
     if (q->route.skill_id)
         json_object_object_add(o, "id", json_object_new_string(q->route.skill_id));
     if (q->route.version)
@@ -94,20 +91,35 @@ static json_object *question(skill_req *q, const char *op)
     return o;
 }
 
-/* REQ asked: the answer, or NULL with *WHY. */
-static json_object *ask(skill_req *q, json_object *req, const char **why)
+json_object *ci_skills_ask(apr_pool_t *p, json_object *req, const char **why)
 {
     apr_size_t len;
     const char *text = ci_json_text(req, &len), *answer, *perr = NULL;
     json_object *ans;
-    if (ci_supervisor_dir(q->r->pool, text, len, &answer, why) != 0)
+    if (ci_supervisor_dir(p, text, len, &answer, why) != 0)
         return NULL;
-    if (!(ans = ci_json_parse(q->r->pool, answer, strlen(answer), &perr)) ||
+    if (!(ans = ci_json_parse(p, answer, strlen(answer), &perr)) ||
         !ci_json_str(ans, "status")) {
         *why = "an answer that is not the records'";
         return NULL;
     }
     return ans;
+}
+
+json_object *ci_skills_question(apr_pool_t *p, const char *op, const char *owner,
+                                const char *store)
+{
+    json_object *o = ci_json_own(p, json_object_new_object());
+    json_object_object_add(o, "op", json_object_new_string(op));
+    json_object_object_add(o, "owner", json_object_new_string(owner));
+    json_object_object_add(o, "store", json_object_new_string(store));
+    return o;
+}
+
+/* REQ asked: the answer, or NULL with *WHY. */
+static json_object *ask(skill_req *q, json_object *req, const char **why)
+{
+    return ci_skills_ask(q->r->pool, req, why);
 }
 
 static int status_is(json_object *ans, const char *status)
@@ -454,6 +466,11 @@ static int skills_handler(request_rec *r)
 }
 
 /* ---- configuration ---------------------------------------------------------- */
+
+int ci_skills_served(void)
+{
+    return skills_wanted;
+}
 
 void ci_skills_api_pre_config(void)
 {

@@ -9,6 +9,7 @@
 #define CI_SKILLS_API_H
 
 #include <httpd.h>
+#include <json-c/json.h>
 
 /* Before each reading of the configuration: no location serves skills yet. */
 void ci_skills_api_pre_config(void);
@@ -22,5 +23,14 @@ int ci_skills_api_post_config(apr_pool_t *p, server_rec *s);
  * their skills again), or NULL when no location serves skills. */
 const char *ci_skills_api_secret_path(apr_pool_t *p, server_rec *s);
 void ci_skills_api_register_hooks(apr_pool_t *p);
+
+/* Whether a location serves skills (and so the store exists). */
+int ci_skills_served(void);
+/* A question OP of OWNER about the skills in STORE (ci_skill_ops.h), from
+ * P; and a question asked of the records: the answer (with its "status"),
+ * or NULL with *WHY. */
+json_object *ci_skills_question(apr_pool_t *p, const char *op, const char *owner,
+                                const char *store);
+json_object *ci_skills_ask(apr_pool_t *p, json_object *req, const char **why);
 
 #endif

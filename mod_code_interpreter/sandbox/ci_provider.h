@@ -114,6 +114,14 @@ typedef struct ci_sandbox_def {
      * value}; NULL: none. Only in memory, never logged. */
     const char *secrets;
     void *conf;                    /* the provider's own keys */
+    /* one container's skills (CI_CAP_SKILLS): a JSON array of {mount, tree,
+     * zip}, each a skill's folder to show read-only at
+     * /home/oai/skills/MOUNT/ (MOUNT: its name, '-' and 32 hex digits),
+     * whose files are the folder TREE of the server's skill store and, as
+     * one zip, the file ZIP (absolute paths); NULL: none. Last, so that a
+     * provider built against an earlier header reads the fields above
+     * where they were. */
+    const char *skills;
 } ci_sandbox_def;
 
 /* What a provider can do (its caps): */
@@ -126,6 +134,11 @@ typedef struct ci_sandbox_def {
 #define CI_CAP_EGRESS     0x20   /* network allowlists (egress=allowlist) */
 #define CI_CAP_SITE_PROXY 0x40   /* ... through the site's proxy (egress_proxy=) */
 #define CI_CAP_SECRETS    0x80   /* ... with domain secrets its proxy injects */
+#define CI_CAP_SKILLS     0x100  /* skills shown in its containers (def->skills) */
+
+/* Where a container's skills are, and how many one container may have. */
+#define CI_SKILLS_ROOT "/home/oai/skills"
+#define CI_MAX_SKILLS 200
 
 /* Credentials a provider needs to delete one of its sandboxes from another
  * process (what a dead child left). LOCATOR is not secret; SECRET is. */

@@ -417,6 +417,15 @@ const char *ci_sandbox_def_parse(apr_pool_t *p, const char *name, int argc,
     return NULL;
 }
 
+/* A copy of DEF in P for one container (its provider's keys copied too). */
+static ci_sandbox_def *def_for_container(apr_pool_t *p, const ci_sandbox_def *def)
+{
+    ci_sandbox_def *d = apr_pmemdup(p, def, sizeof(*d));
+    if (def->provider->conf_copy && def->conf)
+        d->conf = def->provider->conf_copy(p, def->conf);
+    return d;
+}
+
 /* DEF for a container whose network policy allows ALLOWLIST (comma
  * separated, normalised; NULL or "": none): DEF itself, or a copy in P. */
 static const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p,
@@ -426,9 +435,7 @@ static const ci_sandbox_def *ci_sandbox_def_allowlist(apr_pool_t *p,
     ci_sandbox_def *d;
     if (!allowlist || !*allowlist)
         return def;
-    d = apr_pmemdup(p, def, sizeof(*d));
-    if (def->provider->conf_copy && def->conf)
-        d->conf = def->provider->conf_copy(p, def->conf);
+    d = def_for_container(p, def);
     d->allowlist = apr_pstrdup(p, allowlist);
     return d;
 }
@@ -445,6 +452,17 @@ const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_d
         return def;
     d = apr_pmemdup(p, def, sizeof(*d));     /* the allowlist's copy, or a new one */
     d->secrets = apr_pstrdup(p, secrets);
+    return d;
+}
+
+const ci_sandbox_def *ci_sandbox_def_with_skills(apr_pool_t *p, const ci_sandbox_def *def,
+                                                 const char *skills)
+{
+    ci_sandbox_def *d;
+    if (!skills || !*skills)
+        return def;
+    d = def_for_container(p, def);
+    d->skills = apr_pstrdup(p, skills);
     return d;
 }
 
@@ -472,6 +490,7 @@ ci_sandbox_def *ci_sandbox_def_copy(apr_pool_t *p, const ci_sandbox_def *def)
     d->allowlist = def->allowlist ? apr_pstrdup(p, def->allowlist) : NULL;
     d->egress_ca = def->egress_ca ? apr_pstrdup(p, def->egress_ca) : NULL;
     d->secrets = def->secrets ? apr_pstrdup(p, def->secrets) : NULL;
+    d->skills = def->skills ? apr_pstrdup(p, def->skills) : NULL;
     if (def->provider->conf_copy && def->conf)
         d->conf = def->provider->conf_copy(p, def->conf);
     return d;

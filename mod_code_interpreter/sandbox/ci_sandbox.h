@@ -62,6 +62,10 @@ const ci_sandbox_def *ci_sandbox_def_container(apr_pool_t *p, const ci_sandbox_d
                                                const char *tier, const char *allowlist,
                                                const char *secrets);
 
+/* DEF with a container's SKILLS (as ci_sandbox_def.skills; NULL or "":
+ * none): DEF itself, or a copy in P. */
+const ci_sandbox_def *ci_sandbox_def_with_skills(apr_pool_t *p, const ci_sandbox_def *def,
+                                                 const char *skills);
 /* Whether DEF's ceiling lets a client list DOMAIN (normalised). */
 int ci_sandbox_def_domain_allowed(apr_pool_t *p, const ci_sandbox_def *def,
                                   const char *domain);

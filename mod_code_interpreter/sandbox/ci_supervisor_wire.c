@@ -207,6 +207,8 @@ static json_object *def_object(const ci_sandbox_def *d)
         if (d->secrets)
             json_object_object_add(o, "secrets", json_tokener_parse(d->secrets));
     }
+    if (d->skills)
+        json_object_object_add(o, "skills", json_tokener_parse(d->skills));
     return o;
 }
 
@@ -267,6 +269,54 @@ static const char *allowlist_parse(apr_pool_t *p, json_object *o, ci_sandbox_def
     return d->allowlist ? secrets_parse(p, o, d) : NULL;
 }
 
+/* A skill's folder name in a container: a name, '-', 32 hex digits. */
+static int mount_ok(const char *m)
+{
+    apr_size_t n = m ? strlen(m) : 0;
+    return n > 33 && n <= 64 + 33 && m[n - 33] == '-' &&
+           strspn(m + n - 32, "0123456789abcdef") == 32 &&
+           strspn(m, "abcdefghijklmnopqrstuvwxyz0123456789-") == n;
+}
+
+/* A path of the skill store's, as the child made it: absolute, ending in
+ * "/" two hex digits "/" the digest SUFFIX ("" for the tree, ".zip"), no
+ * "." or ".." segment. */
+static int store_path_ok(const char *path, const char *suffix)
+{
+    apr_size_t n = path ? strlen(path) : 0, s = strlen(suffix);
+    const char *tail;
+    if (!path || path[0] != '/' || n < s + 64 + 4 || strstr(path, "/./") ||
+        strstr(path, "/../") || strcmp(path + n - s, suffix))
+        return 0;
+    tail = path + n - s - 64 - 4;        /* "/" 2 hex "/" 64 hex */
+    return tail[0] == '/' && tail[3] == '/' && !strncmp(tail + 1, tail + 4, 2) &&
+           strspn(tail + 4, "0123456789abcdef") >= 64;
+}
+
+/* The skills of a definition, checked: NULL, or why not. */
+static const char *skills_parse(apr_pool_t *p, json_object *o, ci_sandbox_def *d)
+{
+    json_object *list;
+    apr_size_t i, j, n;
+    if (!json_object_object_get_ex(o, "skills", &list) || !list)
+        return NULL;
+    n = json_object_is_type(list, json_type_array) ? json_object_array_length(list) : 0;
+    if (n < 1 || n > CI_MAX_SKILLS)
+        return "the skills are not valid";
+    for (i = 0; i < n; i++) {
+        json_object *s = json_object_array_get_idx(list, i);
+        const char *mount = ci_json_str(s, "mount");
+        if (!mount_ok(mount) || !store_path_ok(ci_json_str(s, "tree"), "") ||
+            !store_path_ok(ci_json_str(s, "zip"), ".zip"))
+            return "the skills are not valid";
+        for (j = 0; j < i; j++)
+            if (!strcmp(mount, ci_json_str(json_object_array_get_idx(list, j), "mount")))
+                return "the skills are not valid";
+    }
+    d->skills = ci_json_pstr(p, list, NULL);
+    return NULL;
+}
+
 const char *ci_sup_def_encode(apr_pool_t *p, const ci_sandbox_def *d)
 {
     return ci_json_pstr(p, ci_json_own(p, def_object(d)), NULL);
@@ -313,7 +363,7 @@ static const char *def_parse(apr_pool_t *p, json_object *o, ci_sandbox_def **out
     d->rss_bound = (apr_uint64_t)rss_bound;
     c->preload = preload[0] ? apr_pstrdup(p, preload) : NULL;
     *out = d;
-    return allowlist_parse(p, o, d);
+    return skills_parse(p, o, d) ? "the skills are not valid" : allowlist_parse(p, o, d);
 }
 
 const char *ci_sup_create_encode(apr_pool_t *p, const ci_sandbox_def *d,

@@ -112,6 +112,16 @@ static void egress_env(apr_array_header_t *a)
         push3(a, "--setenv", names[i], EGRESS_RELAY);
 }
 
+/* The JSON array TEXT (a definition's secrets or skills, checked where it
+ * was made), its length in *N (0: none), owned by P. */
+static json_object *def_list(apr_pool_t *p, const char *text, apr_size_t *n)
+{
+    json_object *list = ci_json_own(p, json_tokener_parse(text));
+    *n = list && json_object_is_type(list, json_type_array) ? json_object_array_length(list)
+                                                             : 0;
+    return list;
+}
+
 /* A sandbox with domain secrets: each secret's variable holds its
  * placeholder, never its value; and the egress proxy's CA (which signs
  * what it presents for those domains) is trusted beside the system's, by
@@ -120,9 +130,8 @@ static void secrets_env(apr_pool_t *p, apr_array_header_t *a, const char *secret
 {
     static const char *const bundle_vars[] = { "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE",
                                                "CURL_CA_BUNDLE", "PIP_CERT" };
-    json_object *list = ci_json_own(p, json_tokener_parse(secrets));
-    apr_size_t i, n = list && json_object_is_type(list, json_type_array)
-                      ? json_object_array_length(list) : 0;
+    apr_size_t i, n;
+    json_object *list = def_list(p, secrets, &n);
     for (i = 0; i < n; i++) {
         json_object *s = json_object_array_get_idx(list, i);
         push3(a, "--setenv", apr_pstrdup(p, ci_json_str(s, "name")),
@@ -131,6 +140,19 @@ static void secrets_env(apr_pool_t *p, apr_array_header_t *a, const char *secret
     for (i = 0; i < sizeof(bundle_vars) / sizeof(*bundle_vars); i++)
         push3(a, "--setenv", bundle_vars[i], EGRESS_MOUNT "/" CI_EGRESS_BUNDLE_NAME);
     push3(a, "--setenv", "NODE_EXTRA_CA_CERTS", EGRESS_MOUNT "/" CI_EGRESS_CA_NAME);
+}
+
+/* A container's skills: each folder of the store's, bound read-only at
+ * CI_SKILLS_ROOT/MOUNT (bwrap makes the folders above it). */
+static void skill_binds(apr_pool_t *p, apr_array_header_t *a, const char *skills)
+{
+    apr_size_t i, n;
+    json_object *list = def_list(p, skills, &n);
+    for (i = 0; i < n; i++) {
+        json_object *s = json_object_array_get_idx(list, i);
+        push3(a, "--ro-bind", apr_pstrdup(p, ci_json_str(s, "tree")),
+              apr_pstrcat(p, CI_SKILLS_ROOT "/", ci_json_str(s, "mount"), NULL));
+    }
 }
 
 static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
@@ -181,6 +203,8 @@ static const char *const *bwrap_argv(apr_pool_t *p, const ci_sandbox_def *def,
                   apr_pstrcat(p, egress_dir, "/" CI_EGRESS_BUNDLE_NAME, NULL),
                   "/etc/ssl/certs/ca-certificates.crt");
     }
+    if (def->skills)
+        skill_binds(p, a, def->skills);
     push3(a, "--remount-ro", "/", NULL);
     push3(a, "--chdir", "/mnt/data", NULL);
     push(a, "--clearenv");
@@ -650,6 +674,7 @@ static const char *local_parse_key(apr_pool_t *p, ci_sandbox_def *d,
 const ci_provider ci_provider_local = {
     .name = "local",
     .caps = CI_CAP_WARM | CI_CAP_CONTAINERS | CI_CAP_FILES | CI_CAP_SHELL | CI_CAP_EGRESS |
+            CI_CAP_SKILLS |
             CI_CAP_SITE_PROXY | CI_CAP_SECRETS,
     .keys = "python, memory, processes, disk, warm, preload",
     .defaults = local_defaults,

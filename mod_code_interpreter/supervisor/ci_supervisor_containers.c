@@ -109,11 +109,13 @@ void sup_handle_attach(conn *c, const ci_sup_frame *f)
 static void kill_container(const char *id, const char *why)
 {
     box *b = sup_container_box(id);
-    if (!b)
-        return;
-    ci_log(CI_LOG_INFO, "CI0618: sandbox %u of container %s destroyed (%s)", b->id, id,
-           why);
-    sup_box_free(b);
+    if (b) {
+        ci_log(CI_LOG_INFO, "CI0618: sandbox %u of container %s destroyed (%s)", b->id, id,
+               why);
+        sup_box_free(b);
+    }
+    /* after its sandbox: a folder it binds is not removed while it runs */
+    sup_skills_container_gone(id);
 }
 
 /* A DIR question. A request sends its "finish" without waiting for the
@@ -173,4 +175,5 @@ void sup_expire_containers(void)
     for (i = 0; i < expired->nelts; i++)
         kill_container(APR_ARRAY_IDX(expired, i, ci_container *)->id, "expired");
     apr_pool_destroy(p);
+    sup_skills_sweep();
 }

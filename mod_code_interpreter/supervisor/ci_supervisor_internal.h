@@ -336,6 +336,11 @@ const char *sup_cpu_mode_text(apr_pool_t *p);
 /* A DIR question about skills (ci_skill_ops.h), answered: 1; 0 when F is
  * not one (the container directory's). */
 int sup_handle_skill(conn *c, const ci_sup_frame *f);
+/* Container ID ended (its record stays a while): the bundles only it
+ * showed, removed. */
+void sup_skills_container_gone(const char *id);
+/* Now and then: the known stores swept of what nothing names. */
+void sup_skills_sweep(void);
 
 /* ---- ci_supervisor_containers.c: containers ----------------------------- */
 

@@ -280,10 +280,10 @@ static void reject_shell_tools(void **state)
                     "The code_interpreter and shell tools of a request share one container; "
                     "give its network_policy once ('tools[1].environment.network_policy').");
     assert_rejected(p, "{'tools':[{'type':'shell','environment':{'type':'container_auto',"
-                       "'skills':[{'type':'skill_reference','skill_id':'s_1'}]}}]}",
-                    "tools[0].environment.skills", "unsupported_parameter",
-                    "Skills are not supported by this server "
-                    "('tools[0].environment.skills'); use an environment without skills.");
+                       "'skills':[{'type':'skill_reference','skill_id':'s_1'},"
+                       "{'type':'other'}]}}]}",
+                    "tools[0].environment.skills[1].type", "invalid_value",
+                    "A skill's 'type' must be \"skill_reference\" or \"inline\".");
     assert_rejected(p, "{'tools':[{'type':'code_interpreter','container':'cntr_a'},"
                        SHELL_REF("cntr_b") "]}",
                     "tools[1].environment.container_id", "conflicting_container",

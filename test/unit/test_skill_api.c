@@ -17,6 +17,7 @@
 
 #include "ci_json.h"
 #include "ci_skill_api.h"
+#include "ci_skill_attach.h"
 #include "unit_pool.h"
 
 static apr_pool_t *unit_pool;     /* the running test's */
@@ -335,6 +336,55 @@ static void test_refusal_words(void **state)
     assert_int_equal(err.status, 500);
 }
 
+/* ---- attaching ---- */
+
+static void test_attach_entries(void **state)
+{
+    static const char list[] = "[{\"type\":\"skill_reference\",\"skill_id\":\"skill_a\"},"
+        "{\"type\":\"skill_reference\",\"skill_id\":\"skill_b\",\"version\":3},"
+        "{\"type\":\"skill_reference\",\"skill_id\":\"skill_c\",\"version\":\"4\"},"
+        "{\"type\":\"skill_reference\",\"skill_id\":\"skill_d\",\"version\":\"latest\"},"
+        "{\"type\":\"inline\",\"name\":\"n\",\"description\":\"d\",\"source\":"
+        "{\"type\":\"base64\",\"media_type\":\"application/zip\",\"data\":\"UEsF\"}}]";
+    const char *perr = NULL;
+    apr_array_header_t *refs = NULL;
+    ci_error err;
+    const ci_skill_ref *r;
+    unit_pool = *state;
+    assert_int_equal(ci_skill_attach_parse(unit_pool, ci_json_parse(unit_pool, list,
+                                                                    strlen(list), &perr),
+                                           "skills", &refs, &err), 0);
+    assert_int_equal(refs->nelts, 5);
+    r = &APR_ARRAY_IDX(refs, 0, ci_skill_ref);
+    assert_string_equal(r->skill_id, "skill_a");
+    assert_int_equal(r->version, CI_SKILL_VERSION_DEFAULT);
+    assert_string_equal(r->param, "skills[0]");
+    assert_int_equal(APR_ARRAY_IDX(refs, 1, ci_skill_ref).version, 3);
+    assert_int_equal(APR_ARRAY_IDX(refs, 2, ci_skill_ref).version, 4);
+    assert_int_equal(APR_ARRAY_IDX(refs, 3, ci_skill_ref).version, CI_SKILL_VERSION_LATEST);
+    r = &APR_ARRAY_IDX(refs, 4, ci_skill_ref);
+    assert_int_equal(r->kind, CI_SKILL_INLINE);
+    assert_string_equal(r->name, "n");
+    assert_int_equal(r->data_len, 4);
+    assert_memory_equal(r->data, "UEsF", 4);
+}
+
+static void test_attach_context(void **state)
+{
+    static const char skills[] = "[{\"name\":\"basic-math\",\"description\":\"Adds.\","
+                                 "\"mount\":\"basic-math-0123\"}]";
+    const char *perr = NULL;
+    unit_pool = *state;
+    assert_string_equal(ci_skill_attach_mount(unit_pool, "a-b", "ff"), "a-b-ff");
+    assert_string_equal(
+        ci_skill_attach_context(unit_pool, ci_json_parse(unit_pool, skills, strlen(skills),
+                                                         &perr)),
+        "Skills are installed in your container: each is a folder with a SKILL.md file of "
+        "instructions, and often scripts. Before you use a skill, read its SKILL.md (for "
+        "example with cat) and follow it; run its scripts from their folder's path, which "
+        "is read-only.\n- basic-math: Adds. (/home/oai/skills/basic-math-0123/SKILL.md)"); /* check-clone: the path in a container */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -347,6 +397,8 @@ int main(void)
         TEST(test_past_the_file_limit),
         TEST(test_objects),
         TEST(test_refusal_words),
+        TEST(test_attach_entries),
+        TEST(test_attach_context),
     };
     apr_initialize();
     return cmocka_run_group_tests(tests, NULL, NULL);

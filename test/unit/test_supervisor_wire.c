@@ -197,6 +197,52 @@ static void test_incomplete_definitions_are_refused(void **state)
     assert_non_null(decode_error("{\"tag\":"));
 }
 
+/* A container's skills: carried whole, each folder's name and store paths
+ * checked again where the sandbox is made. */
+#define DIGEST "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define TREE "/var/lib/s/01/" DIGEST
+#define SKILL(mount, tree, zip) \
+    "[{\"mount\":\"" mount "\",\"tree\":\"" tree "\",\"zip\":\"" zip "\"}]"
+
+static const char *skills_decoded(const char *skills, ci_sandbox_def **got)
+{
+    ci_sandbox_def *def = local_tool(NULL);
+    const char *payload, *tag = NULL, *deftext = NULL;
+    apr_size_t len;
+    ci_sup_frame f = { CI_SUP_CREATE, 0, NULL, 0 };
+    def->skills = skills;
+    payload = ci_sup_create_encode(pool, def, "t", &len);
+    f.data = payload;
+    f.len = len;
+    return ci_sup_create_decode(pool, &f, got, &tag, &deftext);
+}
+
+static void test_skills_are_carried_and_checked(void **state)
+{
+    static const char *const bad[] = {
+        SKILL("basic-math-0123456789abcdef0123456789abcdef", "/var/lib/s/02/" DIGEST,
+              TREE ".zip"),                                   /* 02 is not 01 */
+        SKILL("basic-math-0123456789abcdef0123456789abcdef", "/var/lib/../s/01/" DIGEST, /* check-clone: a path the check refuses */
+              TREE ".zip"),
+        SKILL("basic-math-0123456789abcdef0123456789abcdef", "var/lib/s/01/" DIGEST,
+              TREE ".zip"),
+        SKILL("basic-math-0123456789abcdef0123456789abcdef", TREE, TREE),
+        SKILL("../x-0123456789abcdef0123456789abcdef", TREE, TREE ".zip"), /* check-clone: a name the check refuses */
+        SKILL("Basic-0123456789abcdef0123456789abcdef", TREE, TREE ".zip"),
+        SKILL("basic-math-0123", TREE, TREE ".zip"),
+        "[]", "{}",
+    };
+    const char *good = SKILL("basic-math-0123456789abcdef0123456789abcdef", TREE,
+                             TREE ".zip");
+    ci_sandbox_def *got = NULL;
+    unsigned i;
+    (void)state;
+    assert_null(skills_decoded(good, &got));
+    assert_string_equal(got->skills, good);
+    for (i = 0; i < sizeof(bad) / sizeof(*bad); i++)
+        assert_string_equal(skills_decoded(bad[i], &got), "the skills are not valid");
+}
+
 static void test_warm_set_round_trip(void **state)
 {
     ci_sandbox_def *a = local_tool("warm=2"), *b = local_tool("warm=5");
@@ -357,6 +403,7 @@ int main(void)
         TEST(test_hello_carries_the_version),
         TEST(test_create_carries_the_whole_definition),
         TEST(test_incomplete_definitions_are_refused),
+        TEST(test_skills_are_carried_and_checked),
         TEST(test_warm_set_round_trip),
         TEST(test_shell_round_trip),
         TEST(test_shell_encode_rounds_and_bounds),
