@@ -193,6 +193,47 @@ def test_a_deleted_version_stays_while_a_container_shows_it(server, model):
     assert wait_for(lambda: len(before - bundles(server)), 2) == 2
 
 
+def test_a_container_made_with_skills_through_the_containers_api(server, model):
+    sk = create(server, other_skill("api_made"), ME)
+    mount = "api-made-" + sk["id"][len("skill_"):]
+    status, c = api(server, "POST", "/v1/containers", ME,
+                    {"name": "with skills", "skills": [ref(sk["id"])]})
+    assert status == 200, c
+    assert "skills" not in c                  # OpenAI's container object does not echo them
+    told = CONTEXT_HEAD + "\n- api-made: Skill api_made. (/home/oai/skills/%s/SKILL.md)" % mount  # check-clone: a path in a container
+    # the hosted shell, by reference: the files are there, and the model is told
+    n = len(model.requests())
+    out = turn(server, [[shell_call("cat /home/oai/skills/%s/notes.txt" % mount)],  # check-clone: a path in a container
+                        [{"text": "ok"}]], headers=ME,
+               tools=[{"type": "shell", "environment": {"type": "container_reference",
+                                                        "container_id": c["id"]}}])
+    assert outputs_of(out) == [exit_entry("notes of api_made\n")]
+    assert model.requests()[n]["json"]["input"][0]["content"][0]["text"] == told
+    # code_interpreter in the same container: the same files, and told too
+    n = len(model.requests())
+    status, _, out = server.post("/v1/responses", {
+        "model": "m", "include": ["code_interpreter_call.outputs"],
+        "tools": [{"type": "code_interpreter", "container": c["id"]}],
+        "input": "SCRIPT: " + json.dumps([
+            [{"call": "print(open('/home/oai/skills/%s/notes.txt').read(), end='')" % mount}],  # check-clone: a path in a container
+            [{"text": "{{last_output}}"}]])}, headers=ME)
+    assert status == 200, out
+    assert out["output"][-1]["content"][0]["text"] == "notes of api_made\n"
+    assert model.requests()[n]["json"]["input"][0]["content"][0]["text"] == told
+    assert api(server, "DELETE", "/v1/containers/" + c["id"], ME)[0] == 200
+
+
+def test_the_containers_api_refuses_a_skill_it_cannot_attach(server, model):
+    status, body = api(server, "POST", "/v1/containers", ME,
+                       {"name": "x", "skills": [ref("skill_" + "2" * 32)]})
+    assert (status, body["error"]) == (400, {
+        "type": "invalid_request_error", "code": "skill_not_found",
+        "param": "skills[0].skill_id",
+        "message": "Skill with id 'skill_%s' not found." % ("2" * 32)})
+    status, listing = api(server, "GET", "/v1/containers", ME)
+    assert [x["name"] for x in listing["data"]].count("x") == 0
+
+
 def test_unknown_or_another_callers_skill_is_refused(server, model):
     theirs = create(server, other_skill("theirs_only"), OTHER)
     n = len(model.requests())

@@ -19,6 +19,8 @@
 #include "ci_cfiles.h"
 #include "ci_containers.h"
 #include "ci_settings.h"
+#include "ci_skill_attach.h"
+#include "ci_skills_attach.h"
 #include "ci_files_in.h"
 #include "ci_json.h"
 #include "ci_owner.h"
@@ -185,6 +187,25 @@ static apr_time_t capacity_deadline(api_req *a)
                                 ci_server_capacity_wait(ci_server_config(a->r->server)));
 }
 
+/* The body's "skills" (OpenAI's union, as on a shell's container_auto),
+ * resolved for a container of DEF: 0 with *SKILLS (NULL: none), or -1
+ * with the refusal in A->err. */
+static int create_skills(api_req *a, json_object *body, const ci_sandbox_def *def,
+                         const char **skills)
+{
+    apr_array_header_t *refs = NULL;
+    json_object *list = NULL;
+    *skills = NULL;
+    if (!json_object_object_get_ex(body, "skills", &list) || !list)
+        return 0;
+    if (ci_skill_attach_parse(a->r->pool, list, "skills", &refs, &a->err))
+        return -1;
+    if (!refs->nelts)
+        return 0;
+    return ci_skills_attach_resolve(a->r, def, a->owner, refs, skills, &a->err) == OK
+           ? 0 : -1;
+}
+
 static int create(api_req *a)
 {
     const ci_sandbox_def *def = ci_sandbox_lookup(a->r->server,
@@ -194,7 +215,7 @@ static int create(api_req *a)
     ci_container c;
     ci_dir_status why;
     int idle, waited = 0;
-    const char *allowlist = NULL, *id = NULL;
+    const char *allowlist = NULL, *id = NULL, *skills = NULL;
     apr_array_header_t *secrets = NULL;
     if (!def) {
         ci_error_set(&a->err, 500, CI_SERVER, NULL, "server_error", a->r->pool,
@@ -211,11 +232,15 @@ static int create(api_req *a)
         json_object_array_length(ids) > 0 &&
         ci_files_check_ids(a->r, a->d, ids, "file_ids", &files, &a->err) != OK)
         return capi_fail(a);
+    if (create_skills(a, body, def, &skills))
+        return capi_fail(a);
     req = ci_containers_create_request(a->r, a->owner, def,
                                        ci_json_str(body, "memory_limit"), allowlist,
                                        secrets ? ci_dirclient_seal_secrets(a->r->pool, id,
                                                                            secrets) : NULL,
                                        id, ci_json_str(body, "name"), idle, 0);
+    if (skills)
+        json_object_object_add(req, "skills", json_object_new_string(skills));
     if (!(ans = ci_containers_create_waiting(a->r, req, capacity_deadline(a), &waited)))
         return capi_unavailable(a);
     why = capi_status_of(ans);
@@ -230,6 +255,7 @@ static int create(api_req *a)
         return capi_unavailable(a);
     if (files && provision(a, &c, files))
         return capi_fail(a);
+    ci_skills_attach_audit(a->r, c.id, skills);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0815: container %s created "
                   "(tool %s)", c.id, def->name);
     return capi_send_json(a->r, 200, resource(a->r->pool, &c));

@@ -281,16 +281,33 @@ static int misconfigured(request_rec *r, const char *name)
     return ci_send_error(r, &err);
 }
 
+/* The skills of the container the request names by its id (made through
+ * the Containers API with skills, or by an earlier request), told to the
+ * model: nothing in the request's history says it has them. */
+static void named_container_skills(request_rec *r, ci_req_state *st)
+{
+    json_object *c = ci_json_get(st->container_found, "container", json_type_object);
+    const char *skills = ci_json_str(c, "skills"), *perr = NULL;
+    if (skills && st->req->container_id)
+        ci_request_prepend_context(r->pool, st->req, ci_skill_attach_context(
+                                       r->pool, ci_json_parse(r->pool, skills,
+                                                              strlen(skills), &perr)));
+}
+
 /* The skills the request asks its new container to have, resolved now
  * (before round 1: a refusal costs no model call) and told to the model.
- * A container the request reuses keeps its own: it was told of them when
- * it was made. */
+ * A container the request reuses keeps its own: a chained turn was told
+ * of them when it was made; a container named by its id is told now. */
 static int new_container_skills(request_rec *r, ci_req_state *st, ci_error *err)
 {
     json_object *record;
     const char *perr = NULL;
     int rc;
-    if (!st->req->skills || st->container_exists)
+    if (st->container_exists) {
+        named_container_skills(r, st);
+        return OK;
+    }
+    if (!st->req->skills)
         return OK;
     if ((rc = ci_skills_attach_resolve(r, st->sandbox, st->owner, st->req->skills,
                                        &st->skills, err)) != OK)
