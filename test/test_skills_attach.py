@@ -9,6 +9,7 @@ served). What the model was sent is read from the fake model's records."""
 import base64
 import io
 import json
+import os
 import re
 import zipfile
 
@@ -20,6 +21,7 @@ from test_skills_api import (BASIC, BASIC_V2, add_version, api, create, other_sk
                              store_entries)
 
 SKILLS = """
+CodeInterpreterAuditLog logs/audit.jsonl
 CodeInterpreterSkillStore skills
 <Location /v1/skills>
   CodeInterpreterSkills On
@@ -100,6 +102,32 @@ def test_a_referenced_skill_is_in_the_container_read_only_and_told(server, model
     assert model.requests()[n + 1]["json"]["input"][0] == sent[0]
     # the client's tools come back as it sent them
     assert out["tools"] == env(ref(sk["id"]))
+
+
+def audit_lines(server, event):
+    with open(os.path.join(server.root, "logs", "audit.jsonl")) as f:
+        return [json.loads(line) for line in f if json.loads(line).get("event") == event]
+
+
+def test_the_audit_log_names_each_containers_skills(server, model):
+    sk = create(server, other_skill("audited"), ME)
+    add_version(server, sk["id"], other_skill("audited"), ME)     # the same bundle again
+    files = {"inl/SKILL.md": b"---\nname: inl\ndescription: Inline.\n---\n"}
+    out = turn(server, [[shell_call("true")], [{"text": "ok"}]], headers=ME,
+               tools=env(ref(sk["id"], 2), inline(files, "inl", "Told.")))
+    container = container_of(out)
+    lines = [x for x in audit_lines(server, "skills") if x["container_id"] == container]
+    assert len(lines) == 1
+    line = lines[0]
+    assert set(line) == {"time", "request_id", "client", "event", "container_id", "owner",
+                         "skills"}
+    assert re.fullmatch(r"own_[0-9a-f]{64}", line["owner"])   # the keyed hash, never the key
+    (first, second) = line["skills"]
+    assert {k: first[k] for k in ("skill_id", "version", "name")} == {
+        "skill_id": sk["id"], "version": 2, "name": "audited"}
+    assert re.fullmatch(r"[0-9a-f]{64}", first["bundle"])
+    assert {k: second[k] for k in ("inline", "name")} == {"inline": True, "name": "inl"}
+    assert "skill_id" not in second
 
 
 def test_the_container_keeps_its_skills_on_the_next_turn(server, model):

@@ -106,6 +106,40 @@ void ci_audit_admission(request_rec *r, const char *tool, const char *container,
     write_line(r, line);
 }
 
+void ci_audit_skills(request_rec *r, const char *container, const char *owner,
+                     json_object *skills)
+{
+    json_object *line, *list;
+    char when[APR_RFC822_DATE_LEN];
+    size_t i, n = skills ? json_object_array_length(skills) : 0;
+    if (!audit_file || !n)
+        return;
+    line = ci_json_own(r->pool, json_object_new_object());
+    list = json_object_new_array();
+    apr_rfc822_date(when, apr_time_now());
+    add_string(line, "time", when);
+    add_string(line, "request_id", r->log_id);
+    add_string(line, "client", r->useragent_ip);
+    add_string(line, "event", "skills");
+    add_string(line, "container_id", container);
+    add_string(line, "owner", owner);
+    for (i = 0; i < n; i++) {
+        json_object *s = json_object_array_get_idx(skills, i), *o = json_object_new_object();
+        json_object *version = json_object_object_get(s, "version");
+        if (version) {
+            add_string(o, "skill_id", ci_json_str(s, "skill_id"));
+            json_object_object_add(o, "version", json_object_get(version));
+        }
+        else
+            json_object_object_add(o, "inline", json_object_new_boolean(1));
+        add_string(o, "name", ci_json_str(s, "name"));
+        add_string(o, "bundle", ci_json_str(s, "digest"));
+        json_object_array_add(list, o);
+    }
+    json_object_object_add(line, "skills", list);
+    write_line(r, line);
+}
+
 /* A shell call's commands and how each that ran ended: its exit code, or
  * "timeout". */
 static void add_commands(json_object *line, const ci_execution *e)

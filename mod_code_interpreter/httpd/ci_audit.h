@@ -8,6 +8,7 @@
 
 #include <httpd.h>
 #include <http_config.h>
+#include <json-c/json.h>
 #include "mod_code_interpreter.h"
 
 const char *ci_audit_set(cmd_parms *cmd, void *dummy, const char *target);
@@ -23,5 +24,11 @@ int ci_audit_execution(request_rec *r, const ci_execution *e);
  * (EVICTED: the idle container that made room). */
 void ci_audit_admission(request_rec *r, const char *tool, const char *container,
                         const char *event, const char *reason, const char *evicted);
+
+/* The skills container CONTAINER of OWNER got when it was made (SKILLS:
+ * the record ci_skills_attach.h makes): one line, event "skills", each
+ * skill's id and version (or inline), name and bundle. */
+void ci_audit_skills(request_rec *r, const char *container, const char *owner,
+                     json_object *skills);
 
 #endif

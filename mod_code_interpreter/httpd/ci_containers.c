@@ -655,7 +655,7 @@ apr_status_t ci_containers_ensure(request_rec *r, ci_req_state *st,
         }
         st->container_exists = 1;
         held_by(r, st, st->container_id, ans);
-        ci_skills_attach_audit(r, st->container_id, st->skills);
+        ci_skills_attach_audit(r, st->container_id, st->owner, st->skills);
         ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, r, "CI0803: container %s created "
                       "(tool %s)%s%s", st->container_id, st->sandbox->name,
                       ci_json_get(ans, "evicted", json_type_object)

@@ -255,7 +255,7 @@ static int create(api_req *a)
         return capi_unavailable(a);
     if (files && provision(a, &c, files))
         return capi_fail(a);
-    ci_skills_attach_audit(a->r, c.id, skills);
+    ci_skills_attach_audit(a->r, c.id, a->owner, skills);
     ap_log_rerror(APLOG_MARK, APLOG_DEBUG, 0, a->r, "CI0815: container %s created "
                   "(tool %s)", c.id, def->name);
     return capi_send_json(a->r, 200, resource(a->r->pool, &c));

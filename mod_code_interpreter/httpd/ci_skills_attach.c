@@ -11,6 +11,7 @@
 #include <apr_base64.h>
 #include <apr_strings.h>
 #include <http_log.h>
+#include "ci_audit.h"
 #include "ci_json.h"
 #include "ci_module.h"
 #include "ci_settings.h"
@@ -209,7 +210,8 @@ int ci_skills_attach_resolve(request_rec *r, const ci_sandbox_def *tool, const c
     return OK;
 }
 
-void ci_skills_attach_audit(request_rec *r, const char *container_id, const char *record)
+void ci_skills_attach_audit(request_rec *r, const char *container_id, const char *owner,
+                            const char *record)
 {
     const char *perr = NULL, *list = "";
     json_object *skills = record ? ci_json_parse(r->pool, record, strlen(record), &perr)
@@ -230,4 +232,5 @@ void ci_skills_attach_audit(request_rec *r, const char *container_id, const char
     if (n)
         ap_log_rerror(APLOG_MARK, APLOG_INFO, 0, r, "CI0853: container %s got skills: %s",
                       container_id, list);
+    ci_audit_skills(r, container_id, owner, skills);
 }

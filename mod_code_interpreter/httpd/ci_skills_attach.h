@@ -20,8 +20,9 @@ int ci_skills_attach_resolve(request_rec *r, const ci_sandbox_def *tool, const c
                              const apr_array_header_t *refs, const char **record,
                              ci_error *err);
 
-/* The log line naming the skills (id and version, or inline; bundle)
- * container CONTAINER_ID got, from its RECORD. */
-void ci_skills_attach_audit(request_rec *r, const char *container_id, const char *record);
+/* The log line, and the audit log's, naming the skills (id and version,
+ * or inline; bundle) container CONTAINER_ID of OWNER got, from its RECORD. */
+void ci_skills_attach_audit(request_rec *r, const char *container_id, const char *owner,
+                            const char *record);
 
 #endif
