@@ -42,6 +42,8 @@ typedef enum {
 } ci_req_verdict;
 
 #define CI_MAX_FILE_IDS 100
+/* The longest conversation id taken, in characters (OpenAI's are 53). */
+#define CI_MAX_CONVERSATION_ID 128
 
 typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
@@ -82,6 +84,10 @@ typedef struct ci_request {
                                       code_interpreter_call (a replayed item
                                       or a recalled reference), or NULL */
     const char *previous_response_id;
+    const char *conversation_id;  /* conversation's id (a string, or its
+                                     "id"), or NULL: with previous_response_id,
+                                     the routes to the earlier turns' container
+                                     (one or the other, never both) */
 } ci_request;
 
 /* True when the bytes mention "code_interpreter", "container_auto" or
