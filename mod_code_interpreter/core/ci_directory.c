@@ -23,15 +23,22 @@
 typedef struct rec rec;
 typedef struct owner_list owner_list;
 
-/* A remembered item or a response id: one malloc'd block. */
+/* What a memo remembers: an item, the container a response used, or the
+ * container a conversation's last turn used. */
+typedef enum { MEMO_RESPONSE = 0, MEMO_ITEM, MEMO_CONVERSATION } memo_kind;
+
+/* A remembered item, a response id or a conversation: one malloc'd block. */
 typedef struct memo {
     struct memo *next_of_rec;               /* its container's, newest first */
     struct memo *older, *newer;             /* every item, by age (items only) */
     rec *container;
-    const char *key;                        /* item id or response id */
+    const char *key;                        /* item id, response id, or
+                                               conversation_key() */
     const char *text;                       /* items: what it stands for */
     apr_size_t bytes;
-    int is_item;
+    int kind;                               /* memo_kind (an int: the size
+                                               the items' bound counts, as
+                                               ci_directory.lua does) */
 } memo;
 
 struct rec {
@@ -57,6 +64,7 @@ struct ci_directory {
     apr_hash_t *owners;                     /* owner -> owner_list (malloc'd) */
     apr_hash_t *items;                      /* item id -> memo */
     apr_hash_t *responses;                  /* response id -> memo */
+    apr_hash_t *conversations;              /* conversation_key() -> memo */
     memo *oldest_item, *newest_item;
     apr_size_t item_bytes;
     int live;
@@ -70,9 +78,9 @@ struct ci_directory {
 static apr_status_t free_all(void *data)
 {
     ci_directory *d = data;
-    apr_hash_t *maps[] = { d->items, d->responses, d->owners };
+    apr_hash_t *maps[] = { d->items, d->responses, d->conversations, d->owners };
     int i;
-    for (i = 0; i < 3; i++) {
+    for (i = 0; i < 4; i++) {
         apr_hash_index_t *hi = apr_hash_first(NULL, maps[i]);
         for (; hi; hi = apr_hash_next(hi))
             free(apr_hash_this_val(hi));
@@ -92,6 +100,7 @@ ci_directory *ci_directory_create(apr_pool_t *p, const ci_directory_limits *limi
     d->owners = apr_hash_make(own);
     d->items = apr_hash_make(own);
     d->responses = apr_hash_make(own);
+    d->conversations = apr_hash_make(own);
     apr_pool_pre_cleanup_register(own, d, free_all);
     return d;
 }
@@ -128,17 +137,23 @@ static void owner_drop_if_empty(ci_directory *d, rec *r)
 
 static void memo_unlink_age(ci_directory *d, memo *m)
 {
-    if (!m->is_item)
+    if (m->kind != MEMO_ITEM)
         return;
     if (m->older) m->older->newer = m->newer; else d->oldest_item = m->newer;
     if (m->newer) m->newer->older = m->older; else d->newest_item = m->older;
     d->item_bytes -= m->bytes;
 }
 
+static apr_hash_t *memos_of_kind(ci_directory *d, int kind)
+{
+    return kind == MEMO_ITEM ? d->items
+         : kind == MEMO_CONVERSATION ? d->conversations : d->responses;
+}
+
 /* Forget M (its container's list is rebuilt by the caller when needed). */
 static void memo_free(ci_directory *d, memo *m)
 {
-    apr_hash_set(m->is_item ? d->items : d->responses, m->key, APR_HASH_KEY_STRING, NULL);
+    apr_hash_set(memos_of_kind(d, m->kind), m->key, APR_HASH_KEY_STRING, NULL);
     memo_unlink_age(d, m);
     free(m);
 }
@@ -153,7 +168,7 @@ static void memo_remove_from_rec(memo *m)
         }
 }
 
-static memo *memo_make(rec *container, const char *key, const char *text, int is_item)
+static memo *memo_make(rec *container, const char *key, const char *text, int kind)
 {
     apr_size_t klen = strlen(key) + 1, tlen = text ? strlen(text) + 1 : 0;
     memo *m = calloc(1, sizeof(*m) + klen + tlen);
@@ -165,7 +180,7 @@ static memo *memo_make(rec *container, const char *key, const char *text, int is
     m->text = text ? memcpy(at + klen, text, tlen) : NULL;
     m->bytes = sizeof(*m) + klen + tlen;
     m->container = container;
-    m->is_item = is_item;
+    m->kind = kind;
     m->next_of_rec = container->memos;
     container->memos = m;
     return m;
@@ -572,27 +587,46 @@ apr_array_header_t *ci_directory_list(ci_directory *d, const char *owner,
 
 /* ---- what the module returned -------------------------------------------------- */
 
-void ci_directory_map_response(ci_directory *d, const char *response_id,
-                               const char *owner, const char *container_id)
+/* Forget the memo KEY of MAP, if any, from its container's list too. */
+static void memo_replace(ci_directory *d, apr_hash_t *map, const char *key)
 {
-    rec *r = rec_of(d, container_id, owner);
-    memo *old = apr_hash_get(d->responses, response_id, APR_HASH_KEY_STRING), *m;
-    if (!r)
-        return;
+    memo *old = apr_hash_get(map, key, APR_HASH_KEY_STRING);
     if (old) {
         memo_remove_from_rec(old);
         memo_free(d, old);
     }
-    if ((m = memo_make(r, response_id, NULL, 0)))
-        apr_hash_set(d->responses, m->key, APR_HASH_KEY_STRING, m);
+}
+
+/* KEY (a memo of KIND without text: a response id, a conversation) leads
+ * to R from now on. */
+static void lead_to(ci_directory *d, rec *r, const char *key, int kind)
+{
+    apr_hash_t *map = memos_of_kind(d, kind);
+    memo *m;
+    memo_replace(d, map, key);
+    if ((m = memo_make(r, key, NULL, kind)))
+        apr_hash_set(map, m->key, APR_HASH_KEY_STRING, m);
+}
+
+/* The container M leads to, when M is OWNER's; NULL otherwise. */
+static const char *led_to(const memo *m, const char *owner)
+{
+    return m && ci_secret_equal(m->container->c.owner, owner) ? m->container->c.id
+                                                                 : NULL;
+}
+
+void ci_directory_map_response(ci_directory *d, const char *response_id,
+                               const char *owner, const char *container_id)
+{
+    rec *r = rec_of(d, container_id, owner);
+    if (r)
+        lead_to(d, r, response_id, MEMO_RESPONSE);
 }
 
 const char *ci_directory_response_container(ci_directory *d, const char *response_id,
                                             const char *owner)
 {
-    memo *m = apr_hash_get(d->responses, response_id, APR_HASH_KEY_STRING);
-    return m && ci_secret_equal(m->container->c.owner, owner) ? m->container->c.id
-                                                                 : NULL;
+    return led_to(apr_hash_get(d->responses, response_id, APR_HASH_KEY_STRING), owner);
 }
 
 /* Oldest items go first past the byte bound. */
@@ -610,14 +644,11 @@ void ci_directory_remember(ci_directory *d, const char *item_id, const char *own
                            const char *container_id, const char *text, apr_time_t now)
 {
     rec *r = rec_of(d, container_id, owner);
-    memo *old = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING), *m;
+    memo *m;
     if (!r)
         return;
-    if (old) {
-        memo_remove_from_rec(old);
-        memo_free(d, old);
-    }
-    if (!(m = memo_make(r, item_id, text, 1)))
+    memo_replace(d, d->items, item_id);
+    if (!(m = memo_make(r, item_id, text, MEMO_ITEM)))
         return;
     apr_hash_set(d->items, m->key, APR_HASH_KEY_STRING, m);
     m->older = d->newest_item;
@@ -625,6 +656,50 @@ void ci_directory_remember(ci_directory *d, const char *item_id, const char *own
     d->newest_item = m;
     d->item_bytes += m->bytes;
     bound_items(d);
+}
+
+/* OWNER's CONVERSATION as the directory keys it (malloc'd; NULL when out of
+ * memory): "OWNER:CONVERSATION". Owners are keyed hashes, which hold no
+ * ':', so no two owners' keys meet; each memo's owner is checked anyway. */
+static char *conversation_key(const char *owner, const char *conversation)
+{
+    size_t olen = strlen(owner), clen = strlen(conversation);
+    char *key = malloc(olen + 1 + clen + 1);
+    if (!key)
+        return NULL;
+    memcpy(key, owner, olen);
+    key[olen] = ':';
+    memcpy(key + olen + 1, conversation, clen + 1);
+    return key;
+}
+
+void ci_directory_map_conversation(ci_directory *d, const char *owner,
+                                   const char *conversation, const char *container_id)
+{
+    rec *r = rec_of(d, container_id, owner);
+    char *key = r ? conversation_key(owner, conversation) : NULL;
+    if (!key)
+        return;
+    lead_to(d, r, key, MEMO_CONVERSATION);
+    free(key);
+}
+
+const char *ci_directory_conversation_container(ci_directory *d, const char *owner,
+                                                const char *conversation)
+{
+    char *key = conversation_key(owner, conversation);
+    memo *m = key ? apr_hash_get(d->conversations, key, APR_HASH_KEY_STRING) : NULL;
+    free(key);
+    return led_to(m, owner);
+}
+
+void ci_directory_forget_item(ci_directory *d, const char *item_id, const char *owner)
+{
+    memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
+    if (m && ci_secret_equal(m->container->c.owner, owner)) {
+        memo_remove_from_rec(m);
+        memo_free(d, m);
+    }
 }
 
 const char *ci_directory_recall(ci_directory *d, const char *item_id, const char *owner)
@@ -636,9 +711,7 @@ const char *ci_directory_recall(ci_directory *d, const char *item_id, const char
 const char *ci_directory_item_container(ci_directory *d, const char *item_id,
                                         const char *owner)
 {
-    memo *m = apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING);
-    return m && ci_secret_equal(m->container->c.owner, owner) ? m->container->c.id
-                                                                 : NULL;
+    return led_to(apr_hash_get(d->items, item_id, APR_HASH_KEY_STRING), owner);
 }
 
 int ci_directory_our_item(const char *id)

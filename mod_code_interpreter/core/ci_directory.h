@@ -1,11 +1,11 @@
 /*
  * ci_directory.h - the directory of containers on one node: records, who
- * owns them, when they expire, the response ids that lead to them, and the
- * items the module returned (so that an item_reference to one can be
- * resolved and a chain through a round can be completed). A data structure
- * with no I/O and no locks: its host (the container supervisor, one thread)
- * serialises every call. Several nodes use Redis instead, with the same
- * semantics.
+ * owns them, when they expire, the response ids and conversations that lead
+ * to them, and the items the module returned (so that an item_reference to
+ * one can be resolved and a chain through a round can be completed). A data
+ * structure with no I/O and no locks: its host (the container supervisor,
+ * one thread) serialises every call. Several nodes use Redis instead, with
+ * the same semantics.
  *
  * Owners are keyed hashes (ci_crypto.h); nothing here compares anything but
  * those. Every lookup takes the caller's owner: another owner's container
@@ -208,6 +208,16 @@ void ci_directory_map_response(ci_directory *d, const char *response_id,
 const char *ci_directory_response_container(ci_directory *d, const char *response_id,
                                             const char *owner);
 
+/* OWNER's conversation CONVERSATION (the client's id: keyed with OWNER,
+ * so that another owner's conversation of the same id is another) last went
+ * on in container CONTAINER_ID; kept as long as that container's record,
+ * as a response id is. */
+void ci_directory_map_conversation(ci_directory *d, const char *owner,
+                                   const char *conversation, const char *container_id);
+/* The container CONVERSATION of OWNER last used; NULL when none. */
+const char *ci_directory_conversation_container(ci_directory *d, const char *owner,
+                                                const char *conversation);
+
 /* Remember ITEM (our item ITEM_ID, returned to OWNER, as TEXT: what the
  * upstream needs in its place). Oldest items go first past the byte bound. */
 void ci_directory_remember(ci_directory *d, const char *item_id, const char *owner,
@@ -215,6 +225,8 @@ void ci_directory_remember(ci_directory *d, const char *item_id, const char *own
 /* What ITEM_ID stands for, for OWNER; NULL when it was never returned to
  * OWNER or is forgotten. */
 const char *ci_directory_recall(ci_directory *d, const char *item_id, const char *owner);
+/* Forget ITEM_ID of OWNER (nothing when it is not OWNER's). */
+void ci_directory_forget_item(ci_directory *d, const char *item_id, const char *owner);
 /* The container ITEM_ID was returned from, for OWNER; NULL as for recall. */
 const char *ci_directory_item_container(ci_directory *d, const char *item_id,
                                         const char *owner);

@@ -61,10 +61,18 @@ Data model:
   ci:r:RID     string  {c: container id, o: owner, p: whether it left output
                        pending}: the container response RID used. TTL: at
                        least its container's record's.
-  ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_", "sh_", "sho_" ids, and
-                       "pending:RID" for a response's pending output).
+  ci:v:OWNER:CONV
+               string  {c, o, p}: the container the owner's
+                       conversation CONV last used, and whether it is owed
+                       output (its item "conversation-pending:OWNER:CONV").
+                       Keyed by owner: another owner's conversation of the
+                       same id is another (owners are keyed hashes: no ':').
                        TTL: at least its container's record's.
-  ci:m:ID      set     the ci:r and ci:i keys of container ID, which go with
+  ci:i:ITEM    string  {c, o, t: text}: a remembered item ("ci_", "sh_", "sho_" ids,
+                       "pending:RID" for a response's pending output, and
+                       "conversation-pending:OWNER:CONV" for a conversation's).
+                       TTL: at least its container's record's.
+  ci:m:ID      set     the ci:r, ci:v and ci:i keys of container ID, which go with
                        it. Its TTL is their floor: raised with theirs, 10
                        minutes past the record's, once the record's passes
                        it (keep_memos).
@@ -205,6 +213,12 @@ local function k_node(node) return P .. 'n:' .. node end
 local function k_memos(id) return P .. 'm:' .. id end
 local function k_resp(rid) return P .. 'r:' .. rid end
 local function k_item(item) return P .. 'i:' .. item end
+local function k_conv(owner, conv) return P .. 'v:' .. owner .. ':' .. conv end
+-- The item a conversation's owed outputs are remembered as (named as
+-- ci_directory_ops.c names it: the items' bound counts the same bytes).
+local function conv_pending(owner, conv)
+  return 'conversation-pending:' .. owner .. ':' .. conv
+end
 local K_DEADLINES = P .. 'd'
 local K_AGE, K_SIZES, K_BYTES, K_SEQ = P .. 'ia', P .. 'is', P .. 'ib', P .. 'iseq'
 
@@ -590,7 +604,24 @@ local function map_response(rid, r, pending)
   attach(k_resp(rid), { c = r.id, o = r.owner, p = p }, r)
 end
 
--- What KEY (a ci:r or ci:i key) holds, for OWNER, while its container is kept.
+-- The owner's conversation CONV goes on in R from now on, owed PENDING
+-- (nil: nothing; what it was owed before was brought, and goes).
+local function map_conversation(conv, r, pending, max)
+  local key, item = k_conv(r.owner, conv), conv_pending(r.owner, conv)
+  local old = decode(redis.call('GET', key))
+  if old and old.c ~= r.id then
+    redis.call('SREM', k_memos(old.c), key)
+    memo_floors[old.c] = nil
+  end
+  attach(key, { c = r.id, o = r.owner, p = pending ~= nil }, r)
+  if pending then
+    remember(item, r, pending, max)
+  elseif redis.call('HEXISTS', K_SIZES, item) == 1 then
+    drop_item(item)
+  end
+end
+
+-- What KEY (a ci:r, ci:v or ci:i key) holds, for OWNER, while its container is kept.
 local function memo_of(key, owner)
   local m = decode(redis.call('GET', key))
   if m and m.o == owner and type(m.c) == 'string' and load(m.c) then return m end
@@ -735,13 +766,14 @@ local function op_list(o)
   o.ans.has_more = i <= #all
 end
 
-local function op_response(o)
-  local rid = str_of(o.req, 'response_id')
-  local m = rid and memo_of(k_resp(rid), o.owner) or nil
+-- The answer to a question that follows the earlier turns (a response's,
+-- a conversation's): memo M (nil: none), and the item PENDING_ITEM holding
+-- the outputs owed to the upstream, looked for when M says so.
+local function answer_chain(o, m, pending_item)
   o.ans.status = m and 'ok' or 'not_found'
   if not m then return end
   o.ans.container_id = m.c
-  local pending = m.p ~= false and memo_of(k_item('pending:' .. rid), o.owner) or nil
+  local pending = m.p ~= false and memo_of(k_item(pending_item), o.owner) or nil
   o.ans.pending = pending and pending.t or NULL
   -- touch: the turn goes on in that container, and this one question
   -- answers what get would (a chained turn asks once, not twice)
@@ -750,6 +782,18 @@ local function op_response(o)
     o.ans.container_status = st
     if r then o.ans.container = container_json(r) end
   end
+end
+
+local function op_response(o)
+  local rid = str_of(o.req, 'response_id')
+  answer_chain(o, rid and memo_of(k_resp(rid), o.owner) or nil, rid and 'pending:' .. rid)
+end
+
+-- The owner's conversation: the container its last turn used.
+local function op_conversation(o)
+  local conv = str_of(o.req, 'conversation')
+  answer_chain(o, conv and memo_of(k_conv(o.owner, conv), o.owner) or nil,
+               conv and conv_pending(o.owner, conv))
 end
 
 local function op_finish(o)
@@ -774,9 +818,12 @@ local function op_finish(o)
     local id, text = str_of(it, 'id'), str_of(it, 'text')
     if text and our_item(id) then remember(id, r, text, max) end
   end
-  if not rid then return end
-  map_response(rid, r, pending ~= nil)
-  if pending then remember('pending:' .. rid, r, pending, max) end
+  if rid then
+    map_response(rid, r, pending ~= nil)
+    if pending then remember('pending:' .. rid, r, pending, max) end
+  end
+  local conv = str_of(o.req, 'conversation')
+  if conv then map_conversation(conv, r, pending, max) end
 end
 
 local function op_recall(o)
@@ -829,8 +876,8 @@ end
 
 local ops = {
   create = op_create, get = op_get, set_handle = op_set_handle, delete = op_delete,
-  expire = op_expire, list = op_list, response = op_response, finish = op_finish,
-  recall = op_recall, busy = op_busy,
+  expire = op_expire, list = op_list, response = op_response,
+  conversation = op_conversation, finish = op_finish, recall = op_recall, busy = op_busy,
 }
 
 -- ARGS: the request (JSON), the time asked, entropy for a new id.

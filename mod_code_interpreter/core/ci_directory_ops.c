@@ -8,6 +8,10 @@
 #include "ci_directory_ops.h"
 
 #define PENDING_PREFIX "pending:"
+/* A conversation's owed outputs, remembered as an item of this name plus
+ * "OWNER:CONVERSATION" (ci_directory.lua names it alike: the items' bound
+ * counts the same bytes in both). */
+#define CONVERSATION_PENDING_PREFIX "conversation-pending:"
 #define MAX_LIST 100
 
 static const char *const status_names[] = {
@@ -277,17 +281,23 @@ static const char *pending_key(op *o, const char *response_id)
     return apr_pstrcat(o->p, PENDING_PREFIX, response_id, NULL);
 }
 
-static void op_response(op *o)
+static const char *conversation_pending_key(op *o, const char *conversation)
 {
-    const char *rid = ci_json_str(o->req, "response_id");
-    const char *cid = rid ? ci_directory_response_container(o->d, rid, o->owner) : NULL;
+    return apr_pstrcat(o->p, CONVERSATION_PENDING_PREFIX, o->owner, ":", conversation,
+                       NULL);
+}
+
+/* The answer to a question that follows the earlier turns (a response's,
+ * a conversation's): container CID they led to, or none, and the outputs
+ * owed to the upstream, remembered as PENDING_ITEM. */
+static void answer_chain(op *o, const char *cid, const char *pending_item)
+{
     answer_status(o, cid ? CI_DIR_OK : CI_DIR_NOT_FOUND);
     o->missed = !cid;
     if (!cid)
         return;
     add_str(o->ans, "container_id", cid);
-    add_str(o->ans, "pending",
-            ci_directory_recall(o->d, pending_key(o, rid), o->owner));
+    add_str(o->ans, "pending", ci_directory_recall(o->d, pending_item, o->owner));
     /* "touch": the turn goes on in that container, and this one question
      * answers what "get" would (a chained turn asks once, not twice) */
     if (ci_json_get(o->req, "touch", json_type_boolean)) {
@@ -297,6 +307,35 @@ static void op_response(op *o)
         if (c)
             answer_container(o, "container", c);
     }
+}
+
+static void op_response(op *o)
+{
+    const char *rid = ci_json_str(o->req, "response_id");
+    answer_chain(o, rid ? ci_directory_response_container(o->d, rid, o->owner) : NULL,
+                 rid ? pending_key(o, rid) : NULL);
+}
+
+/* The owner's conversation: the container its last turn used (as a
+ * response's; another owner's conversation of the same id is another). */
+static void op_conversation(op *o)
+{
+    const char *conv = ci_json_str(o->req, "conversation");
+    answer_chain(o, conv ? ci_directory_conversation_container(o->d, o->owner, conv) : NULL,
+                 conv ? conversation_pending_key(o, conv) : NULL);
+}
+
+/* A finish in a conversation: it goes on in container CID from now on,
+ * owed PENDING (NULL: nothing, and what it was owed before was brought). */
+static void finish_conversation(op *o, const char *conv, const char *cid,
+                                const char *pending)
+{
+    const char *item = conversation_pending_key(o, conv);
+    ci_directory_map_conversation(o->d, o->owner, conv, cid);
+    if (pending)
+        ci_directory_remember(o->d, item, o->owner, cid, pending, o->now);
+    else
+        ci_directory_forget_item(o->d, item, o->owner);
 }
 
 /* A finish with "touch": false lets a hold go without a use: the hold a
@@ -316,6 +355,7 @@ static void op_finish(op *o)
     const char *cid = ci_json_str(o->req, "container_id");
     const char *rid = ci_json_str(o->req, "response_id");
     const char *pending = ci_json_str(o->req, "pending");
+    const char *conv = ci_json_str(o->req, "conversation");
     json_object *items = ci_json_get(o->req, "items", json_type_array);
     ci_container *c;
     int i, n = items ? (int)json_object_array_length(items) : 0;
@@ -336,11 +376,13 @@ static void op_finish(op *o)
         if (text && ci_directory_our_item(id))
             ci_directory_remember(o->d, id, o->owner, cid, text, o->now);
     }
-    if (!rid)
-        return;
-    ci_directory_map_response(o->d, rid, o->owner, cid);
-    if (pending)
-        ci_directory_remember(o->d, pending_key(o, rid), o->owner, cid, pending, o->now);
+    if (rid) {
+        ci_directory_map_response(o->d, rid, o->owner, cid);
+        if (pending)
+            ci_directory_remember(o->d, pending_key(o, rid), o->owner, cid, pending, o->now);
+    }
+    if (conv)
+        finish_conversation(o, conv, cid, pending);
 }
 
 static void op_recall(op *o)
@@ -451,7 +493,8 @@ static const struct {
 } ops[] = {
     { "create", op_create }, { "get", op_get }, { "set_handle", op_set_handle },
     { "delete", op_delete }, { "expire", op_expire }, { "list", op_list }, { "response", op_response },
-    { "finish", op_finish }, { "recall", op_recall }, { "adopt", op_adopt },
+    { "conversation", op_conversation }, { "finish", op_finish }, { "recall", op_recall },
+    { "adopt", op_adopt },
 };
 
 /* The answer, with "gone": the ids whose sandboxes must go now (as the

@@ -22,9 +22,14 @@
  *               pending?, container_status?, container?}: with touch (a
  *               boolean), the container it led to as get answers it
  *               (touched and held when true): a chained turn's one question
- *   finish      container_id, response_id?, items [{id, text}], pending?,
- *               touch? -> {status}   (the request lets go of its hold; a
- *               use unless touch is false: a hold let go unused)
+ *   conversation conversation, touch?, hold? -> as response: the
+ *               container the owner's conversation of that id last used
+ *               (keyed by owner and id: another owner's is another)
+ *   finish      container_id, response_id?, conversation?, items [{id,
+ *               text}], pending?, touch? -> {status}   (the request lets go
+ *               of its hold; a use unless touch is false: a hold let go
+ *               unused). With conversation, it goes on in container_id,
+ *               owed pending (none: what it was owed was brought)
  *   recall      item_id -> {status, text?, container_id?}
  *   adopt       id, tool, memory_limit?, idle -> {status}: a shadow of a
  *               shared directory's container, whose local sandbox runs here
@@ -60,8 +65,8 @@ const char *ci_dirops_apply(ci_directory *d, apr_pool_t *p, const char *req,
                             apr_size_t len, apr_time_t now, apr_array_header_t *gone);
 
 /* As ci_dirops_apply; *MISSED is 1 when REQ looked up what an earlier
- * request's "finish" records (a response's container: "response"; an item:
- * "recall") and found nothing. */
+ * request's "finish" records (a response's container: "response"; a
+ * conversation's: "conversation"; an item: "recall") and found nothing. */
 const char *ci_dirops_apply_lookup(ci_directory *d, apr_pool_t *p, const char *req,
                                    apr_size_t len, apr_time_t now,
                                    apr_array_header_t *gone, int *missed);

@@ -813,6 +813,60 @@ static void strip_include(json_object *root, ci_request *req)
         json_object_object_add(root, "include", kept);
 }
 
+/* Whether ID (a JSON string) can name a conversation: 1 to
+ * CI_MAX_CONVERSATION_ID characters, no NUL (it is a key of the directory,
+ * kept as a C string). Its UTF-8 is valid: the parser checked it. */
+static int conversation_id_fits(json_object *id)
+{
+    const char *s = json_object_get_string(id);
+    int len = json_object_get_string_len(id), chars = 0, i;
+    if (len < 1 || strlen(s) != (size_t)len)
+        return 0;
+    for (i = 0; i < len; i++)
+        chars += ((unsigned char)s[i] & 0xC0) != 0x80;  /* not a continuation byte */
+    return chars <= CI_MAX_CONVERSATION_ID;
+}
+
+/* `conversation`, an id or {"id": ...} (its type was checked with the top
+ * level's): the id into REQ, the container route of its turns. */
+static int read_conversation(apr_pool_t *p, json_object *root, ci_request *req,
+                             ci_error *err)
+{
+    json_object *v, *id;
+    const char *param = "conversation";
+    if (!json_object_object_get_ex(root, "conversation", &v) || v == NULL)
+        return 0;
+    if (json_object_is_type(v, json_type_object)) {
+        param = "conversation.id";
+        if (!json_object_object_get_ex(v, "id", &id) ||
+            !json_object_is_type(id, json_type_string))
+            return ci_error_bad_type(p, err, param, "a string");
+        v = id;
+    }
+    if (!conversation_id_fits(v))
+        return ci_error_bad_type(p, err, param,
+                                 apr_psprintf(p, "a string of 1 to %d characters",
+                                              CI_MAX_CONVERSATION_ID));
+    req->conversation_id = apr_pstrdup(p, json_object_get_string(v));
+    return 0;
+}
+
+/* A turn goes on from a previous response or in a conversation, never both
+ * (OpenAI's contract): refused before anything reaches the upstream, in the
+ * words OpenAI-compatible servers use. */
+static int refuse_both_chains(apr_pool_t *p, json_object *root, const ci_request *req,
+                              ci_error *err)
+{
+    json_object *prev;
+    if (!req->conversation_id ||
+        !json_object_object_get_ex(root, "previous_response_id", &prev) || prev == NULL)
+        return 0;
+    ci_error_set(err, 400, CI_INVALID, NULL, "mutually_exclusive_parameters", p,
+                 "Mutually exclusive parameters. Ensure you are only providing one of: "
+                 "'previous_response_id' or 'conversation'.");
+    return -1;
+}
+
 static int read_flags(apr_pool_t *p, json_object *root, ci_request *req,
                       ci_error *err)
 {
@@ -841,6 +895,8 @@ static int read_flags(apr_pool_t *p, json_object *root, ci_request *req,
         json_object_object_get_ex(root, "conversation", &v) && v != NULL;
     if ((v = ci_json_get(root, "previous_response_id", json_type_string)))
         req->previous_response_id = apr_pstrdup(p, json_object_get_string(v));
+    if (read_conversation(p, root, req, err) || refuse_both_chains(p, root, req, err))
+        return -1;
     return 0;
 }
 

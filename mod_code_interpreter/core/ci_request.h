@@ -42,6 +42,8 @@ typedef enum {
 } ci_req_verdict;
 
 #define CI_MAX_FILE_IDS 100
+/* The longest conversation id taken, in characters (OpenAI's are 53). */
+#define CI_MAX_CONVERSATION_ID 128
 
 typedef struct ci_request {
     json_object *root;          /* the rewritten request (owned by the pool) */
@@ -84,6 +86,10 @@ typedef struct ci_request {
     const char *previous_response_id;
     apr_array_header_t *skills;  /* the shell's container_auto skills
                                     (ci_skill_ref), or NULL */
+    const char *conversation_id;  /* conversation's id (a string, or its
+                                     "id"), or NULL: with previous_response_id,
+                                     the routes to the earlier turns' container
+                                     (one or the other, never both) */
 } ci_request;
 
 /* True when the bytes mention "code_interpreter", "container_auto" or

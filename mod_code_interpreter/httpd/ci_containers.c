@@ -246,8 +246,9 @@ static int resolve_explicit(request_rec *r, ci_req_state *st, ci_error *err)
     return OK;
 }
 
-/* The container's part of a "response" answer with touch, shaped as the
- * answer to "get" (lookup) for it; NULL when there is none. */
+/* The container's part of a "response" or "conversation" answer with
+ * touch, shaped as the answer to "get" (lookup) for it; NULL when there is
+ * none. */
 static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object *ans)
 {
     const char *status = ci_json_str(ans, "container_status");
@@ -266,21 +267,45 @@ static json_object *chained_lookup(request_rec *r, ci_req_state *st, json_object
 
 /* ---- the chain's question, asked before the parse ------------------------- */
 
+/* What leads a turn to the container of the turns before it: the previous
+ * response (the directory's "response", by its id), or the conversation
+ * ("conversation", by the owner's conversation id). A request names one at
+ * most (ci_request refuses both). */
+typedef struct chain_link {
+    const char *op;               /* the directory's question */
+    const char *field;            /* the question's member naming it */
+    const char *id;               /* the response's or the conversation's id */
+} chain_link;
+
+static const chain_link by_response = { "response", "response_id", NULL };
+static const chain_link by_conversation = { "conversation", "conversation", NULL };
+
+/* REQ's link to the turns before it into *LINK: 0, or -1 when it has none. */
+static int chain_of(const ci_request *req, chain_link *link)
+{
+    if (!req->previous_response_id && !req->conversation_id)
+        return -1;
+    *link = req->previous_response_id ? by_response : by_conversation;
+    link->id = req->previous_response_id ? req->previous_response_id
+                                         : req->conversation_id;
+    return 0;
+}
+
 struct ci_early_chain {
     request_rec *r;
     const char *owner;
-    const char *response_id;      /* the one the body named, by the scan */
+    chain_link link;              /* the one the body named, by the scan */
     ci_dir_sent *sent;            /* NULL once its answer was taken */
 };
 
-/* The chain's question: the container RESPONSE_ID led to and the outputs it
- * is owed; with TOUCH, the same question looks the container up for use
- * and holds it for HOLD seconds. */
-static json_object *chain_request(apr_pool_t *p, const char *owner, const char *response_id,
+/* The chain's question: the container LINK led to and the outputs it is
+ * owed; with TOUCH, the same question looks the container up for use and
+ * holds it for HOLD seconds. */
+static json_object *chain_request(apr_pool_t *p, const char *owner, const chain_link *link,
                                   int touch, int hold)
 {
-    json_object *req = dir_request(p, "response", owner);
-    put_str(req, "response_id", response_id);
+    json_object *req = dir_request(p, link->op, owner);
+    put_str(req, link->field, link->id);
     if (touch) {
         json_object_object_add(req, "touch", json_object_new_boolean(1));
         json_object_object_add(req, "hold", json_object_new_int(hold));
@@ -328,32 +353,50 @@ void ci_containers_chain_early_unused(ci_recall_baton *b)
         early_left(b->early);
 }
 
+/* The link BODY names, by a scan (no parse) of its top level, into *LINK:
+ * 0, or -1 when it names none. A conversation given as {"id": ...} is not
+ * seen here: its question is asked after the parse. */
+static int scanned_link(apr_pool_t *p, const char *body, apr_size_t len, chain_link *link)
+{
+    const char *id;
+    if ((id = ci_json_top_string(p, body, len, "previous_response_id")))
+        *link = by_response;
+    else if ((id = ci_json_top_string(p, body, len, "conversation")))
+        *link = by_conversation;
+    else
+        return -1;
+    link->id = id;
+    return 0;
+}
+
 void ci_containers_ask_chain_early(ci_recall_baton *b, const char *body, apr_size_t len)
 {
     request_rec *r = b->r;
     struct ci_early_chain *e;
-    const char *rid;
+    chain_link link;
     if (!b->owner || !ci_dirclient_sends_ahead(r->server) ||
-        !(rid = ci_json_top_string(r->pool, body, len, "previous_response_id")))
+        scanned_link(r->pool, body, len, &link))
         return;
     e = apr_pcalloc(r->pool, sizeof(*e));
     e->r = r;
     e->owner = b->owner;
-    e->response_id = rid;
+    e->link = link;
     e->sent = ci_dirclient_send(r->server, r->pool,
-                                chain_request(r->pool, b->owner, rid, 1,
+                                chain_request(r->pool, b->owner, &link, 1,
                                               hold_seconds_from(r, apr_time_now())));
     b->early = e;
     apr_pool_pre_cleanup_register(r->pool, e, early_left);
 }
 
 /* The early answer for ST's chain, when one was asked for this very
- * response: taken (NULL otherwise, or when it could not be had). */
-static json_object *early_answer(request_rec *r, ci_req_state *st, int *asked)
+ * LINK: taken (NULL otherwise, or when it could not be had). */
+static json_object *early_answer(request_rec *r, ci_req_state *st, const chain_link *link,
+                                 int *asked)
 {
     struct ci_early_chain *e = st->early_chain;
     json_object *ans;
-    *asked = e && e->sent && !strcmp(e->response_id, st->req->previous_response_id);
+    *asked = e && e->sent && !strcmp(e->link.op, link->op) &&
+             !strcmp(e->link.id, link->id);
     if (!*asked)
         return NULL;
     ans = ci_dirclient_receive_and_end(r->server, r->pool, e->sent);
@@ -361,36 +404,51 @@ static json_object *early_answer(request_rec *r, ci_req_state *st, int *asked)
     return ans;
 }
 
-/* The container the previous response led to, and the outputs it is owed.
- * When the turn goes on in that container (no other named), the same
- * question also looks it up for use (*FOUND, as lookup answers). The
- * question may have been sent before the parse (ci_containers_ask_chain_
- * early), always looking up for use: a turn that names another container
- * lets that hold go. */
+/* The outputs the upstream is owed for the calls of the turn before
+ * (PENDING, from the chain's answer) go before the input. A conversation's
+ * last container is noted: the turn's finish records that they were brought
+ * even when it makes no container (ci_containers_finish). */
+static void bring_owed(request_rec *r, ci_req_state *st, const chain_link *link,
+                       const char *pending, const char *container)
+{
+    if (ci_request_prepend_input(r->pool, st->req, pending) != 0) {
+        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "CI0802: the outputs owed to "
+                      "%s %s were not understood", link->op, link->id);
+        return;
+    }
+    if (!strcmp(link->op, by_conversation.op))
+        st->conversation_owed = apr_pstrdup(r->pool, container);
+}
+
+/* The container the previous response or the conversation led to, and the
+ * outputs it is owed. When the turn goes on in that container (no other
+ * named), the same question also looks it up for use (*FOUND, as lookup
+ * answers). The question may have been sent before the parse (ci_
+ * containers_ask_chain_early), always looking up for use: a turn that names
+ * another container lets that hold go. */
 static int follow_chain(request_rec *r, ci_req_state *st, const char **container,
                         json_object **found, ci_error *err)
 {
     json_object *ans;
     const char *pending;
     int goes_on = !st->req->container_id && !st->req->context_container, early;
+    chain_link link;
     *container = NULL;
     *found = NULL;
-    if (!st->req->previous_response_id || !st->owner)
+    if (chain_of(st->req, &link) || !st->owner)
         return OK;
-    ans = early_answer(r, st, &early);
+    ans = early_answer(r, st, &link, &early);
     if (!early)
-        ans = dir_ask(r, chain_request(r->pool, st->owner, st->req->previous_response_id,
-                                       goes_on, hold_seconds(r, st)));
+        ans = dir_ask(r, chain_request(r->pool, st->owner, &link, goes_on,
+                                       hold_seconds(r, st)));
     if (!ans)
         return unavailable(r, err);
     if (early && !goes_on)
         let_go_early(r, r->pool, st->owner, ans);
     *container = ci_json_str(ans, "container_id");
     *found = *container && goes_on ? chained_lookup(r, st, ans) : NULL;
-    if ((pending = ci_json_str(ans, "pending")) &&
-        ci_request_prepend_input(r->pool, st->req, pending) != 0)
-        ap_log_rerror(APLOG_MARK, APLOG_WARNING, 0, r, "CI0802: the outputs owed to "
-                      "response %s were not understood", st->req->previous_response_id);
+    if ((pending = ci_json_str(ans, "pending")) && *container)
+        bring_owed(r, st, &link, pending, *container);
     return OK;
 }
 
@@ -733,6 +791,21 @@ static void held_by(request_rec *r, ci_req_state *st, const char *id, json_objec
     st->container_held = apr_pstrdup(r->pool, id);
 }
 
+/* A conversation's turn that made no container but brought the outputs
+ * its last container was owed: that they were brought is recorded (the
+ * conversation stays with that container, owed nothing), or the next turn
+ * would bring them again. No use of it, nothing remembered. */
+static ci_dir_sent *owed_brought(request_rec *r, ci_req_state *st)
+{
+    json_object *req = dir_request(r->pool, "finish", st->owner);
+    put_str(req, "container_id", st->conversation_owed);
+    put_str(req, "conversation", st->req->conversation_id);
+    json_object_object_add(req, "touch", json_object_new_boolean(0));
+    if (st->container_held && !strcmp(st->container_held, st->conversation_owed))
+        st->container_held = NULL;            /* this finish lets go of its hold */
+    return ci_dirclient_send(r->server, r->pool, req);
+}
+
 ci_dir_sent *ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loop,
                                   const char *response_id)
 {
@@ -741,12 +814,15 @@ ci_dir_sent *ci_containers_finish(request_rec *r, ci_req_state *st, ci_loop *loo
     apr_array_header_t *mem;
     json_object *req, *items;
     int i;
-    if (!st->owner || !st->container_exists)
+    if (!st->owner)
         return NULL;
+    if (!st->container_exists)
+        return st->conversation_owed ? owed_brought(r, st) : NULL;
     mem = ci_loop_memory(loop, r->pool, &pending);
     req = dir_request(r->pool, "finish", st->owner);
     put_str(req, "container_id", st->container_id);
     put_str(req, "response_id", response_id);
+    put_str(req, "conversation", st->req->conversation_id);
     put_str(req, "pending", pending);
     items = json_object_new_array();
     for (i = 0; i < mem->nelts; i++) {

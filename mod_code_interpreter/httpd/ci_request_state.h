@@ -36,6 +36,9 @@ typedef struct ci_req_state {
                                   when this request makes it */
     struct ci_early_chain *early_chain; /* the chain's question, sent before
                                   the parse (ci_containers_ask_chain_early) */
+    const char *conversation_owed; /* the conversation's last container, when
+                                  this turn brought the outputs it was owed
+                                  (its finish says so, container or not) */
     apr_time_t started;
     apr_interval_time_t module_time;   /* time spent in the module's own work */
 } ci_req_state;

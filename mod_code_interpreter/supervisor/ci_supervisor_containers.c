@@ -121,7 +121,7 @@ static void kill_container(const char *id, const char *why)
 /* A DIR question. A request sends its "finish" without waiting for the
  * answer, and its client may then start the next turn on another
  * connection at once: a lookup of what a finish records ("response",
- * "recall") that finds nothing first lets every other connection's waiting
+ * "conversation", "recall") that finds nothing first lets every other connection's waiting
  * frames be handled (READ_OTHERS: the loop's, in ci_supervisor.c above this
  * file, handed down with the question), then looks again. What the client saw was sent after
  * its finish was written, so that finish is in its socket by now, even when

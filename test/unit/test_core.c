@@ -743,13 +743,23 @@ static void test_rewrite_flags(void **state)
     assert_int_equal(req->forced_choice, 0);
     assert_null(req->client_tool_choice);
 
+    assert_null(req->conversation_id);
     req = INTERCEPT(p, "{'conversation':'conv_1','tools':[" CI_TOOL "]}");
     assert_int_equal(req->uses_conversation, 1);
+    assert_string_equal(req->conversation_id, "conv_1");
     assert_json(p, member(req->root, "conversation"), "'conv_1'");
     req = INTERCEPT(p, "{'conversation':{'id':'conv_1'},'tools':[" CI_TOOL "]}");
     assert_int_equal(req->uses_conversation, 1);
+    assert_string_equal(req->conversation_id, "conv_1");
+    assert_json(p, member(req->root, "conversation"), "{'id':'conv_1'}");
     req = INTERCEPT(p, "{'conversation':null,'tools':[" CI_TOOL "]}");
     assert_int_equal(req->uses_conversation, 0);
+    assert_null(req->conversation_id);
+    /* with a null previous_response_id: one route, not two */
+    req = INTERCEPT(p, "{'conversation':'c','previous_response_id':null,'tools':["
+                       CI_TOOL "]}");
+    assert_string_equal(req->conversation_id, "c");
+    assert_null(req->previous_response_id);
 
     /* background false is fine, the rest passes through */
     req = INTERCEPT(p, "{'background':false,'previous_response_id':'resp_0',"
@@ -1272,6 +1282,62 @@ static void test_reject_flags(void **state)
                     "invalid_type", TYPE_ERR("input", "a string or an array of items"));
     assert_rejected(p, "{'conversation':5,'tools':[" CI_TOOL "]}", "conversation",
                     "invalid_type", TYPE_ERR("conversation", "a string or an object"));
+}
+
+/* A conversation id of N copies of the UTF-8 sequence CH, as a body's
+ * conversation (single quotes). */
+static const char *conversation_of(apr_pool_t *p, const char *ch, int n)
+{
+    const char *id = "";
+    int i;
+    for (i = 0; i < n; i++)
+        id = apr_pstrcat(p, id, ch, NULL);
+    return apr_pstrcat(p, "{'conversation':'", id, "','tools':[" CI_TOOL "]}", NULL);
+}
+
+#define NOT_AN_ID "a string of 1 to 128 characters"
+
+static void test_reject_conversation(void **state)
+{
+    static const char *const not_ours[] = {
+        "{'conversation':'c','previous_response_id':'resp_1'}",
+        "{'conversation':'','tools':[" F_TOOL "]}",
+    };
+    static const char both[] = "Mutually exclusive parameters. Ensure you are only "
+                               "providing one of: 'previous_response_id' or 'conversation'.";
+    apr_pool_t *p = *state;
+    assert_rejected(p, "{'conversation':'conv_1','previous_response_id':'resp_1','tools':["
+                       CI_TOOL "]}", NULL, "mutually_exclusive_parameters", both);
+    assert_rejected(p, "{'previous_response_id':'resp_1','conversation':{'id':'conv_1'},"
+                       "'tools':[{'type':'shell','environment':{'type':'container_auto'}}]}",
+                    NULL, "mutually_exclusive_parameters", both);
+    /* present is enough, whatever its type (the upstream would refuse it) */
+    assert_rejected(p, "{'conversation':'conv_1','previous_response_id':7,'tools':["
+                       CI_TOOL "]}", NULL, "mutually_exclusive_parameters", both);
+    /* not an id */
+    assert_rejected(p, "{'conversation':'','tools':[" CI_TOOL "]}", "conversation",
+                    "invalid_type", TYPE_ERR("conversation", NOT_AN_ID));
+    assert_rejected(p, "{'conversation':'a\\u0000b','tools':[" CI_TOOL "]}", "conversation",
+                    "invalid_type", TYPE_ERR("conversation", NOT_AN_ID));
+    assert_rejected(p, conversation_of(p, "c", 129), "conversation", "invalid_type",
+                    TYPE_ERR("conversation", NOT_AN_ID));
+    assert_rejected(p, conversation_of(p, "\xc3\xa9", 129), "conversation", "invalid_type",
+                    TYPE_ERR("conversation", NOT_AN_ID));
+    assert_rejected(p, "{'conversation':{},'tools':[" CI_TOOL "]}", "conversation.id",
+                    "invalid_type", TYPE_ERR("conversation.id", "a string"));
+    assert_rejected(p, "{'conversation':{'id':null},'tools':[" CI_TOOL "]}",
+                    "conversation.id", "invalid_type", TYPE_ERR("conversation.id", "a string"));
+    assert_rejected(p, "{'conversation':{'id':['c']},'tools':[" CI_TOOL "]}",
+                    "conversation.id", "invalid_type", TYPE_ERR("conversation.id", "a string"));
+    assert_rejected(p, "{'conversation':{'id':''},'tools':[" CI_TOOL "]}",
+                    "conversation.id", "invalid_type", TYPE_ERR("conversation.id", NOT_AN_ID));
+    /* 128 characters are taken, counted as characters (256 bytes here) */
+    assert_int_equal(strlen(INTERCEPT(p, conversation_of(p, "\xc3\xa9", 128))
+                                ->conversation_id), 256);
+    assert_int_equal(strlen(INTERCEPT(p, conversation_of(p, "c", 128))->conversation_id),
+                     128);
+    /* without our tools, the upstream's to judge */
+    assert_all_pass(p, not_ours);
 }
 
 static void test_reject_tool_choice(void **state)
@@ -3211,6 +3277,7 @@ int main(void)
         TEST(test_reject_tools),
         TEST(test_reject_container),
         TEST(test_reject_flags),
+        TEST(test_reject_conversation),
         TEST(test_reject_tool_choice),
         TEST(test_reject_input_items),
     };

@@ -183,6 +183,119 @@ static void test_finish_response_recall(void **state)
                         "not_found");
 }
 
+#define ID_B "cntr_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define ID_C "cntr_cccccccccccccccccccccccccccccccccccccccccccccccc"
+
+/* REQ applied as the supervisor applies a lookup: whether it missed. */
+static int missed_by(ci_directory *d, apr_pool_t *p, const char *req)
+{
+    apr_array_header_t *g = apr_array_make(p, 2, sizeof(const char *));
+    int missed = -1;
+    ci_dirops_apply_lookup(d, p, req, strlen(req), T0, g, &missed);
+    return missed;
+}
+
+static void create_owned(ci_directory *d, apr_pool_t *p, const char *owner, const char *id)
+{
+    assert_string_equal(status(ask(d, p, apr_psprintf(
+        p, "{\"op\":\"create\",\"owner\":\"%s\",\"id\":\"%s\",\"tool\":\"local\","
+           "\"idle\":60}", owner, id), T0, NULL)), "ok");
+}
+
+/* A conversation's turn finished in a container: the conversation leads
+ * there for its owner only (another owner's conversation of the same id is
+ * another), to the latest container its turns used, with the outputs owed
+ * by its last turn, and a miss is one the supervisor waits for. */
+static void test_finish_conversation(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory *d = dir(p);
+    const char *mine = "{\"op\":\"conversation\",\"owner\":\"own_a\","
+                       "\"conversation\":\"conv_1\"}";
+    const char *theirs = "{\"op\":\"conversation\",\"owner\":\"own_b\","
+                         "\"conversation\":\"conv_1\"}";
+    json_object *o;
+    create_a(d, p);
+    create_owned(d, p, "own_b", ID_B);
+    create_owned(d, p, "own_a", ID_C);
+    assert_int_equal(missed_by(d, p, mine), 1);
+    assert_string_equal(status(ask(d, p, mine, T0, NULL)), "not_found");
+    o = ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+            "\",\"response_id\":\"resp_1\",\"conversation\":\"conv_1\",\"pending\":"
+            "\"[1]\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[2]\"}]}", T0, NULL);
+    assert_string_equal(status(o), "ok");
+    o = ask(d, p, mine, T0, NULL);
+    assert_string_equal(status(o), "ok");
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    assert_string_equal(ci_json_str(o, "pending"), "[1]");
+    assert_null(ci_json_get(o, "container", json_type_object));
+    assert_int_equal(missed_by(d, p, mine), 0);
+    /* the response of that turn leads there too */
+    assert_string_equal(ci_json_str(ask(d, p, "{\"op\":\"response\",\"owner\":\"own_a\","
+                                            "\"response_id\":\"resp_1\"}", T0, NULL),
+                                    "container_id"), ID_A);
+    /* another owner: nothing, and its own conversation of that id is its own */
+    assert_string_equal(status(ask(d, p, theirs, T0, NULL)), "not_found");
+    assert_string_equal(status(ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_b\","
+                                   "\"container_id\":\"" ID_A "\",\"conversation\":"
+                                   "\"conv_1\"}", T0, NULL)), "not_found");
+    assert_string_equal(status(ask(d, p, theirs, T0, NULL)), "not_found");
+    ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_b\",\"container_id\":\"" ID_B
+        "\",\"conversation\":\"conv_1\"}", T0, NULL);
+    o = ask(d, p, theirs, T0, NULL);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_B);
+    assert_null(ci_json_str(o, "pending"));
+    assert_string_equal(ci_json_str(ask(d, p, mine, T0, NULL), "container_id"), ID_A);
+    /* a turn in another container: the conversation goes on there, owed
+     * nothing now (what it was owed was brought) */
+    ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_C
+        "\",\"conversation\":\"conv_1\",\"items\":[]}", T0 + 1, NULL);
+    o = ask(d, p, mine, T0, NULL);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_C);
+    assert_null(ci_json_str(o, "pending"));
+    /* with touch, the container as get answers it, touched and held */
+    o = ask(d, p, "{\"op\":\"conversation\",\"owner\":\"own_a\",\"conversation\":"
+            "\"conv_1\",\"touch\":true,\"hold\":30}", T0 + 5, NULL);
+    assert_string_equal(ci_json_str(o, "container_status"), "ok");
+    assert_string_equal(ci_json_str(ci_json_get(o, "container", json_type_object), "id"),
+                        ID_C);
+    assert_true(json_object_get_int64(ci_json_get(ci_json_get(o, "container",
+                                                              json_type_object),
+                                                  "last_active_at", json_type_int)) ==
+                T0 + 5);
+    /* no conversation named: nothing */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"conversation\",\"owner\":\"own_a\"}",
+                                   T0, NULL)), "not_found");
+    /* the owed outputs are no item anyone can recall */
+    assert_string_equal(status(ask(d, p, "{\"op\":\"recall\",\"owner\":\"own_a\","
+                                   "\"item_id\":\"conversation-pending:own_a:conv_1\"}",
+                                   T0, NULL)), "not_found");
+}
+
+/* A conversation is kept as long as its container's record, as a
+ * response id is: an expired container still answers (the next turn is
+ * told), a forgotten one does not. */
+static void test_conversation_retention(void **state)
+{
+    apr_pool_t *p = *state;
+    ci_directory_limits lim = { 0, 0, apr_time_from_sec(30), 1 << 20, 0, 0, 0 };
+    ci_directory *d = ci_directory_create(p, &lim);
+    const char *mine = "{\"op\":\"conversation\",\"owner\":\"own_a\","
+                       "\"conversation\":\"conv_1\",\"touch\":true}";
+    json_object *o;
+    create_a(d, p);
+    ask(d, p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+        "\",\"conversation\":\"conv_1\",\"pending\":\"[1]\"}", T0, NULL);
+    assert_int_equal(ci_directory_expire(d, T0 + apr_time_from_sec(60), p)->nelts, 1);
+    o = ask(d, p, mine, T0 + apr_time_from_sec(89), NULL);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    assert_string_equal(ci_json_str(o, "container_status"), "expired");
+    assert_string_equal(ci_json_str(o, "pending"), "[1]");
+    ci_directory_expire(d, T0 + apr_time_from_sec(90), p);
+    assert_string_equal(status(ask(d, p, mine, T0 + apr_time_from_sec(90), NULL)),
+                        "not_found");
+}
+
 static void test_list_pages_and_orders(void **state)
 {
     apr_pool_t *p = *state;
@@ -412,6 +525,8 @@ int main(void)
         TEST(test_delete_names_what_goes),
         TEST(test_eviction_names_the_owners_own),
         TEST(test_finish_response_recall),
+        TEST(test_finish_conversation),
+        TEST(test_conversation_retention),
         TEST(test_list_pages_and_orders),
         TEST(test_expire_at_the_provider),
         TEST(test_claim_due_hands_out_expired_remote_ones_once),

@@ -377,6 +377,108 @@ static void test_finish_response_recall(void **state)
                                             "\"item_id\":\"ci_1\"}", T0), "text"), "[4]");
 }
 
+static apr_int64_t last_active(json_object *o);
+static const char *create_req(fx *f, const char *owner, int n, apr_uint64_t memory,
+                              const char *limits);
+
+/* A conversation's turns, in both directories alike: the conversation
+ * leads to the container its last turn used, for its owner only, with
+ * what its last turn left owed; a turn in another container moves it, a
+ * turn owing nothing clears what it owed; with touch, the container as
+ * "get" answers it. */
+static void test_finish_conversation(void **state)
+{
+    fx *f = *state;
+    const char *mine = "{\"op\":\"conversation\",\"owner\":\"own_a\","
+                       "\"conversation\":\"conv_1\"}";
+    const char *theirs = "{\"op\":\"conversation\",\"owner\":\"own_b\","
+                         "\"conversation\":\"conv_1\"}";
+    json_object *o;
+    create_a(f);
+    both(f, create_req(f, "own_b", 1, 0, "{}"), T0);
+    both(f, create_req(f, "own_a", 2, 0, "{}"), T0);
+    assert_string_equal(status(both(f, mine, T0)), "not_found");
+    o = both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
+             "\",\"response_id\":\"resp_1\",\"conversation\":\"conv_1\",\"pending\":"
+             "\"[1]\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[2]\"}]}", T0 + 1);
+    assert_string_equal(status(o), "ok");
+    o = both(f, mine, T0 + 2);
+    assert_string_equal(ci_json_str(o, "container_id"), ID_A);
+    assert_string_equal(ci_json_str(o, "pending"), "[1]");
+    assert_string_equal(ci_json_str(both(f, "{\"op\":\"response\",\"owner\":\"own_a\","
+                                            "\"response_id\":\"resp_1\"}", T0 + 2),
+                                    "pending"), "[1]");
+    /* another owner: none, cannot write it, and has its own */
+    assert_string_equal(status(both(f, theirs, T0 + 2)), "not_found");
+    assert_string_equal(status(both(f, "{\"op\":\"finish\",\"owner\":\"own_b\","
+                                       "\"container_id\":\"" ID_A "\",\"conversation\":"
+                                       "\"conv_1\"}", T0 + 3)), "not_found");
+    both(f, apr_psprintf(f->p, "{\"op\":\"finish\",\"owner\":\"own_b\",\"container_id\":"
+                               "\"%s\",\"conversation\":\"conv_1\"}", id_of(f->p, 1)),
+         T0 + 3);
+    assert_string_equal(ci_json_str(both(f, theirs, T0 + 4), "container_id"),
+                        id_of(f->p, 1));
+    assert_string_equal(ci_json_str(both(f, mine, T0 + 4), "container_id"), ID_A);
+    /* the next turn goes on in another container, owed something new;
+     * then one owing nothing */
+    both(f, apr_psprintf(f->p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":"
+                               "\"%s\",\"conversation\":\"conv_1\",\"pending\":\"[3]\"}",
+                         id_of(f->p, 2)), T0 + 5);
+    o = both(f, mine, T0 + 6);
+    assert_string_equal(ci_json_str(o, "container_id"), id_of(f->p, 2));
+    assert_string_equal(ci_json_str(o, "pending"), "[3]");
+    both(f, apr_psprintf(f->p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":"
+                               "\"%s\",\"conversation\":\"conv_1\"}", id_of(f->p, 2)),
+         T0 + 7);
+    o = both(f, mine, T0 + 8);
+    assert_null(ci_json_str(o, "pending"));
+    assert_int_equal(admin(env_port("REDIS_PORT"), "EXISTS ci:i:conversation-pending:own_a:"
+                                                   "conv_1"), 0);
+    /* touch: as get, touched and held */
+    o = both(f, "{\"op\":\"conversation\",\"owner\":\"own_a\",\"conversation\":"
+             "\"conv_1\",\"touch\":true,\"hold\":100}", T0 + 9);
+    assert_string_equal(ci_json_str(o, "container_status"), "ok");
+    assert_true(last_active(o) == T0 + 9);
+    /* its old container no longer counts the conversation among its memos */
+    assert_int_equal(admin(env_port("REDIS_PORT"), "SISMEMBER ci:m:%s ci:v:own_a:conv_1",
+                           ID_A), 0);
+}
+
+/* Container 1 of own_a, in directories that keep 4096 bytes of items: a
+ * text of 1000 bytes (from the fixture's pool) to fill them with. */
+static const char *bounded_to_4k(fx *f)
+{
+    char *text = apr_palloc(f->p, 1001);
+    memset(text, 'x', 1000);
+    text[1000] = '\0';
+    both(f, create_req(f, "own_a", 1, 0, "{\"items\":4096}"), T0);
+    return text;
+}
+
+/* The outputs a conversation is owed count against the items' bound as in
+ * the one-node directory, byte for byte, and go oldest first with them. */
+static void test_conversation_pending_is_bounded_like_items(void **state)
+{
+    fx *f = *state;
+    const char *text = bounded_to_4k(f);
+    int i;
+    for (i = 0; i < 6; i++)
+        both(f, apr_psprintf(f->p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":"
+                                   "\"%s\",\"conversation\":\"conv_%d\",\"pending\":"
+                                   "\"%s\",\"limits\":{\"items\":4096}}",
+                             id_of(f->p, 1), i, text), T0);
+    for (i = 0; i < 6; i++) {
+        json_object *o = both(f, apr_psprintf(f->p, "{\"op\":\"conversation\",\"owner\":"
+                                                    "\"own_a\",\"conversation\":"
+                                                    "\"conv_%d\"}", i), T0);
+        assert_string_equal(status(o), "ok");
+        if (i < 3)
+            assert_null(ci_json_str(o, "pending"));
+        else
+            assert_string_equal(ci_json_str(o, "pending"), text);
+    }
+}
+
 static apr_int64_t last_active(json_object *o)
 {
     return json_object_get_int64(ci_json_get(member(o, "container"), "last_active_at",
@@ -630,11 +732,8 @@ static void test_items_bounded_oldest_first(void **state)
 {
     fx *f = *state;
     const char *items = "\"limits\":{\"items\":4096}";
-    char text[1001];
+    const char *text = bounded_to_4k(f);
     int i;
-    memset(text, 'x', 1000);
-    text[1000] = '\0';
-    both(f, create_req(f, "own_a", 1, 0, "{\"items\":4096}"), T0);
     for (i = 0; i < 10; i++)
         both(f, apr_psprintf(f->p, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":"
                              "\"%s\",\"items\":[{\"id\":\"ci_%d\",\"text\":\"%s\"}],%s}",
@@ -655,26 +754,32 @@ static void test_retention(void **state)
     const char *get = "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\"" ID_A "\"}";
     const char *resp = "{\"op\":\"response\",\"owner\":\"own_a\",\"response_id\":\"resp_1\"}";
     const char *recall = "{\"op\":\"recall\",\"owner\":\"own_a\",\"item_id\":\"ci_1\"}";
+    const char *conv = "{\"op\":\"conversation\",\"owner\":\"own_a\",\"conversation\":"
+                       "\"conv_1\"}";
     long long ttl;
     both(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
          "\",\"tool\":\"local\",\"idle\":60,\"limits\":{\"retention\":30}}", T0);
     both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
-         "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
+         "\",\"response_id\":\"resp_1\",\"conversation\":\"conv_1\",\"items\":"
+         "[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
     /* the safety net: expiry plus retention (and a minute's grace) */
     ttl = admin(port, "PTTL ci:c:%s", ID_A);
     assert_true(ttl > 80000 && ttl <= 150000);
     assert_true(admin(port, "PTTL ci:r:resp_1") > 80000);
+    assert_true(admin(port, "PTTL ci:v:own_a:conv_1") > 80000);
     assert_true(admin(port, "PTTL ci:i:ci_1") > 80000);
     expire_both(f, T0 + SEC(60), 1);
     assert_string_equal(status(both(f, get, T0 + SEC(89))), "expired");
     assert_string_equal(status(both(f, resp, T0 + SEC(89))), "ok");
     assert_string_equal(status(both(f, recall, T0 + SEC(89))), "ok");
+    assert_string_equal(status(both(f, conv, T0 + SEC(89))), "ok");
     ci_directory_expire(f->d, T0 + SEC(90), f->p);         /* forgotten here */
     assert_string_equal(status(both(f, resp, T0 + SEC(90))), "not_found");
+    assert_string_equal(status(both(f, conv, T0 + SEC(90))), "not_found");
     assert_string_equal(status(both(f, recall, T0 + SEC(90))), "not_found");
     assert_string_equal(status(both(f, get, T0 + SEC(90))), "not_found");
-    assert_int_equal(admin(port, "EXISTS ci:c:%s ci:r:resp_1 ci:i:ci_1 ci:m:%s", ID_A,
-                           ID_A), 0);
+    assert_int_equal(admin(port, "EXISTS ci:c:%s ci:r:resp_1 ci:i:ci_1 ci:m:%s "
+                                 "ci:v:own_a:conv_1", ID_A, ID_A), 0);
     /* and far later, the id is free again */
     create_a(f);
 }
@@ -690,21 +795,25 @@ static void test_memo_ttls_follow_the_record(void **state)
     both(f, "{\"op\":\"create\",\"owner\":\"own_a\",\"node\":\"n1\",\"id\":\"" ID_A
          "\",\"tool\":\"local\",\"idle\":3600,\"limits\":{\"retention\":30}}", T0);
     both(f, "{\"op\":\"finish\",\"owner\":\"own_a\",\"container_id\":\"" ID_A
-         "\",\"response_id\":\"resp_1\",\"items\":[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
+         "\",\"response_id\":\"resp_1\",\"conversation\":\"conv_1\",\"items\":"
+         "[{\"id\":\"ci_1\",\"text\":\"[1]\"}]}", T0);
     rec = admin(port, "PEXPIRETIME ci:c:%s", ID_A);
     assert_true(admin(port, "PEXPIRETIME ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:v:own_a:conv_1") >= rec);
     assert_true(admin(port, "PEXPIRETIME ci:i:ci_1") >= rec);
     assert_true(admin(port, "PEXPIRETIME ci:m:%s", ID_A) <= admin(port, "PEXPIRETIME ci:i:ci_1"));
     /* as if Redis' clock had run on (the TTLs count in its time, the
      * record's in the caller's): a use raises them all past the record */
     admin(port, "PEXPIRE ci:m:%s 5000", ID_A);
     admin(port, "PEXPIRE ci:r:resp_1 5000");
+    admin(port, "PEXPIRE ci:v:own_a:conv_1 5000");
     admin(port, "PEXPIRE ci:i:ci_1 5000");
     assert_string_equal(status(both(f, "{\"op\":\"get\",\"owner\":\"own_a\",\"id\":\""
                                        ID_A "\",\"touch\":true}", T0 + SEC(1200))), "ok");
     assert_true(admin(port, "PTTL ci:c:%s", ID_A) > 3600 * 1000);
     rec = admin(port, "PEXPIRETIME ci:c:%s", ID_A);
     assert_true(admin(port, "PEXPIRETIME ci:r:resp_1") >= rec);
+    assert_true(admin(port, "PEXPIRETIME ci:v:own_a:conv_1") >= rec);
     assert_true(admin(port, "PEXPIRETIME ci:i:ci_1") >= rec);
     assert_true(admin(port, "PEXPIRETIME ci:m:%s", ID_A) >= rec);
 }
@@ -1219,6 +1328,8 @@ int main(int argc, char **argv)
         TEST(test_delete_names_what_goes),
         TEST(test_eviction_names_the_owners_own),
         TEST(test_finish_response_recall),
+        TEST(test_finish_conversation),
+        TEST(test_conversation_pending_is_bounded_like_items),
         TEST(test_a_hold_let_go_unused_is_no_use),
         TEST(test_response_with_touch_is_get_too),
         TEST(test_list_pages_and_orders),
