@@ -9,17 +9,17 @@ code_interpreter_call reaches it), and the second turn runs in a new sandbox
 (nothing the first turn's code defined is there).
 
 The SDK is installed in test/node like the OpenAI Node SDK (see
-test_node_sdk.py); test/node/agents_run.mjs drives it.
+test_node_sdk.py); test/node/agents_run.mjs drives it. The two-turn test runs
+with both client sets (the pinned @openai/agents and the current one).
 """
 import base64
 import json
 import os
-import subprocess
 
 import pytest
 
 from conftest import TOOL
-from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
+from test_node_sdk import clients, node_modules, node_script  # noqa: F401 (fixtures)
 
 OUTPUTS = "code_interpreter_call.outputs"
 TURN1 = [[{"call": "x = 6 * 7\nprint(x)"}], [{"text": "forty-two"}]]
@@ -27,13 +27,12 @@ TURN1 = [[{"call": "x = 6 * 7\nprint(x)"}], [{"text": "forty-two"}]]
 TURN2 = [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]
 
 
-def run_agents(httpd, *flags, turn1=TURN1, turn2=TURN2, path="/v1"):
-    """Run agents_run.mjs; returns its report (turns, sent, error)."""
+def run_agents(httpd, *flags, turn1=TURN1, turn2=TURN2, path="/v1", clients="pinned"):
+    """Run agents_run.mjs with client set CLIENTS; returns its report (turns,
+    sent, error)."""
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path))
-    proc = subprocess.run(
-        [NODE, os.path.join(NODE_DIR, "agents_run.mjs"), *flags,
-         json.dumps(turn1), json.dumps(turn2)],
-        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
+    proc = node_script(clients, "agents_run.mjs", *flags, json.dumps(turn1), json.dumps(turn2),
+                       env=env)
     detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
     report = json.loads(proc.stdout.splitlines()[0])
@@ -77,8 +76,8 @@ def check_translated(req, call_id, code, output):
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["json", "stream"])
-def test_two_turns_replay_the_code_interpreter_call(httpd, model, node_modules, streamed):
-    report = run_agents(httpd, *(["--stream"] if streamed else []))
+def test_two_turns_replay_the_code_interpreter_call(httpd, model, clients, streamed):
+    report = run_agents(httpd, *(["--stream"] if streamed else []), clients=clients)
     succeeded(report)
     first, second = report["turns"]
 

@@ -14,11 +14,10 @@ that the after-test check deletes what it leaves.
 import json
 import os
 import re
-import subprocess
 
 from conftest import SPEC_DIR, count_schema_checks, require
 from test_loop import calls_of, sandboxes_started, upstream_inputs
-from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
+from test_node_sdk import clients, node_script  # noqa: F401 (a fixture)
 
 OUTPUTS = "code_interpreter_call.outputs"
 KEY = "sk-node-containers-0123"
@@ -28,15 +27,13 @@ TURN2 = [[{"call": "print(x + 1)"}], [{"text": "{{last_output}}"}]]
 LIST = "/v1/containers?limit=2"
 
 
-def run_containers(httpd):
-    """Run containers_api.mjs; returns its report."""
+def run_containers(httpd, clients):
+    """Run containers_api.mjs with client set CLIENTS; returns its report."""
     httpd.callers.add("Bearer " + KEY)
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port, API_KEY=KEY,
                CI_SPEC_DIR=SPEC_DIR)
-    proc = subprocess.run(
-        [NODE, os.path.join(NODE_DIR, "containers_api.mjs"), json.dumps(TURN1),
-         json.dumps(TURN2)],
-        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
+    proc = node_script(clients, "containers_api.mjs", json.dumps(TURN1), json.dumps(TURN2),
+                       env=env)
     detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
     report = json.loads(proc.stdout.splitlines()[0])
@@ -64,8 +61,8 @@ def exchanges(report, method, prefix):
     return [w for w in report["wire"] if w["method"] == method and w["path"].startswith(prefix)]
 
 
-def test_containers_api_through_the_sdk(httpd, model, node_modules):
-    report = run_containers(httpd)
+def test_containers_api_through_the_sdk(httpd, model, clients):
+    report = run_containers(httpd, clients)
     steps = report["steps"]
 
     # Nothing yet: the iterator yields nothing, from one request.
@@ -167,8 +164,8 @@ EMPTY_LIST_ERRORS = [("/first_id", "type", "must be string"),
                      ("/last_id", "type", "must be string")]
 
 
-def test_containers_api_answers_match_the_openapi_schema(httpd, model, node_modules):
-    report = run_containers(httpd)
+def test_containers_api_answers_match_the_openapi_schema(httpd, model, clients):
+    report = run_containers(httpd, clients)
     schema = report["schema"]
     require("skipped" not in schema, "the OpenAPI document is absent, the answers were "
             "not validated: %s" % schema.get("skipped"))
@@ -203,14 +200,12 @@ WRITE_FILES = [[{"call": "open('a.csv', 'w').write('x,y\\n1,2\\n')\n"
                [{"text": "written"}]]
 
 
-def test_container_files_through_the_sdk(httpd, model, node_modules):
+def test_container_files_through_the_sdk(httpd, model, clients):
     import base64
     httpd.callers.update({"Bearer " + FILES_KEY, "Bearer " + FILES_OTHER})
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % httpd.port,
                API_KEY=FILES_KEY, OTHER_KEY=FILES_OTHER, CI_SPEC_DIR=SPEC_DIR)
-    proc = subprocess.run(
-        [NODE, os.path.join(NODE_DIR, "container_files.mjs"), json.dumps(WRITE_FILES)],
-        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
+    proc = node_script(clients, "container_files.mjs", json.dumps(WRITE_FILES), env=env)
     detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
     report = json.loads(proc.stdout.splitlines()[0])

@@ -3,7 +3,12 @@ what comes back, and the answer matches the published OpenAPI document; the
 live event stream reads through the SDK's streaming interfaces, in OpenAI's
 order, and ends in the same response as the JSON path.
 
-The SDK lives in test/node (package.json + package-lock.json); node_modules is
+Two client sets run the scripts: "pinned", test/node (package.json +
+package-lock.json: the versions the project was built against), and
+"current", test/node-current (the current openai 7.x and @openai/agents
+0.20). The scripts live in test/node only; test/node-current holds symlinks
+to them, run with --preserve-symlinks-main so that their imports ("openai")
+resolve from test/node-current/node_modules. Each set's node_modules is
 installed with `npm ci` once per session when it is missing.
 """
 import json
@@ -25,19 +30,51 @@ OUTPUTS = "code_interpreter_call.outputs"
 
 
 
-@pytest.fixture(scope="session")
-def node_modules():
-    """test/node's packages (the OpenAI SDK, the Agents SDK), installed once."""
+# The client sets: the folder each one's package.json is in.
+CLIENT_SETS = {"pinned": NODE_DIR, "current": os.path.join(HERE, "node-current")}
+# Node's flags for a set: test/node-current's scripts are symlinks to
+# test/node's, and ESM resolves packages from the script's own path, not
+# NODE_PATH: the link's path must be kept for "openai" to be found there.
+NODE_FLAGS = {"pinned": [], "current": ["--preserve-symlinks", "--preserve-symlinks-main"]}
+_installed = {}
+
+
+def install_clients(name):
+    """The node_modules of client set NAME, installed with `npm ci` once."""
+    if name in _installed:
+        return _installed[name]
     require(NODE is not None and NPM is not None,
             "node and npm are needed for the SDK tests (missing: %s)"
             % ", ".join(n for n, p in (("node", NODE), ("npm", NPM)) if p is None))
-    target = os.path.join(NODE_DIR, "node_modules")
+    where = CLIENT_SETS[name]
+    target = os.path.join(where, "node_modules")
     if not os.path.isdir(target):
-        r = subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR,
+        r = subprocess.run([NPM, "ci", "--no-audit", "--no-fund"], cwd=where,
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
-            pytest.fail("npm ci failed in %s:\n%s\n%s" % (NODE_DIR, r.stdout, r.stderr))
+            pytest.fail("npm ci failed in %s:\n%s\n%s" % (where, r.stdout, r.stderr))
+    _installed[name] = target
     return target
+
+
+@pytest.fixture(scope="session")
+def node_modules():
+    """test/node's packages (the OpenAI SDK, the Agents SDK), installed once."""
+    return install_clients("pinned")
+
+
+@pytest.fixture(params=list(CLIENT_SETS))
+def clients(request):
+    """Each client set in turn ("pinned", "current"), installed."""
+    install_clients(request.param)
+    return request.param
+
+
+def node_script(clients, script, *args, env, timeout=180):
+    """Run test/node's SCRIPT with client set CLIENTS; the CompletedProcess."""
+    where = CLIENT_SETS[clients]
+    return subprocess.run([NODE, *NODE_FLAGS[clients], os.path.join(where, script), *args],
+                          cwd=where, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 class SdkRun:
@@ -60,20 +97,19 @@ class SdkRun:
         return "exit %d\nstdout:\n%s\nstderr:\n%s" % (self.returncode, self.stdout, self.stderr)
 
 
-def run_node(httpd, script, *args, path="/v1"):
+def run_node(httpd, script, *args, path="/v1", clients="pinned"):
     """Run SCRIPT in test/node against HTTPD; returns the CompletedProcess."""
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d%s" % (httpd.port, path),
                CI_SPEC_DIR=SPEC_DIR)
-    return subprocess.run([NODE, os.path.join(NODE_DIR, script), *args],
-                          cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=120)
+    return node_script(clients, script, *args, env=env, timeout=120)
 
 
-def run_sdk(httpd, script, rounds, path="/v1"):
-    return SdkRun(run_node(httpd, script, json.dumps(rounds), path=path))
+def run_sdk(httpd, script, rounds, path="/v1", clients="pinned"):
+    return SdkRun(run_node(httpd, script, json.dumps(rounds), path=path, clients=clients))
 
 
-def test_sdk_parses_code_interpreter_response(httpd, model, node_modules):
-    run = run_sdk(httpd, "sdk_json.mjs", SCRIPT)
+def test_sdk_parses_code_interpreter_response(httpd, model, clients):
+    run = run_sdk(httpd, "sdk_json.mjs", SCRIPT, clients=clients)
     # 0: all good, 1: only the schema check failed (the next test reports it).
     assert run.returncode in (0, 1) and run.response is not None, str(run)
     body = run.response
@@ -97,8 +133,8 @@ def test_sdk_parses_code_interpreter_response(httpd, model, node_modules):
     assert len(model.requests()) == 2
 
 
-def test_sdk_response_matches_openapi_schema(httpd, model, node_modules):
-    run = run_sdk(httpd, "sdk_json.mjs", SCRIPT)
+def test_sdk_response_matches_openapi_schema(httpd, model, clients):
+    run = run_sdk(httpd, "sdk_json.mjs", SCRIPT, clients=clients)
     skipped = run.marked("SKIP-SCHEMA:")
     require(not skipped, "the OpenAPI document is absent, the response was not validated: %s"
             % (skipped or [""])[0])
@@ -127,9 +163,9 @@ STREAM_MESSAGE = ["response.output_item.added", "response.content_part.added",
 STREAM_END = ["response.completed"]
 
 
-def stream_sdk(httpd, mode, rounds):
+def stream_sdk(httpd, mode, rounds, clients="pinned"):
     """Run sdk_stream.mjs in MODE; returns its parsed report."""
-    proc = run_node(httpd, "sdk_stream.mjs", mode, json.dumps(rounds))
+    proc = run_node(httpd, "sdk_stream.mjs", mode, json.dumps(rounds), clients=clients)
     assert proc.returncode == 0, "exit %d\nstdout:\n%s\nstderr:\n%s" % (
         proc.returncode, proc.stdout, proc.stderr)
     report = json.loads(proc.stdout.splitlines()[0])
@@ -177,8 +213,8 @@ def check_sdk_events(events):
 
 
 
-def test_sdk_create_stream_sees_every_event_in_order(httpd, model, node_modules):
-    report = stream_sdk(httpd, "create", STREAM_SCRIPT)
+def test_sdk_create_stream_sees_every_event_in_order(httpd, model, clients):
+    report = stream_sdk(httpd, "create", STREAM_SCRIPT, clients=clients)
     events = report["events"]
     call, msg = check_sdk_events(events)
     created = events[0]["response"]
@@ -192,8 +228,21 @@ def test_sdk_create_stream_sees_every_event_in_order(httpd, model, node_modules)
     assert [r["json"].get("stream") for r in model.requests()] == [True, True]
 
 
-def test_sdk_stream_final_response_equals_the_json_answer(httpd, model, node_modules):
-    report = stream_sdk(httpd, "stream", STREAM_SCRIPT)
+# openai 7's stream helper (responses.stream) refuses a stream whose
+# lifecycle events name different responses ("Lifecycle response identity
+# changed."): this server's response.created / in_progress carry the first
+# round's upstream id, response.completed the last round's (the id a next
+# turn chains on). Strict: the day the ids agree, this says so.
+STREAM_ID_CHANGES = pytest.mark.xfail(
+    strict=True, raises=AssertionError,
+    reason="response.completed's id is the last round's, response.created's the first's; "
+           "openai 7's ResponseStream requires one id")
+
+
+@pytest.mark.parametrize("clients", ["pinned", pytest.param("current", marks=STREAM_ID_CHANGES)],
+                         indirect=True)
+def test_sdk_stream_final_response_equals_the_json_answer(httpd, model, clients):
+    report = stream_sdk(httpd, "stream", STREAM_SCRIPT, clients=clients)
     call, msg = check_sdk_events(report["events"])
     final = report["final"]
     assert final["status"] == "completed"

@@ -36,7 +36,6 @@ import io
 import json
 import os
 import re
-import subprocess
 import time
 import warnings
 import zipfile
@@ -44,7 +43,7 @@ import zipfile
 import pytest
 
 from conftest import OPENAPI, SPEC_DIR, Httpd, count_schema_checks, require_spec
-from test_node_sdk import NODE, NODE_DIR, node_modules  # noqa: F401 (fixture)
+from test_node_sdk import clients, node_script  # noqa: F401 (a fixture)
 
 # ---------------------------------------------------------------- the server
 
@@ -986,7 +985,7 @@ def test_records_survive_a_restart():
 NODE_KEY = "sk-node-skills-0123"
 
 
-def run_skills_script(server, tmp_path):
+def run_skills_script(server, tmp_path, clients):
     """Run test/node/skills_api.mjs against SERVER; its report."""
     skill_dir = tmp_path / "dir"
     for path, data in BASIC.items():
@@ -1001,10 +1000,8 @@ def run_skills_script(server, tmp_path):
     server.callers.add("Bearer " + NODE_KEY)
     env = dict(os.environ, BASE_URL="http://127.0.0.1:%d/v1" % server.port, API_KEY=NODE_KEY,
                CI_SPEC_DIR=SPEC_DIR)
-    proc = subprocess.run(
-        [NODE, os.path.join(NODE_DIR, "skills_api.mjs"), str(skill_dir / "basic_math"),
-         str(v2_dir / "basic_math"), str(zip_path)],
-        cwd=NODE_DIR, env=env, capture_output=True, text=True, timeout=180)
+    proc = node_script(clients, "skills_api.mjs", str(skill_dir / "basic_math"),
+                       str(v2_dir / "basic_math"), str(zip_path), env=env)
     detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
     assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
     report = json.loads(proc.stdout.splitlines()[0])
@@ -1014,16 +1011,27 @@ def run_skills_script(server, tmp_path):
     return report
 
 
-def test_skills_api_through_the_node_sdk(server, node_modules, tmp_path):  # noqa: F811
-    report = run_skills_script(server, tmp_path)
+def test_skills_api_through_the_node_sdk(server, clients, tmp_path):  # noqa: F811
+    report = run_skills_script(server, tmp_path, clients)
     steps = report["steps"]
     caller = {"Authorization": "Bearer " + NODE_KEY}
 
-    # toFile: the SDK sends each file's basename (openai/openai-node#1807),
-    # so the folder is lost and the upload refused, as OpenAI refuses it
-    assert steps["tofile_refused"] == {"name": "BadRequestError", "status": 400, "error": refused(
-        "Skill file 'SKILL.md' is at the top level: the skill's files must be inside one "
-        "folder.")["error"]}
+    uploads = [w for w in report["wire"] if w["method"] == "POST" and w["path"] == "/v1/skills"]
+    if clients == "pinned":
+        # toFile: openai 6 sends each file's basename (openai/openai-node#1807),
+        # so the folder is lost and the upload refused, as OpenAI refuses it
+        assert steps["tofile"] == {"name": "BadRequestError", "status": 400, "error": refused(
+            "Skill file 'SKILL.md' is at the top level: the skill's files must be inside one "
+            "folder.")["error"]}
+        assert uploads[0]["parts"] == [["files[]", "SKILL.md"], ["files[]", "add.py"]]
+    else:
+        # openai 7 sends the name as given, folder and all: the skill is made
+        made = steps["tofile"]["returned"]
+        assert made == skill(made)
+        assert steps["tofile"]["deleted"] == {"id": made["id"], "object": "skill.deleted",
+                                              "deleted": True}
+        assert uploads[0]["parts"] == [["files[]", "basic_math/SKILL.md"],
+                                       ["files[]", "basic_math/scripts/add.py"]]
 
     # created from a directory (files[] parts, named with their folder by
     # toStreamingFile), and from a zip
@@ -1032,9 +1040,7 @@ def test_skills_api_through_the_node_sdk(server, node_modules, tmp_path):  # noq
     assert sk == skill(sk)
     zipped = steps["created_zip"]
     assert zipped == skill(zipped, name="node-zip", description="Skill node_zip.")
-    uploads = [w for w in report["wire"] if w["method"] == "POST" and w["path"] == "/v1/skills"]
-    assert [w["parts"] for w in uploads] == [
-        [["files[]", "SKILL.md"], ["files[]", "add.py"]],
+    assert [w["parts"] for w in uploads[1:]] == [
         [["files[]", "basic_math/SKILL.md"], ["files[]", "basic_math/scripts/add.py"]],
         [["files", "node_zip.zip"]]]
     assert steps["retrieved"] == sk

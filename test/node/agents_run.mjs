@@ -32,10 +32,7 @@ import {
   setTracingDisabled,
 } from "@openai/agents";
 
-function die(msg) {
-  process.stderr.write(msg + "\n");
-  process.exit(2);
-}
+import { die, errorOf, recordingFetch } from "./common.mjs";
 
 const args = process.argv.slice(2);
 const flags = new Set(args.filter((a) => a.startsWith("--")));
@@ -57,16 +54,6 @@ const streamed = flags.has("--stream");
 
 // Every request body the SDK sends, as it went over the wire.
 const sent = [];
-const recordingFetch = async (url, init) => {
-  if (typeof init?.body === "string") {
-    try {
-      sent.push(JSON.parse(init.body));
-    } catch {
-      sent.push(init.body);
-    }
-  }
-  return fetch(url, init);
-};
 
 setTracingDisabled(true);
 setOpenAIAPI("responses");
@@ -75,7 +62,7 @@ setDefaultOpenAIClient(new OpenAI({
   baseURL,
   maxRetries: 0,
   timeout: 60_000,
-  fetch: recordingFetch,
+  fetch: recordingFetch(sent),
 }));
 
 const agent = new Agent({
@@ -130,13 +117,7 @@ for (const n of [1, 2]) {
     turns.push(summary(outcome));
     input = [...outcome.result.history, { role: "user", content: "SCRIPT: " + scripts[1] }];
   } catch (e) {
-    error = {
-      turn: n,
-      name: e?.constructor?.name ?? "Error",
-      message: String(e?.message ?? e),
-      status: e?.status ?? null,
-      body: e?.error ?? null,
-    };
+    error = { turn: n, ...errorOf(e) };
     break;
   }
 }

@@ -19,10 +19,7 @@
 import { generateText } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 
-function die(msg) {
-  process.stderr.write(msg + "\n");
-  process.exit(2);
-}
+import { die, recordingFetch } from "./common.mjs";
 
 const args = process.argv.slice(2);
 const flags = new Set(args.filter((a) => a.startsWith("--")));
@@ -43,16 +40,6 @@ for (const s of scripts) {
 
 // Every request body the SDK sends, as it went over the wire.
 const sent = [];
-const recordingFetch = async (url, init) => {
-  if (typeof init?.body === "string") {
-    try {
-      sent.push(JSON.parse(init.body));
-    } catch {
-      sent.push(init.body);
-    }
-  }
-  return fetch(url, init);
-};
 
 // The SDK logs its warnings on stdout; they are in the report instead.
 globalThis.AI_SDK_LOG_WARNINGS = false;
@@ -60,7 +47,7 @@ globalThis.AI_SDK_LOG_WARNINGS = false;
 const openai = createOpenAI({
   apiKey: process.env.API_KEY || "test-key",
   baseURL,
-  fetch: recordingFetch,
+  fetch: recordingFetch(sent),
 });
 const model = openai.responses(process.env.MODEL || "m");
 const tools = { code_interpreter: openai.tools.codeInterpreter({}) };

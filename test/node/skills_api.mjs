@@ -8,10 +8,12 @@
 //   openai-openapi.json is (default the project's test/spec).
 //
 // What it does, in order (every step is recorded under its name):
-//   tofile_refused   skills.create({files: [toFile(bytes, "<folder>/<path>")
-//                    per file of the folder]}): this SDK sends each File's
+//   tofile           skills.create({files: [toFile(bytes, "<folder>/<path>")
+//                    per file of the folder]}): openai 6 sends each File's
 //                    basename only ("SKILL.md"; openai/openai-node#1807), so
-//                    the upload has no folder and is refused: the error
+//                    the upload has no folder and is refused: {name, status,
+//                    error}; openai 7 sends the name as given and the skill
+//                    is made: {returned, deleted} (deleted at once)
 //   created          the same with toStreamingFile(bytes, "<folder>/<path>"),
 //                    whose name the SDK sends as given (as "files[]" parts)
 //   created_zip      skills.create({files: toFile(<zip>)}) (one "files" part)
@@ -48,17 +50,14 @@ import { fileURLToPath } from "node:url";
 import OpenAI, { toFile, toStreamingFile } from "openai";
 import Ajv2020Module from "ajv/dist/2020.js";
 
+import { die, errorOf, folderFiles } from "./common.mjs";
+
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
 const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "test", "spec"),
                           "openai-openapi.json");
-
-function die(msg) {
-  process.stderr.write(msg + "\n");
-  process.exit(2);
-}
 
 const baseURL = process.env.BASE_URL;
 if (!baseURL) die("BASE_URL is not set");
@@ -112,25 +111,6 @@ const client = new OpenAI({
   fetch: capturingFetch,
 });
 
-// A folder's files as the SDK is given a directory: one file each, named
-// with the folder ("basic_math/scripts/add.py"), in a stable order, each
-// made by MAKE (toFile or toStreamingFile).
-async function folderFiles(dir, make) {
-  const top = path.basename(dir);
-  const out = [];
-  const walk = (d) => {
-    for (const entry of fs.readdirSync(d, { withFileTypes: true })
-                          .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
-      const full = path.join(d, entry.name);
-      if (entry.isDirectory()) walk(full);
-      else out.push(full);
-    }
-  };
-  walk(dir);
-  return Promise.all(out.map((full) => make(fs.readFileSync(full),
-                                            top + "/" + path.relative(dir, full))));
-}
-
 async function all(iterable) {
   const seen = [];
   for await (const x of iterable) seen.push(x);
@@ -145,13 +125,7 @@ async function step(name, fn) {
   try {
     steps[name] = await fn();
   } catch (e) {
-    error = {
-      step: name,
-      name: e?.constructor?.name ?? "Error",
-      message: String(e?.message ?? e),
-      status: e?.status ?? null,
-      body: e?.error ?? null,
-    };
+    error = { step: name, ...errorOf(e) };
   }
 }
 
@@ -164,8 +138,14 @@ async function refusal(fn) {
   }
 }
 
-await step("tofile_refused", async () => refusal(
-  async () => client.skills.create({ files: await folderFiles(skillDir, toFile) })));
+await step("tofile", async () => {
+  const outcome = await refusal(
+    async () => client.skills.create({ files: await folderFiles(skillDir, toFile) }));
+  // openai 7 sends the name as given: the skill is made, and deleted here so
+  // that the steps after see the same skills with either SDK
+  if (outcome.returned) outcome.deleted = await client.skills.delete(outcome.returned.id);
+  return outcome;
+});
 await step("created", async () => client.skills.create({
   files: await folderFiles(skillDir, toStreamingFile),
 }));

@@ -1,0 +1,1 @@
+../node/agent_skill.mjs

@@ -1,0 +1,1 @@
+../node/agents_run.mjs

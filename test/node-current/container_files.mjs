@@ -1,0 +1,1 @@
+../node/container_files.mjs

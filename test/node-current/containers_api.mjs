@@ -1,0 +1,1 @@
+../node/containers_api.mjs

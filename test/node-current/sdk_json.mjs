@@ -1,0 +1,1 @@
+../node/sdk_json.mjs

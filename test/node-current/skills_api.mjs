@@ -1,0 +1,1 @@
+../node/skills_api.mjs

@@ -1,0 +1,52 @@
+// What test/node's scripts share.
+import fs from "node:fs";
+import path from "node:path";
+
+export function die(msg) {
+  process.stderr.write(msg + "\n");
+  process.exit(2);
+}
+
+// An error thrown by the SDK, as a script reports it.
+export function errorOf(e) {
+  return {
+    name: e?.constructor?.name ?? "Error",
+    message: String(e?.message ?? e),
+    status: e?.status ?? null,
+    body: e?.error ?? null,
+  };
+}
+
+// A folder's files as the SDK is given a directory: one file each, named
+// with the folder ("basic_math/scripts/add.py"), in a stable order, each
+// made by MAKE (toFile or toStreamingFile).
+export async function folderFiles(dir, make) {
+  const top = path.basename(dir);
+  const out = [];
+  const walk = (d) => {
+    for (const entry of fs.readdirSync(d, { withFileTypes: true })
+                          .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))) {
+      const full = path.join(d, entry.name);
+      if (entry.isDirectory()) walk(full);
+      else out.push(full);
+    }
+  };
+  walk(dir);
+  return Promise.all(out.map((full) => make(fs.readFileSync(full),
+                                            top + "/" + path.relative(dir, full))));
+}
+
+// A fetch that records in SENT every JSON request body, as it went over
+// the wire.
+export function recordingFetch(sent) {
+  return async (url, init) => {
+    if (typeof init?.body === "string") {
+      try {
+        sent.push(JSON.parse(init.body));
+      } catch {
+        sent.push(init.body);
+      }
+    }
+    return fetch(url, init);
+  };
+}
