@@ -2,7 +2,9 @@
 """The module's own time per request, by kind of request and container
 directory: a caller without an owner (no container), a new conversation (a
 container made at its first call) and a turn chained to it with
-previous_response_id, with the directory in the sandbox supervisor (one
+previous_response_id, then the same two turns with `conversation` (a new
+one's first turn, and its second, which finds its container through the
+conversation), with the directory in the sandbox supervisor (one
 node) and in Redis (CodeInterpreterDirectory, a redis-server on loopback),
 against the scripted model. Each request makes one code call, then answers.
 The figure is `module_us` of the access log: parsing, rewriting,
@@ -40,7 +42,8 @@ from test_redisdir_unit import start_redis  # noqa: E402
 WARMUP = 5
 TOOL = {"type": "code_interpreter", "container": {"type": "auto"}}
 LINE = re.compile(r'^POST /v1/responses HTTP/1\.1 200 .* module_us=(\d+)')
-KINDS = ("owner-less", "new conversation", "chained turn")
+KINDS = ("owner-less", "new conversation", "chained turn", "new, in a conversation",
+         "conversation turn")
 # Then one long conversation per server: its early turns (2 to SPAN + 1)
 # against its last SPAN, which must cost no more.
 LONG = int(os.environ.get("LONG", "40"))
@@ -66,10 +69,15 @@ def conversation(server, key):
     post(server, ANONYMOUS)
     first = post(server, me)
     post(server, me, previous_response_id=first["id"])
-    cid = next(o["container_id"] for o in first["output"]
-               if o["type"] == "code_interpreter_call")
-    status, _, _ = server.request("DELETE", CLEANUP_PATH + "/" + cid, headers=me)
-    assert status == 200, "container %s not deleted: %d" % (cid, status)
+    # the same two turns through `conversation` (its route to the container)
+    conv = "conv_" + secrets.token_hex(12)
+    in_conv = post(server, me, conversation=conv)
+    post(server, me, conversation=conv)
+    for out in (first, in_conv):
+        cid = next(o["container_id"] for o in out["output"]
+                   if o["type"] == "code_interpreter_call")
+        status, _, _ = server.request("DELETE", CLEANUP_PATH + "/" + cid, headers=me)
+        assert status == 200, "container %s not deleted: %d" % (cid, status)
 
 
 def figures(server, n):
