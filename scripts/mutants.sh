@@ -692,6 +692,25 @@ MUTANTS = [
      "        ci_dirclient_container(r->pool, ans, \"container\", &c) ||",
      "a chained turn asks the shared directory for its container again at the first call",
      ["test/test_shared_directory.py::test_a_chained_turn_asks_the_directory_twice"]),
+    # ---- skills (sandbox/sandbox_local.c, sandbox/ci_supervisor_wire.c,
+    # supervisor/ci_supervisor_skills.c)
+    ("skill-bound-writable", "mod_code_interpreter/sandbox/sandbox_local.c",
+     "        push3(a, \"--ro-bind\", apr_pstrdup(p, ci_json_str(s, \"tree\")),",
+     "        push3(a, \"--bind\", apr_pstrdup(p, ci_json_str(s, \"tree\")),",
+     "a container can write its skill's folder, the store's bundle that other owners' "
+     "containers show",
+     ["test/test_skills_attach.py::test_a_referenced_skill_is_in_the_container_read_only_and_told"]),
+    ("skill-paths-unchecked", "mod_code_interpreter/sandbox/ci_supervisor_wire.c",
+     "        if (!mount_ok(mount) || !store_path_ok(ci_json_str(s, \"tree\"), \"\") ||",
+     "        if (!mount_ok(mount) || !ci_json_str(s, \"tree\") ||",
+     "the supervisor binds a folder a definition names without checking it is one of the store's",
+     ["unit:test_supervisor_wire"]),
+    ("skill-bundle-removed-while-shown", "mod_code_interpreter/supervisor/ci_supervisor_skills.c",
+     "    if (!ci_skill_store_digest_ok(digest) || (skills && ci_skills_digest_uses(skills, digest)) ||\n"
+     "        shown_by_a_container(p, digest))",
+     "    if (!ci_skill_store_digest_ok(digest) || (skills && ci_skills_digest_uses(skills, digest)))",
+     "deleting a skill empties the folder of a running container that shows it",
+     ["test/test_skills_attach.py::test_a_deleted_version_stays_while_a_container_shows_it"]),
 ]
 
 TOP = os.getcwd()
