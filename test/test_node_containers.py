@@ -17,7 +17,7 @@ import re
 
 from conftest import SPEC_DIR, count_schema_checks, require
 from test_loop import calls_of, sandboxes_started, upstream_inputs
-from test_node_sdk import clients, node_script  # noqa: F401 (a fixture)
+from test_node_sdk import clients, node_script, steps_report  # noqa: F401 (a fixture)
 
 OUTPUTS = "code_interpreter_call.outputs"
 KEY = "sk-node-containers-0123"
@@ -34,13 +34,7 @@ def run_containers(httpd, clients):
                CI_SPEC_DIR=SPEC_DIR)
     proc = node_script(clients, "containers_api.mjs", json.dumps(TURN1), json.dumps(TURN2),
                        env=env)
-    detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
-    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
-    report = json.loads(proc.stdout.splitlines()[0])
-    assert report["error"] is None, "step %s threw: %s" % (
-        report["error"]["step"], json.dumps(report["error"], indent=1))
-    assert proc.returncode == 0, detail
-    return report
+    return steps_report(proc)
 
 
 def container(cid, name, minutes=20, status="running"):

@@ -77,6 +77,18 @@ def node_script(clients, script, *args, env, timeout=180):
                           cwd=where, env=env, capture_output=True, text=True, timeout=timeout)
 
 
+def steps_report(proc):
+    """The report a steps script (common.mjs's stepper) printed, checked:
+    it ran to its end, and no step threw."""
+    detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
+    report = json.loads(proc.stdout.splitlines()[0])
+    assert report["error"] is None, "step %s threw: %s" % (
+        report["error"]["step"], json.dumps(report["error"], indent=1))
+    assert proc.returncode == 0, detail
+    return report
+
+
 class SdkRun:
     """The outcome of one run of a script in test/node."""
 

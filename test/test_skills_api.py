@@ -43,7 +43,7 @@ import zipfile
 import pytest
 
 from conftest import OPENAPI, SPEC_DIR, Httpd, count_schema_checks, require_spec
-from test_node_sdk import clients, node_script  # noqa: F401 (a fixture)
+from test_node_sdk import clients, node_script, steps_report  # noqa: F401 (a fixture)
 
 # ---------------------------------------------------------------- the server
 
@@ -1002,13 +1002,7 @@ def run_skills_script(server, tmp_path, clients):
                CI_SPEC_DIR=SPEC_DIR)
     proc = node_script(clients, "skills_api.mjs", str(skill_dir / "basic_math"),
                        str(v2_dir / "basic_math"), str(zip_path), env=env)
-    detail = "exit %d\nstdout:\n%s\nstderr:\n%s" % (proc.returncode, proc.stdout, proc.stderr)
-    assert proc.returncode in (0, 1) and proc.stdout.startswith("{"), detail
-    report = json.loads(proc.stdout.splitlines()[0])
-    assert report["error"] is None, "step %s threw: %s" % (
-        report["error"]["step"], json.dumps(report["error"], indent=1))
-    assert proc.returncode == 0, detail
-    return report
+    return steps_report(proc)
 
 
 def test_skills_api_through_the_node_sdk(server, clients, tmp_path):  # noqa: F811

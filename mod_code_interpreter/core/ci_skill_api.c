@@ -348,22 +348,25 @@ json_object *ci_skapi_version(json_object *v)
     return o;
 }
 
-json_object *ci_skapi_skill_deleted(const char *id)
+/* {id, object: OBJECT, deleted: true}: a deletion's answer. */
+static json_object *deleted(const char *id, const char *object)
 {
     json_object *o = json_object_new_object();
     json_object_object_add(o, "id", json_object_new_string(id));
-    json_object_object_add(o, "object", json_object_new_string("skill.deleted"));
+    json_object_object_add(o, "object", json_object_new_string(object));
     json_object_object_add(o, "deleted", json_object_new_boolean(1));
     return o;
 }
 
+json_object *ci_skapi_skill_deleted(const char *id)
+{
+    return deleted(id, "skill.deleted");
+}
+
 json_object *ci_skapi_version_deleted(const char *id, int version)
 {
-    json_object *o = json_object_new_object();
+    json_object *o = deleted(id, "skill.version.deleted");
     char text[16];
-    json_object_object_add(o, "id", json_object_new_string(id));
-    json_object_object_add(o, "object", json_object_new_string("skill.version.deleted"));
-    json_object_object_add(o, "deleted", json_object_new_boolean(1));
     snprintf(text, sizeof(text), "%d", version);
     json_object_object_add(o, "version", json_object_new_string(text));
     return o;

@@ -17,6 +17,32 @@ export function errorOf(e) {
   };
 }
 
+// A script's steps: each named step's result in RUN.steps, until one
+// throws (RUN.error then says which and why, and later steps do not run).
+export function stepper() {
+  const run = { steps: {}, error: null };
+  run.step = async (name, fn) => {
+    if (run.error) return;
+    try {
+      run.steps[name] = await fn();
+    } catch (e) {
+      run.error = { step: name, ...errorOf(e) };
+    }
+  };
+  return run;
+}
+
+// What FN returned, or the API's refusal of it (an instance of APIERROR,
+// the SDK's APIError class; anything else is thrown on).
+export async function refusal(fn, apiError) {
+  try {
+    return { returned: await fn() };
+  } catch (e) {
+    if (!(e instanceof apiError)) throw e;
+    return { name: e.constructor.name, status: e.status, error: e.error };
+  }
+}
+
 // A folder's files as the SDK is given a directory: one file each, named
 // with the folder ("basic_math/scripts/add.py"), in a stable order, each
 // made by MAKE (toFile or toStreamingFile).

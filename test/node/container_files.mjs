@@ -23,6 +23,8 @@ import { fileURLToPath } from "node:url";
 import OpenAI, { toFile } from "openai";
 import Ajv2020Module from "ajv/dist/2020.js";
 
+import { refusal, stepper } from "./common.mjs";
+
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
@@ -55,25 +57,9 @@ const make = (key) => new OpenAI({ apiKey: key, baseURL: process.env.BASE_URL,
 const client = make(process.env.API_KEY || "test-key");
 const other = make(process.env.OTHER_KEY || "other-key");
 
-const steps = {};
-let error = null;
-async function step(name, fn) {
-  if (error) return;
-  try {
-    steps[name] = await fn();
-  } catch (e) {
-    error = { step: name, name: e?.constructor?.name ?? "Error", message: String(e?.message ?? e),
-              status: e?.status ?? null, body: e?.error ?? null };
-  }
-}
-async function refused(fn) {
-  try {
-    return { returned: await fn() };
-  } catch (e) {
-    if (!(e instanceof OpenAI.APIError)) throw e;
-    return { name: e.constructor.name, status: e.status, error: e.error };
-  }
-}
+const run = stepper();
+const { steps, step } = run;
+const refused = (fn) => refusal(fn, OpenAI.APIError);
 
 let cid;
 await step("created", async () => (cid = (await client.containers.create({ name: "files" })).id));
@@ -141,5 +127,6 @@ if (!fs.existsSync(SPEC)) {
   schema = { checked };
 }
 for (const w of wire) delete w.body;
-process.stdout.write(JSON.stringify({ container: cid, steps, wire, schema, error }) + "\n");
-process.exit(error ? 1 : 0);
+process.stdout.write(JSON.stringify({ container: cid, steps, wire, schema,
+                                     error: run.error }) + "\n");
+process.exit(run.error ? 1 : 0);

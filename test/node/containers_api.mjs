@@ -39,6 +39,8 @@ import { fileURLToPath } from "node:url";
 import OpenAI, { NotFoundError } from "openai";
 import Ajv2020Module from "ajv/dist/2020.js";
 
+import { stepper } from "./common.mjs";
+
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
@@ -97,23 +99,8 @@ async function listAll() {
   return seen;
 }
 
-const steps = {};
-let error = null;
-
-async function step(name, fn) {
-  if (error) return;
-  try {
-    steps[name] = await fn();
-  } catch (e) {
-    error = {
-      step: name,
-      name: e?.constructor?.name ?? "Error",
-      message: String(e?.message ?? e),
-      status: e?.status ?? null,
-      body: e?.error ?? null,
-    };
-  }
-}
+const run = stepper();
+const { steps, step } = run;
 
 await step("empty", listAll);
 await step("created", async () => [
@@ -185,5 +172,5 @@ if (!fs.existsSync(SPEC)) {
   schema = { checked };
 }
 
-process.stdout.write(JSON.stringify({ steps, wire, schema, error }) + "\n");
-process.exit(error ? 1 : 0);
+process.stdout.write(JSON.stringify({ steps, wire, schema, error: run.error }) + "\n");
+process.exit(run.error ? 1 : 0);

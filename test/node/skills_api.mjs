@@ -50,7 +50,7 @@ import { fileURLToPath } from "node:url";
 import OpenAI, { toFile, toStreamingFile } from "openai";
 import Ajv2020Module from "ajv/dist/2020.js";
 
-import { die, errorOf, folderFiles } from "./common.mjs";
+import { die, folderFiles, refusal, stepper } from "./common.mjs";
 
 const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
@@ -117,29 +117,12 @@ async function all(iterable) {
   return seen;
 }
 
-const steps = {};
-let error = null;
-
-async function step(name, fn) {
-  if (error) return;
-  try {
-    steps[name] = await fn();
-  } catch (e) {
-    error = { step: name, ...errorOf(e) };
-  }
-}
-
-async function refusal(fn) {
-  try {
-    return { returned: await fn() };
-  } catch (e) {
-    if (!(e instanceof OpenAI.APIError)) throw e;
-    return { name: e.constructor.name, status: e.status, error: e.error };
-  }
-}
+const run = stepper();
+const { steps, step } = run;
+const refused = (fn) => refusal(fn, OpenAI.APIError);
 
 await step("tofile", async () => {
-  const outcome = await refusal(
+  const outcome = await refused(
     async () => client.skills.create({ files: await folderFiles(skillDir, toFile) }));
   // openai 7 sends the name as given: the skill is made, and deleted here so
   // that the steps after see the same skills with either SDK
@@ -176,7 +159,7 @@ await step("version_content", async () => {
 await step("version_deleted", () => client.skills.versions.delete("2", { skill_id: id }));
 await step("deleted", async () => [await client.skills.delete(id),
                                    await client.skills.delete(zipId)]);
-await step("unknown", () => refusal(() => client.skills.retrieve(id)));
+await step("unknown", () => refused(() => client.skills.retrieve(id)));
 await step("remaining", () => all(client.skills.list()));
 
 // ---- the answers against the OpenAPI document
@@ -221,5 +204,5 @@ if (!fs.existsSync(SPEC)) {
   schema = { checked };
 }
 
-process.stdout.write(JSON.stringify({ steps, wire, schema, error }) + "\n");
-process.exit(error ? 1 : 0);
+process.stdout.write(JSON.stringify({ steps, wire, schema, error: run.error }) + "\n");
+process.exit(run.error ? 1 : 0);
