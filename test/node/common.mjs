@@ -2,6 +2,10 @@
 import fs from "node:fs";
 import path from "node:path";
 
+import Ajv2020Module from "ajv/dist/2020.js";
+
+const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
+
 export function die(msg) {
   process.stderr.write(msg + "\n");
   process.exit(2);
@@ -15,6 +19,26 @@ export function errorOf(e) {
     status: e?.status ?? null,
     body: e?.error ?? null,
   };
+}
+
+// The validators of OpenAI's OpenAPI document SPEC: schemaOf(NAME) is
+// the validator of #/components/schemas/NAME (compiled once). The
+// document is OpenAPI 3.1 (JSON Schema 2020-12): strict:false lets ajv
+// ignore what is not JSON Schema (x-* extensions, example, discriminator
+// -- which the document also puts beside non-oneOf schemas, so ajv's own
+// discriminator support cannot be enabled); OpenAPI's nullable is
+// understood by ajv as it is.
+export function openapiValidators(spec) {
+  const ajv = new Ajv2020({ strict: false, allErrors: true });
+  // Formats the document uses that ajv does not define itself.
+  ajv.addFormat("uri", { type: "string", validate: (s) => URL.canParse(s) });
+  ajv.addFormat("unixtime", { type: "number", validate: (n) => Number.isFinite(n) && n >= 0 });
+  ajv.addFormat("float", { type: "number", validate: (n) => Number.isFinite(n) });
+  ajv.addFormat("binary", { type: "string", validate: () => true });
+  ajv.addSchema(JSON.parse(fs.readFileSync(spec, "utf8")), "openai");
+  const compiled = {};
+  return (name) => (compiled[name] ??= ajv.compile(
+    { $ref: `openai#/components/schemas/${name}` }));
 }
 
 // A script's steps: each named step's result in RUN.steps, until one

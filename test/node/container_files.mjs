@@ -21,11 +21,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 import OpenAI, { toFile } from "openai";
-import Ajv2020Module from "ajv/dist/2020.js";
 
-import { refusal, stepper } from "./common.mjs";
+import { openapiValidators, refusal, stepper } from "./common.mjs";
 
-const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
 const SPEC = path.resolve(process.env.CI_SPEC_DIR || path.resolve(REPO, "test", "spec"),
@@ -107,11 +105,7 @@ let schema;
 if (!fs.existsSync(SPEC)) {
   schema = { skipped: `${SPEC} not found` };
 } else {
-  const ajv = new Ajv2020({ strict: false, allErrors: true });
-  ajv.addFormat("unixtime", { type: "number", validate: (n) => Number.isFinite(n) && n >= 0 });
-  ajv.addFormat("uri", { type: "string", validate: (s) => URL.canParse(s) });
-  ajv.addFormat("float", { type: "number", validate: (n) => Number.isFinite(n) });
-  ajv.addSchema(JSON.parse(fs.readFileSync(SPEC, "utf8")), "openai");
+  const validator = openapiValidators(SPEC);
   const checked = [];
   for (const ex of wire) {
     const p = ex.path.split("?")[0];
@@ -119,7 +113,7 @@ if (!fs.existsSync(SPEC)) {
         !/\/files(\/[^/]+)?$/.test(p)) continue;
     const name = p.endsWith("/files") && ex.method === "GET" ? "ContainerFileListResource"
                                                              : "ContainerFileResource";
-    const validate = ajv.compile({ $ref: `openai#/components/schemas/${name}` });
+    const validate = validator(name);
     const ok = validate(ex.body);
     checked.push({ what: `${ex.method} ${ex.path}`, schema: name, ok,
                    errors: ok ? null : validate.errors });

@@ -37,11 +37,9 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 import OpenAI, { NotFoundError } from "openai";
-import Ajv2020Module from "ajv/dist/2020.js";
 
-import { stepper } from "./common.mjs";
+import { openapiValidators, stepper } from "./common.mjs";
 
-const Ajv2020 = Ajv2020Module.default ?? Ajv2020Module;
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const REPO = path.resolve(HERE, "..", "..");
@@ -146,16 +144,7 @@ let schema;
 if (!fs.existsSync(SPEC)) {
   schema = { skipped: `${SPEC} not found` };
 } else {
-  // As in sdk_json.mjs: the document is OpenAPI 3.1 (JSON Schema 2020-12);
-  // strict:false lets ajv ignore what is not JSON Schema.
-  const ajv = new Ajv2020({ strict: false, allErrors: true });
-  ajv.addFormat("uri", { type: "string", validate: (s) => URL.canParse(s) });
-  ajv.addFormat("unixtime", { type: "number", validate: (n) => Number.isFinite(n) && n >= 0 });
-  ajv.addFormat("float", { type: "number", validate: (n) => Number.isFinite(n) });
-  ajv.addSchema(JSON.parse(fs.readFileSync(SPEC, "utf8")), "openai");
-  const validators = {};
-  const validator = (name) => (validators[name] ??= ajv.compile(
-    { $ref: `openai#/components/schemas/${name}` }));
+  const validator = openapiValidators(SPEC);
   const checked = [];
   for (const ex of wire) {
     if (ex.status !== 200 || !ex.path.includes("/containers")) continue;
